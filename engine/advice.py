@@ -1,0 +1,118 @@
+"""Advice v1: the frozen, ordered value every renderer formats, and its canonical JSON."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbopt.engine.explain import Check
+
+ADVICE_FORMAT = "advice/1"
+
+
+@dataclass(frozen=True)
+class Caveat:
+    rule: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StrategyAdvice:
+    id: str
+    layer: str
+    title: str
+    params: dict[str, Any]
+    because: tuple[str, ...]
+    caveats: tuple[Caveat, ...] = ()
+    gain: str | None = None
+    weight: float = 0.0
+    recommended_by: tuple[str, ...] = ()   # the subset of `because` that recommended it
+
+
+@dataclass(frozen=True)
+class Rejection:
+    id: str
+    params: dict[str, Any]
+    because: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Firing:
+    rule: str
+    title: str
+    layer: str
+    facts: dict[str, Any]
+    checks: tuple[Check, ...]
+    when: str
+    explanation: str              # the rule's `because` with the values filled in
+    source: tuple[str, ...]
+    location: str
+    pack: str
+    derived: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NotEvaluated:
+    rule: str
+    title: str
+    missing: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Edge:
+    kind: str                     # excludes | requires | mitigates | vetoes
+    source: str
+    target: str
+    because: tuple[str, ...]      # rule ids, or "kb:strategies" for the catalog's own relations
+
+
+@dataclass(frozen=True)
+class Advice:
+    bottleneck: str
+    bottleneck_rule: str | None
+    strategies: tuple[StrategyAdvice, ...]
+    rejected: tuple[Rejection, ...]
+    fired: tuple[Firing, ...]
+    not_evaluated: tuple[NotEvaluated, ...]
+    facts: dict[str, Any]
+    origin: dict[str, str]
+    derived: dict[str, Any]
+    graph: tuple[Edge, ...]
+    pack_version: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kbopt": ADVICE_FORMAT,
+            "bottleneck": self.bottleneck,
+            "strategies": [
+                {"id": s.id, "layer": s.layer, "params": s.params, "because": list(s.because),
+                 "caveats": [{"rule": c.rule, "text": c.text} for c in s.caveats],
+                 **({"gain": s.gain} if s.gain else {})}
+                for s in self.strategies
+            ],
+            "rejected": [{"id": r.id, **({"params": r.params} if r.params else {}), "because": list(r.because),
+                          "reason": r.reason} for r in self.rejected],
+            "fired": [{"rule": f.rule, "facts": f.facts,
+                       "checks": [_check(c) for c in f.checks],
+                       **({"derived": f.derived} if f.derived else {})} for f in self.fired],
+            "not_evaluated": [{"rule": n.rule, "missing": list(n.missing)} for n in self.not_evaluated],
+            "facts": {path: {"value": value, "origin": self.origin.get(path, "input")} for path, value in self.facts.items()},
+            "derived": self.derived,
+            "conflicts": [{"kind": e.kind, "from": e.source, "to": e.target, "because": list(e.because)} for e in self.graph],
+            "rules": {"pack": self.pack_version, "bottleneck_rule": self.bottleneck_rule},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _check(check: Check) -> dict[str, Any]:
+    out: dict[str, Any] = {"fact": check.fact, "value": check.value, "op": check.op}
+    if check.threshold is not None:
+        out["threshold"] = check.threshold
+    if check.parameter:
+        out["parameter"] = check.parameter
+    if check.against:
+        out["against"] = check.against
+    return out

@@ -1,0 +1,157 @@
+"""Facts + pack -> Advice: run an evaluator, explain what fired, settle conflicts."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kbopt.engine import expr
+from kbopt.engine.advice import Advice, Caveat, Edge, Firing, NotEvaluated, Rejection, StrategyAdvice
+from kbopt.engine.conflicts import Candidate, build_graph, resolve
+from kbopt.engine.explain import FinalFacts
+from kbopt.engine.rule import Caveat as CaveatConclusion
+from kbopt.engine.rule import Mitigate, Pack, Recommend, Reject, Require, Rule
+from kbopt.kb.catalog import strategies
+from kbopt.kb.facts import Facts
+
+EVALUATORS = ("durable", "reference")
+
+
+def make_evaluator(pack: Pack, name: str = "durable"):
+    if name == "reference":
+        from kbopt.engine.reference import ReferenceEvaluator
+        return ReferenceEvaluator(pack)
+    from kbopt.engine.durable_backend import DurableEvaluator
+    return DurableEvaluator(pack)
+
+
+def fill_because(rule: Rule, lookup) -> str:
+    """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in."""
+    parameters = {p.name: p.value for p in rule.parameters}
+
+    def replace(match):
+        name, spec = match.group(1), match.group(2)
+        if name in parameters:
+            value = parameters[name]
+        else:
+            status, value = lookup(name)
+            if status != expr.KNOWN:
+                return f"{name}=?"
+        if spec:
+            try:
+                return format(value, spec)
+            except (ValueError, TypeError):
+                pass
+        return expr.fmt(value)
+
+    return re.sub(r"\{([^{}:]+)(?::([^{}]*))?\}", replace, rule.because)
+
+
+def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
+    inputs = facts.engine_values()
+    derivation = make_evaluator(pack, evaluator).run(inputs)
+    final = FinalFacts(pack, inputs, derivation)
+    rules = pack.by_id()
+    shown_values = {**facts.values, **final.derived}
+
+    firings = []
+    for rule_id in derivation.fired:
+        rule = rules[rule_id]
+        values, checks = final.witness(rule)
+        values = {p: shown_values.get(p, v) for p, v in values.items()}
+        firings.append(Firing(
+            rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
+            when=rule.when_text, explanation=fill_because(rule, final.lookup), source=rule.sources,
+            location=rule.location, pack=rule.pack,
+            derived={p: v for p, (v, r) in derivation.derived.items() if r == rule.id}))
+    not_evaluated = tuple(
+        NotEvaluated(rule.id, rule.title, tuple(final.missing_inputs(rule)))
+        for rule in pack.rules
+        if rule.id not in final.fired and expr.evaluate(rule.fire_condition, final.lookup) is None)
+
+    strategies_out, rejected, edges = _settle(pack, derivation.fired, final)
+    bottleneck = final.derived.get("derived.bottleneck", "unknown")
+    bottleneck_rule = derivation.derived.get("derived.bottleneck", (None, None))[1]
+    return Advice(
+        bottleneck=bottleneck, bottleneck_rule=bottleneck_rule, strategies=strategies_out, rejected=rejected,
+        fired=tuple(firings), not_evaluated=not_evaluated, facts=dict(facts.values), origin=dict(facts.origin),
+        derived=dict(sorted(final.derived.items())), graph=edges, pack_version=pack.version)
+
+
+def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
+    rules = pack.by_id()
+    candidates: dict[str, Candidate] = {}
+    vetoes, requires, mitigates, caveats = [], [], [], []
+    for rule_id in fired:
+        for conclusion in rules[rule_id].then:
+            if isinstance(conclusion, Recommend):
+                c = candidates.setdefault(conclusion.key, Candidate(conclusion.key, conclusion.strategy, conclusion.variant))
+                c.weight = max(c.weight, conclusion.weight)   # the strongest argument counts
+                c.rules.append(rule_id)
+                c.gain = c.gain or conclusion.gain
+                for name, node in conclusion.params:
+                    c.params.setdefault(name, (node, rule_id))
+            elif isinstance(conclusion, Reject):
+                vetoes.append((conclusion.strategy, conclusion.variant, rule_id, conclusion.reason))
+            elif isinstance(conclusion, Require):
+                requires.append((conclusion.strategy, conclusion.variant, conclusion.needs, rule_id))
+            elif isinstance(conclusion, Mitigate):
+                mitigates.append((conclusion.strategy, conclusion.by, rule_id))
+            elif isinstance(conclusion, CaveatConclusion):
+                caveats.append((conclusion.strategy, conclusion.variant, rule_id, conclusion.text))
+    graph = build_graph(candidates, vetoes, requires, mitigates)
+    resolution = resolve(graph, candidates)
+    catalog = strategies()
+    chosen = set(resolution.chosen)
+
+    out = []
+    for key in resolution.chosen:
+        c = candidates[key]
+        params, notes = _params(c, final)
+        because = list(c.rules)
+        texts = []
+        for strategy, variant, rule_id, text in caveats:
+            if strategy == c.strategy and variant in (None, c.variant):
+                texts.append(Caveat(rule_id, text))
+                because.append(rule_id)
+        for source, _, data in sorted(graph.in_edges(key, data=True)):
+            if data["kind"] == "mitigates" and source in chosen:
+                note = next(m for m in mitigates if m[2] == data["because"][0])
+                mitigation = next((x for x in rules[note[2]].then if isinstance(x, Mitigate)), None)
+                texts.append(Caveat(note[2], f"mitigated by {source}" + (f": {mitigation.text}" if mitigation and mitigation.text else "")))
+        texts.extend(notes)
+        out.append(StrategyAdvice(
+            id=c.strategy, layer=catalog[c.strategy].layer, title=catalog[c.strategy].title, params=params,
+            because=tuple(dict.fromkeys(because)), caveats=tuple(texts), gain=c.gain, weight=c.weight,
+            recommended_by=tuple(c.rules)))
+    rejected = []
+    for left in resolution.left_out:
+        c = candidates[left.key]
+        rejected.append(Rejection(id=c.strategy, params={catalog[c.strategy].variant: c.variant} if c.variant else {},
+                                  because=left.because, reason=left.reason))
+    edges = tuple(sorted(
+        (Edge(d["kind"], u, v, tuple(d["because"])) for u, v, d in graph.edges(data=True)),
+        key=lambda e: (e.kind, e.source, e.target)))
+    return tuple(out), tuple(rejected), edges
+
+
+def _params(candidate: Candidate, final: FinalFacts) -> tuple[dict[str, Any], list[Caveat]]:
+    """Evaluate each parameter on the final facts; say so when facts were missing."""
+    params: dict[str, Any] = {}
+    notes: list[Caveat] = []
+    for name, (node, rule_id) in candidate.params.items():
+        looked_up_unknown: list[str] = []
+
+        def lookup(path):
+            status, value = final.lookup(path)
+            if status != expr.KNOWN:
+                looked_up_unknown.append(path)
+            return status, value
+        try:
+            params[name] = expr.value_of(node, lookup)
+        except expr.Missing as missing:
+            notes.append(Caveat(rule_id, f"{name} not computed: needs {', '.join(dict.fromkeys(missing.paths))}"))
+            continue
+        if looked_up_unknown:
+            notes.append(Caveat(rule_id, f"{name}={expr.fmt(params[name])} is a default: "
+                                         f"{', '.join(dict.fromkeys(looked_up_unknown))} not known"))
+    return params, notes

@@ -1,0 +1,73 @@
+"""Run each rule's inline examples: facts in, fires or not, what it concludes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kbopt.engine.advice import Advice
+from kbopt.engine.advisor import advise
+from kbopt.engine.rule import Example, Pack, Rule
+from kbopt.kb.catalog import strategies
+from kbopt.kb.facts import facts_from_document
+
+
+@dataclass(frozen=True)
+class ExampleResult:
+    rule: str
+    example: str
+    location: str
+    evaluator: str
+    failures: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def check_example(rule: Rule, example: Example, pack: Pack, evaluator: str) -> ExampleResult:
+    facts = facts_from_document(example.facts, f"{rule.file}:{example.line}")
+    advice = advise(facts, pack, evaluator)
+    return ExampleResult(rule.id, example.name, f"{rule.file}:{example.line}", evaluator,
+                         tuple(expectation_failures(rule, example, advice)))
+
+
+def expectation_failures(rule: Rule, example: Example, advice: Advice) -> list[str]:
+    failures = []
+    fired = {f.rule for f in advice.fired}
+    if (rule.id in fired) != example.fires:
+        found = "it fired" if rule.id in fired else "it did not fire"
+        missing = next((n.missing for n in advice.not_evaluated if n.rule == rule.id), ())
+        found += f" (not evaluated, missing {', '.join(missing)})" if missing else ""
+        failures.append(f"expected fires: {str(example.fires).lower()}, found: {found}")
+    expect = example.expect
+    if "bottleneck" in expect and advice.bottleneck != expect["bottleneck"]:
+        failures.append(f"expected bottleneck {expect['bottleneck']}, found {advice.bottleneck}")
+    for path, value in (expect.get("derived") or {}).items():
+        found = advice.derived.get(path, "(not derived)")
+        if found != value:
+            failures.append(f"expected {path} = {value!r}, found {found!r}")
+    chosen = {_label(s.id, s.params) for s in advice.strategies} | {s.id for s in advice.strategies}
+    for key in expect.get("chosen", ()):
+        if key not in chosen:
+            failures.append(f"expected {key} among the strategies, found {sorted(chosen)}")
+    rejected = {_label(r.id, r.params) for r in advice.rejected} | {r.id for r in advice.rejected}
+    for key in expect.get("rejected", ()):
+        if key not in rejected:
+            failures.append(f"expected {key} rejected, found rejected {sorted(rejected)}")
+    by_id = {s.id: s for s in advice.strategies}
+    for strategy, params in (expect.get("params") or {}).items():
+        found = by_id.get(strategy)
+        for name, value in params.items():
+            got = found.params.get(name, "(absent)") if found else "(strategy not chosen)"
+            if got != value:
+                failures.append(f"expected {strategy}.{name} = {value!r}, found {got!r}")
+    return failures
+
+
+def _label(strategy: str, params: dict) -> str:
+    variant = strategies()[strategy].variant
+    return f"{strategy}[{params[variant]}]" if variant and variant in params else strategy
+
+
+def run_examples(pack: Pack, evaluators=("durable", "reference")) -> list[ExampleResult]:
+    return [check_example(rule, example, pack, evaluator)
+            for rule in pack.rules for example in rule.examples for evaluator in evaluators]

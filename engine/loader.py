@@ -1,0 +1,276 @@
+"""Load rule files: YAML (safely, keeping line numbers) -> schema check -> typed Rule values."""
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from kbopt.engine import expr
+from kbopt.engine.rule import (LAYERS, Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject,
+                               Require, Rule, candidate_key)
+from kbopt.errors import FactsError, RuleError
+from kbopt.kb.catalog import strategies
+from kbopt.kb.vocabulary import Vocabulary, load_vocabulary
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _read_yaml(text: str, file: str) -> tuple[Any, dict[tuple, int]]:
+    """Parse YAML safely; return the data and the 1-based line of every key and list item."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise RuleError(file, 1, "the rule file is empty")
+        data = loader.construct_document(node)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        raise RuleError(file, mark.line + 1 if mark else None, f"not valid YAML: {getattr(error, 'problem', error)}") from None
+    finally:
+        loader.dispose()
+    lines: dict[tuple, int] = {}
+
+    def walk(n, path):
+        lines[path] = n.start_mark.line + 1
+        if isinstance(n, yaml.MappingNode):
+            for key, value in n.value:
+                lines[path + (key.value,)] = key.start_mark.line + 1
+                walk(value, path + (key.value,))
+                lines[path + (key.value,)] = key.start_mark.line + 1
+        elif isinstance(n, yaml.SequenceNode):
+            for index, item in enumerate(n.value):
+                walk(item, path + (index,))
+
+    walk(node, ())
+    return data, lines
+
+
+def _line(lines: dict[tuple, int], path: Iterable) -> int:
+    path = tuple(path)
+    while path and path not in lines:
+        path = path[:-1]
+    return lines.get(path, 1)
+
+
+def _schema_error(error, lines, file) -> RuleError:
+    path = list(error.absolute_path)
+    where = "/".join(str(p) for p in path) or "(top level)"
+    if error.validator == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        import difflib
+        known = sorted(error.schema.get("properties", {}))
+        close = difflib.get_close_matches(unknown[0], known, n=1) if unknown else []
+        hint = f"did you mean '{close[0]}'?" if close else f"allowed here: {', '.join(known)}"
+        return RuleError(file, _line(lines, path + [unknown[0]] if unknown else path),
+                         f"unknown key {unknown[0]!r} in {where}", hint)
+    if error.validator == "required":
+        return RuleError(file, _line(lines, path), f"{where}: {error.message}",
+                         "a rule needs id, title, layer, when, then, because, source and examples")
+    return RuleError(file, _line(lines, path), f"{where}: {error.message}")
+
+
+class _RuleBuilder:
+    def __init__(self, data: dict, lines: dict[tuple, int], file: str, layer_dir: str | None,
+                 vocabulary: Vocabulary, pack: str):
+        self.data, self.lines, self.file, self.layer_dir = data, lines, file, layer_dir
+        self.vocabulary, self.pack = vocabulary, pack
+        self.catalog = strategies()
+
+    def fail(self, path, message, hint=None):
+        raise RuleError(self.file, _line(self.lines, path), message, hint)
+
+    def expression(self, text, path, kind, parameters):
+        parse = expr.parse_condition if kind == "condition" else expr.parse_value
+        try:
+            return parse(text, self.vocabulary, parameters)
+        except expr.ExprError as error:
+            self.fail(path, f"{'/'.join(map(str, path))}: {error.message}", error.hint)
+
+    def value(self, raw, path, parameters):
+        """A literal, or an expression written `= expr`."""
+        if isinstance(raw, str) and raw.startswith("="):
+            return self.expression(raw[1:], path, "value", parameters)
+        return expr.Const(raw)
+
+    def strategy(self, name, variant, path):
+        if name not in self.catalog:
+            import difflib
+            close = difflib.get_close_matches(name, list(self.catalog), n=1)
+            self.fail(path, f"unknown strategy {name!r}", f"did you mean '{close[0]}'?" if close else
+                      "strategies: " + ", ".join(self.catalog))
+        spec = self.catalog[name]
+        if variant is not None and variant not in spec.variants:
+            self.fail(path, f"{name} has no variant {variant!r}",
+                      "variants: " + ", ".join(spec.variants) if spec.variants else f"{name} has no variants")
+
+    def build(self) -> Rule:
+        d = self.data
+        if self.layer_dir and d["layer"] != self.layer_dir:
+            self.fail(("layer",), f"layer {d['layer']!r} but the file is under rules/{self.layer_dir}/",
+                      "move the file or fix the layer")
+        stem = Path(self.file).stem
+        if stem.upper() != d["id"]:
+            self.fail(("id",), f"id {d['id']!r} does not match the file name {stem!r}", f"name the file {d['id'].lower()}.yaml")
+        parameters = tuple(Parameter(name, p["value"], p["why"]) for name, p in (d.get("parameters") or {}).items())
+        values = {p.name: p.value for p in parameters}
+        when = self.expression(d["when"], ("when",), "condition", values)
+        then = tuple(self.conclusion(item, ("then", i), values) for i, item in enumerate(d["then"]))
+        needed = [path for c in then if isinstance(c, Derive) for path in _required(c.value)]
+        fire_condition = expr.And((when,) + tuple(expr.Known(expr.Fact(p)) for p in dict.fromkeys(needed))) \
+            if needed else when
+        sources = (d["source"],) if isinstance(d["source"], str) else tuple(d["source"])
+        examples = tuple(self.example(e, ("examples", i)) for i, e in enumerate(d["examples"]))
+        self.check_placeholders(d["because"], values)
+        return Rule(id=d["id"], title=d["title"], layer=d["layer"], when_text=" ".join(d["when"].split()),
+                    when=when, fire_condition=fire_condition, then=then, because=" ".join(d["because"].split()),
+                    sources=sources, parameters=parameters, examples=examples, notes=d.get("notes"),
+                    tags=tuple(d.get("tags", ())), file=self.file, line=1, pack=self.pack)
+
+    def conclusion(self, item, path, values):
+        kind, body = next(iter(item.items()))
+        path = path + (kind,)
+        if kind == "derive":
+            (target, raw), = body.items() if len(body) == 1 else self.fail(path, "derive one fact per item", "add another `- derive:` item")
+            spec = self.vocabulary.get(target)
+            if spec is None or not spec.derived:
+                hint = self.vocabulary.suggest(target)
+                self.fail(path + (target,), f"{target!r} is not a derived fact",
+                          f"did you mean '{hint}'?" if hint else "derived facts are declared under `derived:` in kb/vocabulary.yaml")
+            value = self.value(raw, path + (target,), values)
+            if isinstance(value, expr.Const):
+                self.check_literal(spec, value.value, path + (target,))
+            return Derive(target, value)
+        if kind == "recommend":
+            strategy = body["strategy"]
+            spec = self.catalog.get(strategy)
+            self.strategy(strategy, None, path + ("strategy",))
+            params = body.get("params") or {}
+            for name in params:
+                if name not in spec.params:
+                    self.fail(path + ("params", name), f"{strategy} has no parameter {name!r}",
+                              "parameters: " + ", ".join(spec.params))
+            variant = None
+            if spec.variant:
+                variant = params.get(spec.variant)
+                if not isinstance(variant, str):
+                    self.fail(path + ("params",), f"{strategy} needs a literal {spec.variant}", "one of: " + ", ".join(spec.variants))
+                self.strategy(strategy, variant, path + ("params", spec.variant))
+            parsed = tuple((name, self.value(raw, path + ("params", name), values)) for name, raw in params.items())
+            return Recommend(strategy, variant, parsed, float(body["weight"]), body.get("gain"))
+        if kind in ("reject", "caveat", "require"):
+            self.strategy(body["strategy"], body.get("variant"), path + ("strategy",))
+            if kind == "reject":
+                return Reject(body["strategy"], body.get("variant"), " ".join(body["reason"].split()))
+            if kind == "caveat":
+                return Caveat(body["strategy"], body.get("variant"), " ".join(body["text"].split()))
+            needs, _, needs_variant = body["needs"].rstrip("]").partition("[")
+            self.strategy(needs, needs_variant or None, path + ("needs",))
+            return Require(body["strategy"], body.get("variant"), body["needs"])
+        self.strategy(body["strategy"], None, path + ("strategy",))
+        self.strategy(body["by"], None, path + ("by",))
+        return Mitigate(body["strategy"], body["by"], body.get("text"))
+
+    def check_literal(self, spec, value, path):
+        ok = {"bool": isinstance(value, bool), "enum": value in spec.values,
+              "string": isinstance(value, str)}.get(spec.type, isinstance(value, (int, float)) and not isinstance(value, bool))
+        if not ok:
+            self.fail(path, f"{value!r} is not a valid {spec.type} for {spec.path}",
+                      "one of: " + ", ".join(spec.values) if spec.values else None)
+
+    def check_placeholders(self, text, values):
+        import re
+        for match in re.finditer(r"\{([^{}:]+)(?::[^{}]*)?\}", text):
+            name = match.group(1)
+            if name not in values and self.vocabulary.get(name) is None:
+                hint = self.vocabulary.suggest(name)
+                self.fail(("because",), f"because: unknown placeholder {{{name}}}",
+                          f"did you mean '{hint}'?" if hint else "use a fact path or a parameter name")
+
+    def example(self, raw, path) -> Example:
+        from kbopt.kb.facts import validate_document
+        try:
+            validate_document(raw["facts"], "facts", self.vocabulary)
+        except FactsError as error:
+            self.fail(path + ("facts",), f"example {raw['name']!r}: {error}")
+        return Example(name=raw["name"], facts=raw["facts"], fires=raw["fires"], expect=raw.get("expect") or {},
+                       line=_line(self.lines, path))
+
+
+def _required(node) -> list[str]:
+    """Facts a value expression cannot do without (coalesce offers alternatives)."""
+    if isinstance(node, expr.Call) and node.fn == "coalesce":
+        return []
+    if isinstance(node, expr.Fact):
+        return [node.path]
+    children = []
+    if isinstance(node, expr.Arith):
+        children = [node.left, node.right]
+    elif isinstance(node, (expr.Call,)):
+        children = list(node.args)
+    elif isinstance(node, expr.ListOf):
+        children = list(node.items)
+    return [p for c in children for p in _required(c)]
+
+
+def load_rule_text(text: str, file: str, layer_dir: str | None = None, pack: str = "builtin",
+                   vocabulary: Vocabulary | None = None) -> Rule:
+    import jsonschema
+    from kbopt.kb.schema import RULE_SCHEMA
+
+    vocabulary = vocabulary or load_vocabulary()
+    data, lines = _read_yaml(text, file)
+    if not isinstance(data, dict):
+        raise RuleError(file, 1, "a rule file holds one mapping (id, title, layer, when, then, ...)")
+    errors = sorted(jsonschema.Draft202012Validator(RULE_SCHEMA).iter_errors(data),
+                    key=lambda e: _line(lines, e.absolute_path))
+    if errors:
+        raise _schema_error(errors[0], lines, file)
+    return _RuleBuilder(data, lines, file, layer_dir, vocabulary, pack).build()
+
+
+def _rule_files(root) -> list:
+    files = []
+    for layer in LAYERS:
+        folder = root.joinpath(layer)
+        if folder.is_dir():
+            files.extend((layer, f) for f in sorted(folder.iterdir(), key=lambda f: f.name) if f.name.endswith((".yaml", ".yml")))
+    return files
+
+
+def builtin_root():
+    return resources.files("kbopt.rules")
+
+
+def load_pack(extra_dirs: Iterable[str | Path] = ()) -> Pack:
+    """The built-in rules, then each extra directory's (same layout: <layer>/<id>.yaml)."""
+    vocabulary = load_vocabulary()
+    digest = hashlib.sha256()
+    rules: list[Rule] = []
+    sources = [("builtin", builtin_root(), "rules")] + [(str(d), Path(d), str(d)) for d in extra_dirs]
+    for pack, root, shown in sources:
+        if pack != "builtin" and not Path(root).is_dir():
+            raise RuleError(str(root), None, "no such rules directory")
+        files = _rule_files(root)
+        if pack != "builtin" and not files:
+            raise RuleError(str(root), None, "no rule files found", "rules live in <dir>/<layer>/<id>.yaml, layers: " + ", ".join(LAYERS))
+        for layer, file in files:
+            text = file.read_text(encoding="utf-8")
+            digest.update(file.name.encode() + b"\0" + text.encode())
+            rules.append(load_rule_text(text, f"{shown}/{layer}/{file.name}", layer, pack, vocabulary))
+    return build_pack(rules, digest.hexdigest()[:12])
+
+
+def build_pack(rules: list[Rule], version: str) -> Pack:
+    seen: dict[str, Rule] = {}
+    for rule in rules:
+        if rule.id in seen:
+            raise RuleError(rule.file, rule.line, f"duplicate rule id {rule.id}", f"first defined in {seen[rule.id].location}")
+        seen[rule.id] = rule
+    producers: dict[str, list[str]] = {}
+    for rule in rules:
+        for path in rule.derives:
+            producers.setdefault(path, []).append(rule.id)
+    return Pack(rules=tuple(rules), version=version, producers={k: tuple(v) for k, v in sorted(producers.items())})

@@ -1,0 +1,130 @@
+"""Typed rules: what the loader produces and every evaluator consumes (the intermediate form)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+LAYERS = ("diagnosis", "compute", "storage", "scheduling")
+
+
+def candidate_key(strategy: str, variant: str | None = None) -> str:
+    """Node name of a candidate strategy: `op_fusion`, `quantization[int8]`."""
+    return f"{strategy}[{variant}]" if variant else strategy
+
+
+@dataclass(frozen=True)
+class Derive:
+    path: str
+    value: Any                     # an expression node (Const for a literal)
+
+
+@dataclass(frozen=True)
+class Recommend:
+    strategy: str
+    variant: str | None
+    params: tuple[tuple[str, Any], ...]    # (name, expression node), in file order
+    weight: float
+    gain: str | None = None
+
+    @property
+    def key(self) -> str:
+        return candidate_key(self.strategy, self.variant)
+
+
+@dataclass(frozen=True)
+class Reject:
+    strategy: str
+    variant: str | None
+    reason: str
+
+    @property
+    def key(self) -> str:
+        return candidate_key(self.strategy, self.variant)
+
+
+@dataclass(frozen=True)
+class Caveat:
+    strategy: str
+    variant: str | None
+    text: str
+
+    @property
+    def key(self) -> str:
+        return candidate_key(self.strategy, self.variant)
+
+
+@dataclass(frozen=True)
+class Require:
+    """`strategy` is only safe together with `needs` (a strategy, or `strategy[variant]`).
+    Several requirements of one candidate on variants of the same strategy are alternatives."""
+    strategy: str
+    variant: str | None
+    needs: str
+
+    @property
+    def key(self) -> str:
+        return candidate_key(self.strategy, self.variant)
+
+
+@dataclass(frozen=True)
+class Mitigate:
+    strategy: str                  # the strategy whose side effect is mitigated
+    by: str                        # the strategy that mitigates it
+    text: str | None = None
+
+
+Conclusion = Derive | Recommend | Reject | Caveat | Require | Mitigate
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    value: Any
+    why: str
+
+
+@dataclass(frozen=True)
+class Example:
+    name: str
+    facts: dict[str, Any]
+    fires: bool
+    expect: dict[str, Any]
+    line: int
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    layer: str
+    when_text: str
+    when: Any                      # condition node, as written
+    fire_condition: Any            # `when` plus known() of every fact a derived value needs
+    then: tuple[Conclusion, ...]
+    because: str
+    sources: tuple[str, ...]
+    parameters: tuple[Parameter, ...] = ()
+    examples: tuple[Example, ...] = ()
+    notes: str | None = None
+    tags: tuple[str, ...] = ()
+    file: str = ""
+    line: int = 1
+    pack: str = "builtin"
+
+    @property
+    def derives(self) -> tuple[str, ...]:
+        return tuple(c.path for c in self.then if isinstance(c, Derive))
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Pack:
+    rules: tuple[Rule, ...]
+    version: str                   # content hash of the rule files
+    producers: dict[str, tuple[str, ...]] = field(default_factory=dict)   # derived fact -> rule ids
+
+    def by_id(self) -> dict[str, Rule]:
+        return {rule.id: rule for rule in self.rules}

@@ -1,0 +1,1 @@
+"""Knowledge: the fact vocabulary, catalogs (GPUs, strategies, seed claims) and facts loading."""

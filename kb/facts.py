@@ -1,0 +1,213 @@
+"""Facts v1: read a document, validate it against the vocabulary, flatten it, enrich it.
+
+The only derivation done here is the documented catalog step: a known `hardware.gpu_name`
+fills `hardware.compute_capability` and `hardware.memory_total_gib` when they are absent
+(origin `catalog:<gpu id>`). Everything else is derived by rules.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kbopt.errors import FactsError
+from kbopt.kb.catalog import match_gpu
+from kbopt.kb.schema import FACTS_FORMAT, facts_schema
+from kbopt.kb.vocabulary import Vocabulary, load_vocabulary
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Known input facts by dotted path, with where each value came from."""
+
+    values: dict[str, Any]
+    origin: dict[str, str] = field(default_factory=dict)
+
+    def engine_values(self) -> dict[str, Any]:
+        """Values as the evaluators compare them: versions become numbers (8.9)."""
+        vocabulary = load_vocabulary()
+        out = {}
+        for path, value in self.values.items():
+            spec = vocabulary.get(path)
+            out[path] = version_number(value) if spec and spec.type == "version" else value
+        return out
+
+
+def version_number(text: str) -> float:
+    major, minor = text.split(".")
+    return int(major) + int(minor) / 10  # minor is one digit (schema), so 8.9 < 9.0 < 10.0
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number kbopt accepts")
+
+
+def parse_document(text: str, name: str) -> Any:
+    """Parse JSON or YAML text; errors name the file, line and column."""
+    if not text.strip():
+        raise FactsError(f"{name}: the facts document is empty; write at least {{\"kbopt\": \"{FACTS_FORMAT}\"}}")
+    if name.endswith((".yaml", ".yml")):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+            raise FactsError(f"{name}: not valid YAML: {where}{getattr(error, 'problem', error)}") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        raise FactsError(f"{name}: not valid JSON: line {error.lineno} column {error.colno}: {error.msg}") from None
+    except ValueError as error:
+        raise FactsError(f"{name}: not valid JSON: {error}") from None
+
+
+def _json_path(parts) -> str:
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+
+
+def _describe(error, vocabulary: Vocabulary) -> str:
+    """One sentence per schema error, naming the JSON path, with a hint where one helps."""
+    path = list(error.absolute_path)
+    where = _json_path(path)
+    if error.validator == "additionalProperties":
+        known = set(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - known)
+        prefix = ".".join(str(p) for p in path)
+        sentences = []
+        for key in unknown:
+            full = f"{prefix}.{key}" if prefix else key
+            hint = vocabulary.suggest(full) if prefix else None
+            if not prefix:
+                import difflib
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = close[0] if close else None
+            did_you_mean = f"; did you mean '{hint}'?" if hint else f"; known keys here: {', '.join(sorted(known))}"
+            sentences.append(f"{where}.{key}: unknown key{did_you_mean}")
+        return " ".join(sentences)
+    dotted = ".".join(str(p) for p in path if not isinstance(p, int))
+    spec = vocabulary.get(dotted)
+    instance = error.instance
+    if error.validator == "anyOf" and spec is not None:
+        # Our fact schemas are anyOf[<type>, null]; report against the real type.
+        inner = error.schema["anyOf"][0]
+        if spec.type == "ratio" and isinstance(instance, (int, float)) and not isinstance(instance, bool):
+            if 1 < instance <= 100:
+                return (f"{where}: {instance!r} is out of range: {dotted} is a ratio in 0..1; "
+                        f"{instance!r} looks like a percentage, write {instance / 100:g}")
+            return f"{where}: {instance!r} is out of range: {dotted} is a ratio in 0..1"
+        if spec.type in ("number", "integer", "ratio"):
+            if isinstance(instance, bool) or not isinstance(instance, (int, float)):
+                return f"{where}: expected {'an integer' if spec.type == 'integer' else 'a number'}, got {json.dumps(instance)}"
+            if spec.type == "integer" and not float(instance).is_integer():
+                return f"{where}: expected an integer, got {instance!r}"
+            return f"{where}: {instance!r} is out of range ({spec.range_text()})"
+        if spec.type == "bool":
+            return f"{where}: expected true or false, got {json.dumps(instance)}"
+        if spec.type == "enum":
+            return f"{where}: {json.dumps(instance)} is not one of {', '.join(spec.values)}"
+        if spec.type == "version":
+            return f"{where}: expected a compute capability \"major.minor\" such as \"8.9\", got {json.dumps(instance)}"
+        if spec.type == "list":
+            return f"{where}: expected a list of distinct values from {', '.join(spec.values)}, got {json.dumps(instance)}"
+        if spec.type == "string":
+            return f"{where}: expected a string, got {json.dumps(instance)}"
+        return f"{where}: {error.message} (expected {inner})"
+    if error.validator == "type" and error.validator_value == "object":
+        return f"{where}: expected an object with named facts, got {json.dumps(instance)}"
+    if error.validator == "const":
+        return f"{where}: format marker must be \"{FACTS_FORMAT}\", got {json.dumps(instance)}"
+    return f"{where}: {error.message}"
+
+
+def validate_document(document: Any, name: str, vocabulary: Vocabulary | None = None) -> None:
+    import jsonschema  # imported here: only needed once a document is at hand
+
+    vocabulary = vocabulary or load_vocabulary()
+    if not isinstance(document, dict):
+        raise FactsError(f"{name}: $: a facts document is a JSON object of sections "
+                         f"(hardware, telemetry, model, workload, constraints), got {type(document).__name__}")
+    validator = jsonschema.Draft202012Validator(facts_schema(vocabulary))
+    errors = sorted(validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    if errors:
+        shown = [_describe(e, vocabulary) for e in errors[:5]]
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        raise FactsError(f"{name}: invalid facts: " + " ".join(shown) + more)
+
+
+def flatten(document: dict[str, Any]) -> dict[str, Any]:
+    values = {}
+    for section, fields in document.items():
+        if section == "kbopt" or not isinstance(fields, dict):
+            continue
+        for key, value in fields.items():
+            if value is not None:
+                values[f"{section}.{key}"] = value
+    return values
+
+
+def apply_overrides(document: dict[str, Any], overrides: list[str], vocabulary: Vocabulary) -> dict[str, Any]:
+    """`--set PATH=VALUE` what-ifs; VALUE is read as a YAML scalar or list (0.95, true, [int8, fp16])."""
+    document = json.loads(json.dumps(document))
+    for item in overrides:
+        path, sep, raw = item.partition("=")
+        path = path.strip()
+        if not sep or not path:
+            raise FactsError(f"--set {item!r}: expected PATH=VALUE, e.g. --set telemetry.memory_used_ratio=0.95")
+        spec = vocabulary.get(path)
+        if spec is None or spec.derived:
+            hint = vocabulary.suggest(path)
+            why = "is derived by rules and cannot be set" if spec else "is not a known fact"
+            raise FactsError(f"--set {path}: {path} {why}" + (f"; did you mean '{hint}'?" if hint and not spec else ""))
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        if spec.type in ("string", "enum", "version") and value is not None and not isinstance(value, str):
+            value = raw.strip()
+        section, key = path.split(".", 1)
+        document.setdefault(section, {})[key] = value
+    return document
+
+
+def enrich_from_catalog(values: dict[str, Any], origin: dict[str, str]) -> None:
+    name = values.get("hardware.gpu_name")
+    gpu = match_gpu(name) if isinstance(name, str) else None
+    if gpu is None:
+        return
+    for path, value in (("hardware.compute_capability", gpu.compute_capability),
+                        ("hardware.memory_total_gib", gpu.memory_gib)):
+        if path not in values:
+            values[path] = value
+            origin[path] = f"catalog:{gpu.id}"
+
+
+def facts_from_document(document: Any, name: str, overrides: list[str] = ()) -> Facts:
+    vocabulary = load_vocabulary()
+    validate_document(document, name, vocabulary)
+    if overrides:
+        document = apply_overrides(document, list(overrides), vocabulary)
+        validate_document(document, f"{name} with --set", vocabulary)
+    values = flatten(document)
+    origin = {path: "input" for path in values}
+    for item in overrides:
+        origin[item.partition("=")[0].strip()] = "set"
+    for path, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise FactsError(f"{name}: ${'.' + path}: {value} is not a finite number")
+    enrich_from_catalog(values, origin)
+    return Facts(values=dict(sorted(values.items())), origin=dict(sorted(origin.items())))
+
+
+def load_facts(path: str | Path, overrides: list[str] = ()) -> Facts:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FactsError(f"{path}: no such facts file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise FactsError(f"{path}: cannot read the facts file: {error}") from None
+    return facts_from_document(parse_document(text, str(path)), str(path), overrides)

@@ -1,0 +1,143 @@
+"""JSON Schemas generated from the vocabulary (facts) and for rule files."""
+from __future__ import annotations
+
+from typing import Any
+
+from kbopt.kb.vocabulary import FactSpec, Vocabulary, load_vocabulary
+
+FACTS_FORMAT = "facts/1"
+VERSION_PATTERN = r"^[0-9]+\.[0-9]$"
+
+
+def fact_schema(spec: FactSpec) -> dict[str, Any]:
+    schema: dict[str, Any]
+    if spec.type == "ratio":
+        schema = {"type": "number", "minimum": 0, "maximum": 1}
+    elif spec.type in ("number", "integer"):
+        schema = {"type": spec.type}
+        if spec.min is not None:
+            schema["exclusiveMinimum" if spec.exclusive_min else "minimum"] = spec.min
+        if spec.max is not None:
+            schema["maximum"] = spec.max
+    elif spec.type == "bool":
+        schema = {"type": "boolean"}
+    elif spec.type == "enum":
+        schema = {"enum": list(spec.values)}
+    elif spec.type == "version":
+        schema = {"type": "string", "pattern": VERSION_PATTERN}
+    elif spec.type == "list":
+        schema = {"type": "array", "items": {"enum": list(spec.values)}, "uniqueItems": True}
+    else:
+        schema = {"type": "string"}
+    description = spec.description + (f" [{spec.unit}]" if spec.unit else "")
+    # null means "not known": collectors write it for a field they could not read.
+    return {"description": description, "anyOf": [schema, {"type": "null"}]}
+
+
+def facts_schema(vocabulary: Vocabulary | None = None) -> dict[str, Any]:
+    vocabulary = vocabulary or load_vocabulary()
+    properties: dict[str, Any] = {"kbopt": {"const": FACTS_FORMAT, "description": "format marker"}}
+    for section, specs in vocabulary.input_sections().items():
+        properties[section] = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {spec.path.split(".", 1)[1]: fact_schema(spec) for spec in specs},
+        }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://kbopt.invalid/schema/facts-1.json",
+        "title": "kbopt facts v1",
+        "description": "Facts about one LLM inference deployment. Every field is optional.",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+    }
+
+
+_EXPR = {"type": "string", "minLength": 1}
+_PARAM_VALUES = {"type": "object", "additionalProperties": {}}
+
+RULE_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://kbopt.invalid/schema/rule-1.json",
+    "title": "kbopt rule",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["id", "title", "layer", "when", "then", "because", "source", "examples"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$",
+               "description": "stable id, e.g. S-PAGED-KV-CAPACITY"},
+        "title": {"type": "string", "minLength": 3},
+        "layer": {"enum": ["diagnosis", "compute", "storage", "scheduling"]},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "when": {**_EXPR, "description": "condition over facts, e.g. telemetry.memory_used_ratio > 0.9"},
+        "parameters": {
+            "type": "object",
+            "propertyNames": {"pattern": "^[a-z][a-z0-9_]*$"},
+            "additionalProperties": {
+                "type": "object", "additionalProperties": False, "required": ["value", "why"],
+                "properties": {"value": {"type": ["number", "string", "boolean"]}, "why": {"type": "string", "minLength": 10}},
+            },
+        },
+        "then": {
+            "type": "array", "minItems": 1,
+            "items": {
+                "type": "object", "minProperties": 1, "maxProperties": 1,
+                "additionalProperties": False,
+                "properties": {
+                    "derive": {"type": "object", "minProperties": 1},
+                    "recommend": {
+                        "type": "object", "additionalProperties": False, "required": ["strategy", "weight"],
+                        "properties": {"strategy": {"type": "string"}, "params": _PARAM_VALUES,
+                                       "weight": {"type": "number", "exclusiveMinimum": 0},
+                                       "gain": {"type": "string"}},
+                    },
+                    "reject": {
+                        "type": "object", "additionalProperties": False, "required": ["strategy", "reason"],
+                        "properties": {"strategy": {"type": "string"}, "variant": {"type": "string"},
+                                       "reason": {"type": "string"}},
+                    },
+                    "caveat": {
+                        "type": "object", "additionalProperties": False, "required": ["strategy", "text"],
+                        "properties": {"strategy": {"type": "string"}, "variant": {"type": "string"},
+                                       "text": {"type": "string"}},
+                    },
+                    "require": {
+                        "type": "object", "additionalProperties": False, "required": ["strategy", "needs"],
+                        "properties": {"strategy": {"type": "string"}, "variant": {"type": "string"},
+                                       "needs": {"type": "string"}},
+                    },
+                    "mitigate": {
+                        "type": "object", "additionalProperties": False, "required": ["strategy", "by"],
+                        "properties": {"strategy": {"type": "string"}, "by": {"type": "string"},
+                                       "text": {"type": "string"}},
+                    },
+                },
+            },
+        },
+        "because": {"type": "string", "minLength": 10},
+        "source": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
+        "notes": {"type": "string"},
+        "examples": {
+            "type": "array", "minItems": 2,
+            "items": {
+                "type": "object", "additionalProperties": False, "required": ["name", "facts", "fires"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "facts": {"type": "object"},
+                    "fires": {"type": "boolean"},
+                    "expect": {
+                        "type": "object", "additionalProperties": False,
+                        "properties": {
+                            "derived": {"type": "object"},
+                            "bottleneck": {"type": "string"},
+                            "chosen": {"type": "array", "items": {"type": "string"}},
+                            "rejected": {"type": "array", "items": {"type": "string"}},
+                            "params": {"type": "object"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}

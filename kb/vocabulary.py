@@ -1,0 +1,100 @@
+"""The fact vocabulary: every fact kbopt knows, with its type, unit and range."""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+FACT_TYPES = ("ratio", "number", "integer", "bool", "string", "enum", "version", "list")
+NUMERIC_TYPES = ("ratio", "number", "integer", "version")
+
+
+@dataclass(frozen=True)
+class FactSpec:
+    path: str                      # "section.name"
+    type: str
+    description: str
+    unit: str | None = None
+    values: tuple[str, ...] = ()   # enum members, or list item members
+    min: float | None = None
+    max: float | None = None
+    exclusive_min: bool = False
+    derived: bool = False
+
+    @property
+    def section(self) -> str:
+        return self.path.split(".", 1)[0]
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.type in NUMERIC_TYPES
+
+    @property
+    def is_float(self) -> bool:
+        """Facts whose equality is meaningless (measured or computed reals)."""
+        return self.type in ("ratio", "number")
+
+    def range_text(self) -> str:
+        if self.type == "ratio":
+            return "0..1"
+        low = "" if self.min is None else (f">{self.min:g}" if self.exclusive_min else f">={self.min:g}")
+        high = "" if self.max is None else f"<={self.max:g}"
+        return " ".join(part for part in (low, high) if part)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    facts: dict[str, FactSpec]
+
+    def get(self, path: str) -> FactSpec | None:
+        return self.facts.get(path)
+
+    def suggest(self, path: str) -> str | None:
+        """The closest known fact name, for "did you mean" hints."""
+        close = difflib.get_close_matches(path, list(self.facts), n=1, cutoff=0.6)
+        if not close and "." in path:
+            leaf = path.rsplit(".", 1)[1]
+            by_leaf = {p.rsplit(".", 1)[1]: p for p in self.facts}
+            close = [by_leaf[m] for m in difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.7)]
+        return close[0] if close else None
+
+    def sections(self) -> dict[str, list[FactSpec]]:
+        grouped: dict[str, list[FactSpec]] = {}
+        for spec in self.facts.values():
+            grouped.setdefault(spec.section, []).append(spec)
+        return grouped
+
+    def input_sections(self) -> dict[str, list[FactSpec]]:
+        return {name: specs for name, specs in self.sections().items() if name != "derived"}
+
+
+def _spec(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
+    if raw["type"] not in FACT_TYPES:
+        raise ValueError(f"vocabulary: {path} has unknown type {raw['type']!r}")
+    return FactSpec(
+        path=path,
+        type=raw["type"],
+        description=raw.get("description", ""),
+        unit=raw.get("unit"),
+        values=tuple(raw.get("values", ())),
+        min=raw.get("min"),
+        max=raw.get("max"),
+        exclusive_min=bool(raw.get("exclusive_min", False)),
+        derived=derived,
+    )
+
+
+@lru_cache(maxsize=1)
+def load_vocabulary() -> Vocabulary:
+    text = resources.files("kbopt.kb").joinpath("vocabulary.yaml").read_text(encoding="utf-8")
+    raw = yaml.safe_load(text)
+    facts: dict[str, FactSpec] = {}
+    for section, fields in raw["sections"].items():
+        for name, spec in fields.items():
+            path = f"{section}.{name}"
+            facts[path] = _spec(path, spec, derived=(section == "derived"))
+    return Vocabulary(facts)

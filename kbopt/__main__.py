@@ -1,0 +1,5 @@
+import sys
+
+from kbopt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,151 @@
+"""kbopt command line: advise, schema, rules list/test."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from kbopt import __version__
+from kbopt.errors import KboptError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kbopt",
+        description="Explained, rule-based advice on LLM inference optimizations.",
+        epilog="Exit codes: 0 done; 1 rule examples failed (rules test) or internal error; "
+               "2 bad input or bad rules (the message names the JSON path or the rule file and line).")
+    parser.add_argument("--version", action="version", version=f"kbopt {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    advise = commands.add_parser("advise", help="advise on a facts file",
+                                 description="Run the rules on a facts file (facts/1, JSON or YAML) and print "
+                                             "the strategy set with the rules and fact values behind it.")
+    advise.add_argument("--facts", required=True, metavar="FILE", help="facts document, JSON or YAML")
+    advise.add_argument("--format", choices=("text", "json", "md"), default="text", help="output format (default text)")
+    advise.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    advise.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
+                        help="override a fact for a what-if, e.g. --set telemetry.memory_used_ratio=0.95 (repeatable)")
+    _pack_options(advise)
+
+    schema = commands.add_parser("schema", help="print a JSON Schema (for editors)")
+    schema.add_argument("which", choices=("facts", "rules"))
+
+    rules = commands.add_parser("rules", help="list or test rules")
+    rule_commands = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
+    listing = rule_commands.add_parser("list", help="list the rules, one per line")
+    listing.add_argument("--layer", choices=("diagnosis", "compute", "storage", "scheduling"))
+    _pack_options(listing, engine=False)
+    test = rule_commands.add_parser("test", help="run every rule's inline examples on both evaluators")
+    _pack_options(test, engine=False)
+    return parser
+
+
+def _pack_options(parser, engine: bool = True) -> None:
+    parser.add_argument("--rules", action="append", default=[], metavar="DIR",
+                        help="extra rule directory laid out as <layer>/<id>.yaml (repeatable)")
+    if engine:
+        parser.add_argument("--engine", choices=("auto", "durable", "reference"), default="auto",
+                            help="evaluator: durable_rules, or the pure-Python reference "
+                                 "(auto: durable_rules where it imports)")
+
+
+def _evaluator(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    try:
+        import durable.engine  # noqa: F401
+    except ImportError as error:
+        print(f"kbopt: note: durable_rules does not import here ({error}); "
+              "using the reference evaluator, which gives the same advice", file=sys.stderr)
+        return "reference"
+    return "durable"
+
+
+def write_output(text: str, output: str | None) -> None:
+    """Write all or nothing: a temporary file beside the target, renamed into place."""
+    if not output:
+        sys.stdout.write(text)
+        return
+    target = Path(output)
+    try:
+        fd, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
+    except OSError as error:
+        raise KboptError(f"-o {output}: cannot write there: {error.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _advise(args) -> int:
+    from kbopt.engine.advisor import advise
+    from kbopt.engine.loader import load_pack
+    from kbopt.kb.facts import load_facts
+    from kbopt.reports import render
+
+    facts = load_facts(args.facts, args.overrides)
+    pack = load_pack(args.rules)
+    advice = advise(facts, pack, _evaluator(args.engine))
+    write_output(render(advice, args.format), args.output)
+    return EXIT_OK
+
+
+def _schema(args) -> int:
+    if args.which == "facts":
+        from kbopt.kb.schema import facts_schema
+        schema = facts_schema()
+    else:
+        from kbopt.kb.schema import RULE_SCHEMA as schema
+    sys.stdout.write(json.dumps(schema, indent=2) + "\n")
+    return EXIT_OK
+
+
+def _rules(args) -> int:
+    from kbopt.engine.loader import load_pack
+    pack = load_pack(args.rules)
+    if args.rules_command == "list":
+        for rule in pack.rules:
+            if args.layer in (None, rule.layer):
+                print(f"{rule.id:38} {rule.layer:11} {rule.title}  [{', '.join(rule.sources)}]")
+        return EXIT_OK
+    from kbopt.engine.examples import run_examples
+    results = run_examples(pack)
+    failed = [r for r in results if not r.ok]
+    for result in failed:
+        for failure in result.failures:
+            print(f"FAIL {result.rule} / {result.example!r} ({result.evaluator}) at {result.location}: {failure}")
+    rules_with_both = sum(1 for r in pack.rules if {e.fires for e in r.examples} == {True, False})
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed "
+          f"({sum(len(r.examples) for r in pack.rules)} examples x 2 evaluators; "
+          f"{rules_with_both}/{len(pack.rules)} rules have a firing and a non-firing example)")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "advise":
+            return _advise(args)
+        if args.command == "schema":
+            return _schema(args)
+        return _rules(args)
+    except KboptError as error:
+        print(f"kbopt: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as error:   # a bug, not bad input: say so without a wall of traceback
+        if os.environ.get("KBOPT_DEBUG"):
+            raise
+        print(f"kbopt: internal error: {type(error).__name__}: {error} "
+              "(set KBOPT_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        return EXIT_FAILED

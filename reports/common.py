@@ -1,0 +1,72 @@
+"""Helpers every renderer shares: they read an Advice, never the rules or the facts."""
+from __future__ import annotations
+
+from kbopt.engine.advice import Advice, Firing
+from kbopt.engine.explain import Check
+from kbopt.engine.expr import fmt
+
+
+def firings(advice: Advice) -> dict[str, Firing]:
+    return {f.rule: f for f in advice.fired}
+
+
+def producers(advice: Advice) -> dict[str, str]:
+    """Derived fact -> the rule that derived it."""
+    return {path: f.rule for f in advice.fired for path in f.derived}
+
+
+def chain(advice: Advice, rule_ids) -> list[tuple[int, Firing]]:
+    """The proof of a conclusion: each rule, then (indented) the rules that derived its facts."""
+    by_rule, made_by = firings(advice), producers(advice)
+    out: list[tuple[int, Firing]] = []
+    seen: set[str] = set()
+
+    def visit(rule_id: str, depth: int):
+        if rule_id in seen or rule_id not in by_rule:
+            return
+        seen.add(rule_id)
+        firing = by_rule[rule_id]
+        out.append((depth, firing))
+        for path in firing.facts:
+            if path in made_by:
+                visit(made_by[path], depth + 1)
+
+    for rule_id in rule_ids:
+        visit(rule_id, 0)
+    return out
+
+
+def check_text(check: Check) -> str:
+    value = fmt(check.value)
+    if check.against:
+        return f"{check.fact} = {value} {check.op} {check.against} = {fmt(check.threshold)}"
+    if check.threshold is None:
+        return f"{check.fact} {check.op}" if check.op in ("known", "missing") else f"{check.fact} = {value}"
+    threshold = fmt(check.threshold, quote=isinstance(check.threshold, str))
+    named = f" ({check.parameter})" if check.parameter else ""
+    if check.op == "==" and check.value == check.threshold:
+        return f"{check.fact} = {fmt(check.value, quote=isinstance(check.value, str))}"
+    return f"{check.fact} = {value} {check.op} {threshold}{named}"
+
+
+def params_text(params: dict) -> str:
+    return " ".join(f"{k}={fmt(v)}" for k, v in params.items())
+
+
+def origin_text(advice: Advice, path: str) -> str:
+    if path in advice.facts:
+        return advice.origin.get(path, "input")
+    return "derived" if path in advice.derived else "?"
+
+
+def rejection_label(strategy: str, params: dict) -> str:
+    return f"{strategy} ({params_text(params)})" if params else strategy
+
+
+def facts_to_collect(advice: Advice) -> list[tuple[str, int]]:
+    """Input facts that would let more rules be evaluated, most useful first."""
+    counts: dict[str, int] = {}
+    for item in advice.not_evaluated:
+        for path in item.missing:
+            counts[path] = counts.get(path, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -1,0 +1,61 @@
+"""Markdown advice, for tickets and pull requests: the same content as the text report."""
+from __future__ import annotations
+
+from kbopt.engine.advice import Advice
+from kbopt.engine.expr import fmt
+from kbopt.reports.common import (chain, check_text, facts_to_collect, firings, origin_text, params_text,
+                                  rejection_label)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    return "`" + str(text).replace("`", "'") + "`"
+
+
+def render_markdown(advice: Advice) -> str:
+    out = [f"# kbopt advice: {advice.bottleneck.replace('_', ' ')}", ""]
+    by_rule = firings(advice)
+    if advice.bottleneck_rule:
+        firing = by_rule[advice.bottleneck_rule]
+        out.append(f"**Bottleneck:** `{advice.bottleneck}`, by {_code(firing.rule)} ({_cell(', '.join(firing.source))}):")
+        out += [f"- {_code(check_text(c))} ({origin_text(advice, c.fact)})" for c in firing.checks]
+    else:
+        out.append("**Bottleneck:** `unknown` (the bottleneck rules need the three telemetry ratios)")
+    out += ["", f"## Strategies ({len(advice.strategies)})", ""]
+    if advice.strategies:
+        out += ["| # | strategy | layer | parameters |", "|---|---|---|---|"]
+        out += [f"| {i} | `{s.id}` | {s.layer} | {_cell(params_text(s.params))} |" for i, s in enumerate(advice.strategies, 1)]
+    else:
+        out.append("No rule recommended a strategy on these facts.")
+    for strategy in advice.strategies:
+        out += ["", f"### `{strategy.id}` — {strategy.title}", ""]
+        if strategy.gain:
+            out += [f"Expected gain: {strategy.gain}", ""]
+        for depth, firing in chain(advice, strategy.recommended_by):
+            pad = "  " * depth
+            out.append(f"{pad}- {_code(firing.rule)} {firing.title} ({_cell(', '.join(firing.source))}; {_code(firing.location)})")
+            for check in firing.checks:
+                out.append(f"{pad}  - matched {_code(check_text(check))} ({origin_text(advice, check.fact)})")
+            out.append(f"{pad}  - {firing.explanation}")
+        if strategy.caveats:
+            out += ["", "Caveats:"]
+            out += [f"- **{c.rule}**: {c.text}" for c in strategy.caveats]
+    out += ["", f"## Rejected ({len(advice.rejected)})", ""]
+    out += [f"- `{rejection_label(r.id, r.params)}`: {r.reason} ({', '.join(_code(b) for b in r.because)})"
+            for r in advice.rejected] or ["None."]
+    out += ["", f"## Not evaluated for lack of facts ({len(advice.not_evaluated)})", ""]
+    if advice.not_evaluated:
+        out += ["To close the gap, collect: " + ", ".join(f"{_code(p)} ({n} rules)" for p, n in facts_to_collect(advice)), ""]
+    out += [f"- {_code(n.rule)} {n.title}: needs {', '.join(_code(m) for m in n.missing)}"
+            for n in advice.not_evaluated] or ["None."]
+    if advice.derived:
+        made_by = {p: f.rule for f in advice.fired for p in f.derived}
+        out += ["", "## Derived facts", "", "| fact | value | rule |", "|---|---|---|"]
+        out += [f"| `{p}` | {_cell(fmt(v))} | `{made_by.get(p, '?')}` |" for p, v in advice.derived.items()]
+    out += ["", "## Facts", "", "| fact | value | origin |", "|---|---|---|"]
+    out += [f"| `{p}` | {_cell(fmt(v))} | {advice.origin.get(p, 'input')} |" for p, v in advice.facts.items()]
+    out += ["", f"_Rule pack {advice.pack_version}; {len(advice.fired)} rules fired._", ""]
+    return "\n".join(out)

@@ -1,0 +1,1 @@
+"""Built-in rule pack: one YAML file per rule under <layer>/."""
