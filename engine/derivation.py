@@ -27,9 +27,8 @@ class DerivedFacts:
             return expr.KNOWN, self.inputs[path]
         if path in self.values:
             return expr.KNOWN, self.values[path][0]
-        # During chaining a derived fact not yet produced behaves as absent; an input not
-        # given is unknown.
-        return (expr.ABSENT, None) if path.startswith("derived.") else (expr.UNKNOWN, None)
+        # During chaining a derived fact not yet produced behaves as absent.
+        return (expr.ABSENT, None) if path.startswith("derived.") else (expr.MISSING, None)
 
     def conclude(self, rule: Rule) -> list[tuple[str, Any]]:
         """Compute the facts `rule` derives; return those that are new."""

@@ -96,7 +96,11 @@ class _TermCompiler:
         self.tests[self.carrier(path)].append(test)
 
     def leaf(self, node) -> None:
-        if isinstance(node, expr.Known):
+        if isinstance(node, expr.Needs):
+            carrier = self.carrier(node.fact.path)
+            self.alias(carrier)
+            self.tests[carrier].append({"$ex": {node.fact.path: 1}})
+        elif isinstance(node, expr.Known):
             carrier = self.carrier(node.fact.path)
             self.alias(carrier)
             self.tests[carrier].append({"$nex" if node.negated else "$ex": {node.fact.path: 1}})

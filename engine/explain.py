@@ -53,17 +53,16 @@ class FinalFacts:
             return expr.KNOWN, self.derived[path]
         if path.startswith("derived."):
             return self.status.get(path, expr.ABSENT), None
-        return expr.UNKNOWN, None
+        return expr.MISSING, None
 
     def missing_inputs(self, rule: Rule, seen: frozenset = frozenset()) -> list[str]:
         """The input facts that, once known, would decide `rule` (what to collect)."""
         out: list[str] = []
         for path in expr.unique_facts(rule.fire_condition):
             status, _ = self.lookup(path)
-            if status != expr.UNKNOWN:
-                continue
-            if not path.startswith("derived."):
+            if status == expr.MISSING:
                 out.append(path)
+            if status != expr.UNKNOWN:
                 continue
             for producer in self.pack.producers.get(path, ()):
                 if producer not in seen and expr.evaluate(self.rules[producer].fire_condition, self.lookup) is None:

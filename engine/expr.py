@@ -59,6 +59,12 @@ class Known:
 
 
 @dataclass(frozen=True)
+class Needs:
+    """A fact a derived value is computed from: the rule cannot be decided without it."""
+    fact: Fact
+
+
+@dataclass(frozen=True)
 class And:
     items: tuple
 
@@ -337,7 +343,7 @@ def facts_of(node) -> Iterator[str]:
     elif isinstance(node, (Cmp, Arith)):
         yield from facts_of(node.left)
         yield from facts_of(node.right)
-    elif isinstance(node, (OneOf, Contains, Known)):
+    elif isinstance(node, (OneOf, Contains, Known, Needs)):
         yield node.fact.path
     elif isinstance(node, (And, Or, ListOf)):
         for item in node.items:
@@ -386,7 +392,9 @@ def to_dnf(node, limit: int = 64) -> list[list]:
 
 # ---------------------------------------------------------------- evaluation (three-valued)
 
-KNOWN, ABSENT, UNKNOWN = "known", "absent", "unknown"
+# KNOWN: has a value. MISSING: an input fact not given. ABSENT: a derived fact no rule can
+# produce. UNKNOWN: a derived fact whose producing rules could not be decided.
+KNOWN, MISSING, ABSENT, UNKNOWN = "known", "missing", "absent", "unknown"
 Lookup = Callable[[str], tuple[str, Any]]   # path -> (status, value)
 
 
@@ -401,7 +409,7 @@ class Missing(Exception):
 def evaluate(node, lookup: Lookup) -> bool | None:
     """Kleene logic: True, False, or None when unknown facts decide it.
 
-    An input fact not given is unknown for comparisons, but `known()` of it is plainly false.
+    An input fact not given makes comparisons unknown, but `known()` of it is plainly false.
     A derived fact that no rule could produce is absent: comparisons on it are false.
     """
     if isinstance(node, And):
@@ -415,9 +423,12 @@ def evaluate(node, lookup: Lookup) -> bool | None:
         return None if result is None else not result
     if isinstance(node, Known):
         status, _ = lookup(node.fact.path)
-        if status == UNKNOWN and not node.negated:
+        if status == UNKNOWN:
             return None
         return (status == KNOWN) != node.negated
+    if isinstance(node, Needs):
+        status, _ = lookup(node.fact.path)
+        return True if status == KNOWN else (False if status == ABSENT else None)
     if isinstance(node, Cmp):
         statuses, values = [], []
         for side in (node.left, node.right):
@@ -429,13 +440,13 @@ def evaluate(node, lookup: Lookup) -> bool | None:
             values.append(value)
         if ABSENT in statuses:
             return False
-        if UNKNOWN in statuses:
+        if UNKNOWN in statuses or MISSING in statuses:
             return None
         return _COMPARE[node.op](values[0], values[1])
     if isinstance(node, (OneOf, Contains)):
         status, value = lookup(node.fact.path)
         if status != KNOWN:
-            return None if status == UNKNOWN else False
+            return False if status == ABSENT else None
         hit = value in node.values if isinstance(node, OneOf) else node.item in value
         return hit != node.negated
     raise TypeError(f"not a condition: {node!r}")

@@ -66,6 +66,10 @@ def _schema_error(error, lines, file) -> RuleError:
         hint = f"did you mean '{close[0]}'?" if close else f"allowed here: {', '.join(known)}"
         return RuleError(file, _line(lines, path + [unknown[0]] if unknown else path),
                          f"unknown key {unknown[0]!r} in {where}", hint)
+    if error.validator == "minItems":
+        extra = " (one that fires and one that does not)" if path == ["examples"] else ""
+        return RuleError(file, _line(lines, path), f"{where}: needs at least {error.validator_value} "
+                         f"item(s), has {len(error.instance)}{extra}")
     if error.validator == "required":
         return RuleError(file, _line(lines, path), f"{where}: {error.message}",
                          "a rule needs id, title, layer, when, then, because, source and examples")
@@ -112,14 +116,14 @@ class _RuleBuilder:
             self.fail(("layer",), f"layer {d['layer']!r} but the file is under rules/{self.layer_dir}/",
                       "move the file or fix the layer")
         stem = Path(self.file).stem
-        if stem.upper() != d["id"]:
+        if self.layer_dir and stem.upper() != d["id"]:
             self.fail(("id",), f"id {d['id']!r} does not match the file name {stem!r}", f"name the file {d['id'].lower()}.yaml")
         parameters = tuple(Parameter(name, p["value"], p["why"]) for name, p in (d.get("parameters") or {}).items())
         values = {p.name: p.value for p in parameters}
         when = self.expression(d["when"], ("when",), "condition", values)
         then = tuple(self.conclusion(item, ("then", i), values) for i, item in enumerate(d["then"]))
         needed = [path for c in then if isinstance(c, Derive) for path in _required(c.value)]
-        fire_condition = expr.And((when,) + tuple(expr.Known(expr.Fact(p)) for p in dict.fromkeys(needed))) \
+        fire_condition = expr.And((when,) + tuple(expr.Needs(expr.Fact(p)) for p in dict.fromkeys(needed))) \
             if needed else when
         sources = (d["source"],) if isinstance(d["source"], str) else tuple(d["source"])
         examples = tuple(self.example(e, ("examples", i)) for i, e in enumerate(d["examples"]))
@@ -136,9 +140,10 @@ class _RuleBuilder:
             (target, raw), = body.items() if len(body) == 1 else self.fail(path, "derive one fact per item", "add another `- derive:` item")
             spec = self.vocabulary.get(target)
             if spec is None or not spec.derived:
-                hint = self.vocabulary.suggest(target)
+                hint = self.vocabulary.suggest(target) if spec is None else None
                 self.fail(path + (target,), f"{target!r} is not a derived fact",
-                          f"did you mean '{hint}'?" if hint else "derived facts are declared under `derived:` in kb/vocabulary.yaml")
+                          f"did you mean '{hint}'?" if hint else
+                          "rules derive only facts declared under `derived:` in kb/vocabulary.yaml; input facts are given")
             value = self.value(raw, path + (target,), values)
             if isinstance(value, expr.Const):
                 self.check_literal(spec, value.value, path + (target,))
@@ -224,8 +229,9 @@ def load_rule_text(text: str, file: str, layer_dir: str | None = None, pack: str
     data, lines = _read_yaml(text, file)
     if not isinstance(data, dict):
         raise RuleError(file, 1, "a rule file holds one mapping (id, title, layer, when, then, ...)")
+    # Unknown keys first: "did you mean 'when'" says more than "'when' is a required property".
     errors = sorted(jsonschema.Draft202012Validator(RULE_SCHEMA).iter_errors(data),
-                    key=lambda e: _line(lines, e.absolute_path))
+                    key=lambda e: (e.validator != "additionalProperties", _line(lines, e.absolute_path)))
     if errors:
         raise _schema_error(errors[0], lines, file)
     return _RuleBuilder(data, lines, file, layer_dir, vocabulary, pack).build()

@@ -99,7 +99,7 @@ class Rule:
     layer: str
     when_text: str
     when: Any                      # condition node, as written
-    fire_condition: Any            # `when` plus known() of every fact a derived value needs
+    fire_condition: Any            # `when` and Needs() of every fact a derived value is computed from
     then: tuple[Conclusion, ...]
     because: str
     sources: tuple[str, ...]

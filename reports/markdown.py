@@ -57,5 +57,8 @@ def render_markdown(advice: Advice) -> str:
         out += [f"| `{p}` | {_cell(fmt(v))} | `{made_by.get(p, '?')}` |" for p, v in advice.derived.items()]
     out += ["", "## Facts", "", "| fact | value | origin |", "|---|---|---|"]
     out += [f"| `{p}` | {_cell(fmt(v))} | {advice.origin.get(p, 'input')} |" for p, v in advice.facts.items()]
-    out += ["", f"_Rule pack {advice.pack_version}; {len(advice.fired)} rules fired._", ""]
+    out += ["", f"## Rules fired ({len(advice.fired)})", "", "| rule | title | source | file |", "|---|---|---|---|"]
+    out += [f"| `{f.rule}` | {_cell(f.title)} | {_cell(', '.join(f.source))} | `{f.location}`"
+            f"{'' if f.pack == 'builtin' else ' (pack ' + _cell(f.pack) + ')'} |" for f in advice.fired]
+    out += ["", f"_Rule pack {advice.pack_version}._", ""]
     return "\n".join(out)

@@ -72,5 +72,10 @@ def render_text(advice: Advice) -> str:
         for path, value in advice.derived.items():
             lines.append(f"  {path} = {fmt(value)}  ({made_by.get(path, '?')})")
     lines.append("")
-    lines.append(f"Rule pack {advice.pack_version}; {len(advice.fired)} rules fired.")
+    lines.append(f"Rules fired ({len(advice.fired)})")
+    for firing in advice.fired:
+        pack = "" if firing.pack == "builtin" else f"  pack {firing.pack}"
+        lines.append(f"  {firing.rule:38} {firing.location}{pack}")
+    lines.append("")
+    lines.append(f"Rule pack {advice.pack_version}.")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+import pytest
+
+from kbopt.cli import main
+from kbopt.engine.loader import load_pack
+
+
+@pytest.fixture(scope="session")
+def pack():
+    return load_pack()
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Run `kbopt ARGS` in-process; return (exit code, stdout, stderr)."""
+    def run(*args: str):
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run

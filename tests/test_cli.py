@@ -1,0 +1,120 @@
+"""The command line as a user meets it: outputs, exit codes, no tracebacks, no half-written files."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "capacity-a100-chat.json")
+
+
+def test_text_advice_shows_evidence_chain_rejections(run_cli):
+    code, out, err = run_cli("advise", "--facts", EXAMPLE)
+    assert code == 0 and err == ""
+    assert "bottleneck: memory_capacity" in out
+    assert "telemetry.memory_used_ratio = 0.93 > 0.9 (capacity_threshold) (input)" in out
+    assert "paged_kv_cache [storage]  page_size=16 max_pages=29234" in out
+    assert "<- D-BOTTLENECK-CAPACITY" in out
+    assert "quantization (scheme=fp8)" in out and "R-FP8-NEEDS-TENSOR-CORES" in out
+
+
+def test_json_advice_follows_advice_v1(run_cli):
+    code, out, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "json")
+    assert code == 0
+    advice = json.loads(out)
+    assert advice["kbopt"] == "advice/1"
+    assert list(advice)[:7] == ["kbopt", "bottleneck", "strategies", "rejected", "fired", "not_evaluated", "facts"]
+    paged = next(s for s in advice["strategies"] if s["id"] == "paged_kv_cache")
+    assert paged["layer"] == "storage" and "S-PAGED-KV-CAPACITY" in paged["because"]
+    capacity = next(f for f in advice["fired"] if f["rule"] == "D-BOTTLENECK-CAPACITY")
+    assert capacity["facts"] == {"telemetry.memory_used_ratio": 0.93}
+    assert advice["facts"]["hardware.gpu_name"] == {"value": "NVIDIA A100-SXM4-80GB", "origin": "input"}
+
+
+def test_markdown_advice(run_cli):
+    code, out, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "md")
+    assert code == 0
+    assert out.startswith("# kbopt advice: memory capacity")
+    assert "| 2 | `paged_kv_cache` | storage | page_size=16 max_pages=29234 |" in out
+    assert "## Rejected (1)" in out
+
+
+def test_same_input_gives_byte_identical_json(run_cli):
+    runs = {run_cli("advise", "--facts", EXAMPLE, "--format", "json", "--engine", engine)[1]
+            for engine in ("durable", "reference", "durable", "auto")}
+    assert len(runs) == 1
+
+
+def test_set_changes_the_advice(run_cli):
+    _, out, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "json",
+                        "--set", "telemetry.memory_used_ratio=0.5", "--set", "hardware.gpu_name=NVIDIA H100 PCIe",
+                        "--set", "hardware.compute_capability=9.0")
+    advice = json.loads(out)
+    assert advice["bottleneck"] == "compute_capacity"
+    assert advice["facts"]["telemetry.memory_used_ratio"]["origin"] == "set"
+
+
+def test_output_file_is_written_whole(run_cli, tmp_path):
+    target = tmp_path / "advice.json"
+    code, out, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "json", "-o", str(target))
+    assert code == 0 and out == ""
+    assert json.loads(target.read_text())["bottleneck"] == "memory_capacity"
+    assert [p.name for p in tmp_path.iterdir()] == ["advice.json"]
+
+
+def test_bad_input_exits_2_with_one_paragraph_and_writes_nothing(run_cli, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"telemetry": {"memory_used_ratio": 93}}')
+    target = tmp_path / "advice.json"
+    code, out, err = run_cli("advise", "--facts", str(bad), "-o", str(target))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "$.telemetry.memory_used_ratio" in err
+    assert not target.exists()
+
+
+def test_unwritable_output_is_a_clean_error(run_cli, tmp_path):
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "-o", str(tmp_path / "missing-dir" / "a.json"))
+    assert code == 2 and "cannot write there" in err
+
+
+@pytest.mark.parametrize("content", ["", "{", "[]", '{"hardware": {"gpu_count": 0}}', "null"])
+def test_malformed_documents_exit_2(run_cli, tmp_path, content):
+    path = tmp_path / "facts.json"
+    path.write_text(content)
+    code, out, err = run_cli("advise", "--facts", str(path))
+    assert code == 2 and out == "" and err.startswith("kbopt: error: ")
+
+
+def test_empty_object_gives_unknown_advice(run_cli, tmp_path):
+    path = tmp_path / "facts.json"
+    path.write_text("{}")
+    code, out, _ = run_cli("advise", "--facts", str(path), "--format", "json")
+    advice = json.loads(out)
+    assert code == 0 and advice["bottleneck"] == "unknown" and advice["strategies"] == []
+    assert len(advice["not_evaluated"]) > 10
+
+
+def test_schema_facts_is_printed(run_cli):
+    code, out, _ = run_cli("schema", "facts")
+    schema = json.loads(out)
+    assert code == 0
+    assert schema["properties"]["telemetry"]["properties"]["memory_used_ratio"]["anyOf"][0] == \
+        {"type": "number", "minimum": 0, "maximum": 1}
+
+
+def test_rules_list_and_test(run_cli):
+    code, out, _ = run_cli("rules", "list", "--layer", "storage")
+    assert code == 0 and "S-PAGED-KV-CAPACITY" in out and "D-BOTTLENECK" not in out
+    code, out, _ = run_cli("rules", "test")
+    assert code == 0 and ", 0 failed" in out
+
+
+def test_python_dash_m_and_console_script():
+    result = subprocess.run([sys.executable, "-m", "kbopt", "advise", "--facts", EXAMPLE, "--format", "json"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["bottleneck"] == "memory_capacity"

@@ -1,0 +1,128 @@
+"""Facts v1: what is accepted, and the one-paragraph errors for what is not."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kbopt.errors import FactsError
+from kbopt.kb.facts import facts_from_document, load_facts, parse_document
+
+
+def _error(document, overrides=()):
+    with pytest.raises(FactsError) as caught:
+        facts_from_document(document, "run.json", list(overrides))
+    return str(caught.value)
+
+
+def test_percentage_for_a_ratio_names_the_path_and_the_fix():
+    message = _error({"telemetry": {"memory_used_ratio": 93}})
+    assert "$.telemetry.memory_used_ratio" in message
+    assert "ratio in 0..1" in message and "write 0.93" in message
+
+
+def test_unknown_key_suggests_the_right_name():
+    message = _error({"workload": {"seq_len_stdev": 700}})
+    assert "$.workload.seq_len_stdev: unknown key" in message
+    assert "did you mean 'workload.seq_len_std'" in message
+
+
+def test_fact_in_the_wrong_section_is_pointed_to_its_section():
+    message = _error({"hardware": {"memory_used_ratio": 0.5}})
+    assert "did you mean 'telemetry.memory_used_ratio'" in message
+
+
+def test_unknown_section():
+    assert "did you mean 'telemetry'" in _error({"telemetri": {}})
+
+
+def test_wrong_types_name_the_path():
+    assert "$.hardware.gpu_count: expected an integer, got \"4\"" in _error({"hardware": {"gpu_count": "4"}})
+    assert "$.constraints.needs_debug_breakpoints: expected true or false" in _error(
+        {"constraints": {"needs_debug_breakpoints": "yes"}})
+    assert "is not one of fp32, bf16" in _error({"model": {"weight_dtype": "float16"}})
+    assert "\"major.minor\"" in _error({"hardware": {"compute_capability": 8.9}})
+    assert "$.telemetry: expected an object" in _error({"telemetry": 0.5})
+
+
+def test_a_boolean_is_not_a_number():
+    assert "expected a number, got true" in _error({"telemetry": {"compute_utilization": True}})
+
+
+def test_several_errors_are_reported_together():
+    message = _error({"telemetry": {"memory_used_ratio": 93, "compute_utilization": -1}})
+    assert "memory_used_ratio" in message and "compute_utilization" in message
+
+
+def test_format_marker():
+    assert "facts/1" in _error({"kbopt": "facts/2"})
+
+
+def test_not_an_object():
+    assert "a facts document is a JSON object" in _error([1, 2])
+
+
+def test_empty_and_malformed_files(tmp_path):
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    with pytest.raises(FactsError, match="empty"):
+        load_facts(empty)
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"telemetry": {"memory_used_ratio": 0.9,}}')
+    with pytest.raises(FactsError, match=r"line 1 column \d+"):
+        load_facts(broken)
+    with pytest.raises(FactsError, match="NaN is not a number"):
+        parse_document('{"telemetry": {"memory_used_ratio": NaN}}', "x.json")
+    with pytest.raises(FactsError, match="no such facts file"):
+        load_facts(tmp_path / "absent.json")
+
+
+def test_yaml_facts(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("telemetry:\n  memory_used_ratio: 0.95\n")
+    assert load_facts(path).values == {"telemetry.memory_used_ratio": 0.95}
+
+
+def test_null_means_not_known():
+    assert facts_from_document({"telemetry": {"memory_used_ratio": None}}, "x").values == {}
+
+
+def test_catalog_fills_compute_capability_and_memory_with_their_origin():
+    facts = facts_from_document({"hardware": {"gpu_name": "NVIDIA L40S"}}, "x")
+    assert facts.values["hardware.compute_capability"] == "8.9"
+    assert facts.values["hardware.memory_total_gib"] == 48
+    assert facts.origin["hardware.compute_capability"] == "catalog:L40S"
+
+
+def test_given_values_win_over_the_catalog():
+    facts = facts_from_document({"hardware": {"gpu_name": "NVIDIA A100-SXM4-80GB", "memory_total_gib": 79.2}}, "x")
+    assert facts.values["hardware.memory_total_gib"] == 79.2
+    assert facts.origin["hardware.memory_total_gib"] == "input"
+
+
+def test_versions_compare_as_numbers():
+    facts = facts_from_document({"hardware": {"compute_capability": "10.0"}}, "x")
+    assert facts.engine_values()["hardware.compute_capability"] > 8.9
+
+
+def test_set_overrides_a_fact_and_is_validated():
+    facts = facts_from_document({"telemetry": {"memory_used_ratio": 0.5}}, "x",
+                                ["telemetry.memory_used_ratio=0.95", "constraints.allowed_precisions=[int8, fp16]"])
+    assert facts.values["telemetry.memory_used_ratio"] == 0.95
+    assert facts.values["constraints.allowed_precisions"] == ["int8", "fp16"]
+    assert facts.origin["telemetry.memory_used_ratio"] == "set"
+    assert "write 0.95" in _error({}, ["telemetry.memory_used_ratio=95"])
+    assert "did you mean 'telemetry.memory_used_ratio'" in _error({}, ["telemetry.memory_use_ratio=0.9"])
+    assert "derived by rules" in _error({}, ["derived.bottleneck=compute_capacity"])
+    assert "expected PATH=VALUE" in _error({}, ["telemetry.memory_used_ratio"])
+
+
+def test_schema_matches_the_bundled_examples(tmp_path):
+    import jsonschema
+    from pathlib import Path
+
+    from kbopt.kb.schema import facts_schema
+    schema = facts_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for path in (Path(__file__).resolve().parents[1] / "examples").glob("*.json"):
+        jsonschema.validate(json.loads(path.read_text()), schema)

@@ -1,0 +1,70 @@
+"""Broken rule files give one clear error naming the file and line; the texts are snapshot-tested."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kbopt.engine.loader import load_rule_text
+from kbopt.errors import RuleError
+
+HERE = Path(__file__).resolve().parent
+BROKEN = sorted(p for p in (HERE / "broken_rules").glob("*.yaml") if p.name != "valid.yaml")
+SNAPSHOT = HERE / "golden" / "rule_errors.txt"
+
+
+def _message(path: Path) -> str:
+    try:
+        load_rule_text(path.read_text(), f"broken_rules/{path.name}")
+    except RuleError as error:
+        return str(error)
+    return "(loaded without error)"
+
+
+def test_the_valid_base_loads():
+    rule = load_rule_text((HERE / "broken_rules" / "valid.yaml").read_text(), "valid.yaml")
+    assert rule.id == "X-BROKEN-RULE"
+
+
+def test_error_messages_match_the_snapshot():
+    found = "".join(f"{_message(p)}\n" for p in BROKEN)
+    if os.environ.get("KBOPT_UPDATE_SNAPSHOTS"):
+        SNAPSHOT.write_text(found)
+    assert found == SNAPSHOT.read_text(), "rule error messages changed; rerun with KBOPT_UPDATE_SNAPSHOTS=1 if intended"
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=[p.stem for p in BROKEN])
+def test_every_broken_file_is_refused_with_its_location(path):
+    message = _message(path)
+    assert message.startswith(f"broken_rules/{path.name}:"), message
+    assert "Traceback" not in message
+
+
+def test_a_broken_custom_pack_makes_advise_exit_2(run_cli, tmp_path):
+    layer = tmp_path / "pack" / "diagnosis"
+    layer.mkdir(parents=True)
+    (layer / "x-broken-rule.yaml").write_text((HERE / "broken_rules" / "unknown-fact.yaml").read_text())
+    examples = HERE.parent / "examples" / "capacity-a100-chat.json"
+    code, out, err = run_cli("advise", "--facts", str(examples), "--rules", str(tmp_path / "pack"))
+    assert code == 2 and out == ""
+    assert "x-broken-rule.yaml:4: when: unknown fact 'telemetry.memory_use_ratio'" in err
+
+
+def test_a_custom_pack_adds_rules_and_is_cited(run_cli, tmp_path):
+    layer = tmp_path / "pack" / "diagnosis"
+    layer.mkdir(parents=True)
+    (layer / "x-broken-rule.yaml").write_text((HERE / "broken_rules" / "valid.yaml").read_text()
+                                             .replace("derived.bottleneck: memory_capacity", "derived.queue_timeouts: true"))
+    examples = HERE.parent / "examples" / "capacity-a100-chat.json"
+    code, out, _ = run_cli("advise", "--facts", str(examples), "--rules", str(tmp_path / "pack"), "--format", "md")
+    assert code == 0 and "X-BROKEN-RULE" in out
+
+
+def test_duplicate_ids_across_packs(run_cli, tmp_path):
+    layer = tmp_path / "pack" / "diagnosis"
+    layer.mkdir(parents=True)
+    text = (Path(__file__).resolve().parents[1] / "rules" / "diagnosis" / "d-bottleneck-capacity.yaml").read_text()
+    (layer / "d-bottleneck-capacity.yaml").write_text(text)
+    code, _, err = run_cli("rules", "list", "--rules", str(tmp_path / "pack"))
+    assert code == 2 and "duplicate rule id D-BOTTLENECK-CAPACITY" in err
