@@ -1,0 +1,76 @@
+"""Conflict resolution: deterministic, principled, and every exclusion explained."""
+from __future__ import annotations
+
+from kbopt.engine.conflicts import Candidate, build_graph, resolve
+
+
+def _candidates(*specs):
+    out = {}
+    for key, weight, rule in specs:
+        strategy, _, variant = key.rstrip("]").partition("[")
+        out[key] = Candidate(key, strategy, variant or None, weight, [rule])
+    return out
+
+
+def test_catalog_exclusion_keeps_the_heavier_strategy():
+    candidates = _candidates(("paged_kv_cache", 3, "A"), ("static_kv_preallocation", 2, "B"))
+    result = resolve(build_graph(candidates, [], [], []), candidates)
+    assert result.chosen == ("paged_kv_cache",)
+    (left,) = result.left_out
+    assert left.key == "static_kv_preallocation" and left.because == ("A",)
+    assert "excluded by paged_kv_cache" in left.reason and "3 vs 2" in left.reason
+
+
+def test_variants_of_one_strategy_exclude_each_other():
+    candidates = _candidates(("quantization[int8]", 3, "A"), ("quantization[fp8]", 3.5, "B"))
+    result = resolve(build_graph(candidates, [], [], []), candidates)
+    assert result.chosen == ("quantization[fp8]",)
+
+
+def test_veto_beats_any_weight_and_cites_its_rule():
+    candidates = _candidates(("quantization[fp8]", 9, "A"), ("quantization[int8]", 1, "B"))
+    graph = build_graph(candidates, [("quantization", "fp8", "VETO", "no FP8 tensor cores")], [], [])
+    result = resolve(graph, candidates)
+    assert result.chosen == ("quantization[int8]",)
+    assert result.left_out[0].because == ("VETO",) and result.left_out[0].reason == "no FP8 tensor cores"
+
+
+def test_a_rejected_requirement_takes_its_dependants_along():
+    candidates = _candidates(("quantization[int8]", 3, "A"), ("mixed_precision", 2, "B"), ("op_fusion", 2, "C"))
+    graph = build_graph(candidates, [("mixed_precision", None, "V", "no 16-bit allowed")],
+                        [("quantization", "int8", "mixed_precision", "R")], [])
+    result = resolve(graph, candidates)
+    assert result.chosen == ("op_fusion",)
+    left = {l.key: l for l in result.left_out}
+    assert left["quantization[int8]"].because == ("V",)
+    assert "requires mixed_precision, which was rejected: no 16-bit allowed" in left["quantization[int8]"].reason
+
+
+def test_best_total_weight_not_greedy():
+    # Greedy would take X (5) and lose Y and Z (4 + 4); the best compatible set is {Y, Z}.
+    candidates = _candidates(("paged_kv_cache", 5, "X"), ("static_kv_preallocation", 4, "Y"), ("op_fusion", 4, "Z"))
+    graph = build_graph(candidates, [], [], [])
+    graph.add_edge("op_fusion", "paged_kv_cache", kind="excludes", because=("TEST",))
+    result = resolve(graph, candidates)
+    assert set(result.chosen) == {"static_kv_preallocation", "op_fusion"}
+    assert "set of higher total weight" in result.left_out[0].reason
+
+
+def test_resolution_does_not_depend_on_insertion_order():
+    specs = [("quantization[int8]", 3, "A"), ("quantization[fp8]", 3, "B"), ("paged_kv_cache", 2, "C"),
+             ("static_kv_preallocation", 2, "D"), ("mixed_precision", 1, "E")]
+    results = set()
+    for ordering in (specs, list(reversed(specs)), specs[2:] + specs[:2]):
+        candidates = _candidates(*ordering)
+        graph = build_graph(candidates, [], [("quantization", None, "mixed_precision", "R")], [])
+        results.add(resolve(graph, candidates).chosen)
+    assert results == {("quantization[fp8]", "paged_kv_cache", "mixed_precision")}
+
+
+def test_mitigation_is_an_edge_not_a_constraint():
+    candidates = _candidates(("continuous_batching", 3, "A"), ("length_bucketing", 2, "B"))
+    graph = build_graph(candidates, [], [], [("continuous_batching", "length_bucketing", "B")])
+    result = resolve(graph, candidates)
+    assert set(result.chosen) == {"continuous_batching", "length_bucketing"}
+    assert [(u, v, d["kind"]) for u, v, d in graph.edges(data=True)] == \
+        [("length_bucketing", "continuous_batching", "mitigates")]
