@@ -2,10 +2,10 @@
 
 A thin adapter around the traps measured in shared/durable-rules-notes.md:
 - numbers are serialized by us, never in bare exponent form (`1e-05` fails to parse);
-- a quiet Host with no timer threads, so every action runs inside `assert_fact`;
+- no Host and no timer threads: actions are taken synchronously right after each assert;
 - one fact asserted at a time ("not handled" is normal), one fresh session per evaluation,
   a marker fact first so that `delete_state` is safe, and the session deleted afterwards;
-- exceptions inside actions are caught by our wrapper and re-raised after the assert returns;
+- an action that fails is abandoned in the engine and its error re-raised, never swallowed;
 - a pack is split into rulesets of at most RULESET_SIZE compiled rules, each asserted only the
   facts it reads, so no fact meets the 64-sibling-condition limit;
 - rulesets are compiled once per process and pack, never per request.
@@ -193,6 +193,13 @@ _compiled_cache: dict[str, "DurableEvaluator"] = {}
 
 
 class DurableEvaluator:
+    """Runs a compiled pack on durable_rules' Rete core (`durable_rules_engine`).
+
+    durable_rules' own Python layer (Host, Ruleset, Closure) spends most of each evaluation
+    re-encoding JSON and session state; we call its C core directly instead, which also means
+    no dispatch threads at all. Actions here only record which rule matched.
+    """
+
     name = "durable"
 
     def __new__(cls, pack: Pack):
@@ -207,86 +214,61 @@ class DurableEvaluator:
 
     def _setup(self, pack: Pack) -> None:
         import durable_rules_engine
-        from durable import engine
 
-        class QuietHost(engine.Host):
-            def _run(self):           # no dispatch threads: everything runs inside assert_fact
-                pass
-
-        class Ruleset(engine.Ruleset):
-            def __init__(self, name, host, definition, actions):
-                self._name, self._host, self._definition = name, host, definition
-                self._actions = {rule: engine.Promise(action) for rule, action in actions.items()}
-                self._handle = durable_rules_engine.create_ruleset(name, dumps(definition))
-
-            def assert_fact(self, fact):
-                return self._handle_result(durable_rules_engine.assert_fact(self._handle, dumps(fact)), fact)
-
-        self._engine = engine
+        self._core = durable_rules_engine
         self.pack = pack
         self.rules = pack.by_id()
-        self.host = QuietHost()
-        self.rulesets: list[tuple[str, set[str]]] = []
+        self.rulesets: list[tuple[int, frozenset[str]]] = []
         self._sids = itertools.count(1)
-        self._hits: list[str] = []
-        self._errors: list[BaseException] = []
         prefix = f"kbopt_{pack.version}_{id(self)}"
         for index, compiled in enumerate(compile_pack(pack)):
-            name = f"{prefix}_{index}"
-            actions = {rule: self._action(rule) for rule in compiled["rules"]}
-            ruleset = Ruleset(name, self.host, compiled["rules"], actions)
-            self.host._ruleset_directory[name] = ruleset
-            self.host._ruleset_list.append(ruleset)
-            self.rulesets.append((name, set(compiled["reads"])))
+            handle = durable_rules_engine.create_ruleset(f"{prefix}_{index}", dumps(compiled["rules"]))
+            self.rulesets.append((handle, frozenset(compiled["reads"])))
 
-    def _action(self, compiled_name: str):
-        rule_id = compiled_name.split("#", 1)[0]
-
-        def run(c):
+    def _assert(self, handle: int, text: str) -> list[str]:
+        """Assert one fact (JSON text); return the compiled rules whose actions it started."""
+        result = self._core.assert_fact(handle, text)
+        if result[0] in (1, 2, 3):     # not handled / already observed / queued: nothing to run
+            return []
+        state_handle = result[1]
+        started = []
+        action = self._core.start_action_for_state(handle, state_handle)
+        message = action[1] if action else None
+        while message:
+            # The message is {"<compiled rule name>": {bindings}}; only the name matters here.
+            started.append(message[2:message.index('"', 2)])
             try:
-                if compiled_name != MARKER:
-                    self._hits.append(rule_id)
-            except BaseException as error:       # never let durable_rules swallow it
-                self._errors.append(error)
-        return run
-
-    def _assert(self, ruleset: str, fact: dict) -> None:
-        try:
-            self.host.assert_fact(ruleset, fact)
-        except self._engine.MessageNotHandledException:
-            pass                                   # a fact no rule matches: normal
-        except self._engine.MessageObservedException:
-            pass                                   # identical content asserted twice
-        if self._errors:
-            error, self._errors[:] = self._errors[0], []
-            raise error
+                message = self._core.complete_and_start_action(handle, state_handle)
+            except BaseException:
+                self._core.abandon_action(handle, state_handle)
+                raise
+        return started
 
     def run(self, values: dict[str, Any]) -> Derivation:
         sid = str(next(self._sids))
         derived = DerivedFacts(values)
         fired: set[str] = set()
-        self._hits.clear()
         started = []
         try:
-            for name, reads in self.rulesets:
-                started.append(name)
-                self._assert(name, {"sid": sid, "k": MARKER})
-            pending = [(None, {"sid": sid, "k": INPUT, **nest(values)})]
+            marker = dumps({"sid": sid, "k": MARKER})
+            for handle, _ in self.rulesets:
+                started.append(handle)
+                self._assert(handle, marker)      # makes delete_state safe (see the notes)
+            pending = [(INPUT, {"sid": sid, "k": INPUT, **nest(values)})]
             while pending:
-                path, fact = pending.pop(0)
-                for name, reads in self.rulesets:
-                    if (INPUT if path is None else path) in reads:
-                        self._assert(name, fact)
-                    for rule_id in self._drain_hits(fired):
-                        for new_path, value in derived.conclude(self.rules[rule_id]):
-                            pending.append((new_path, {"sid": sid, "k": DERIVED, **nest({new_path: value})}))
+                carrier, fact = pending.pop(0)
+                text = dumps(fact)
+                for handle, reads in self.rulesets:
+                    if carrier not in reads:
+                        continue
+                    for name in self._assert(handle, text):
+                        rule_id = name.split("#", 1)[0]
+                        if name == MARKER or rule_id in fired:
+                            continue
+                        fired.add(rule_id)
+                        for path, value in derived.conclude(self.rules[rule_id]):
+                            pending.append((path, {"sid": sid, "k": DERIVED, **nest({path: value})}))
         finally:
-            for name in started:
-                self.host.delete_state(name, sid)
+            for handle in started:
+                self._core.delete_state(handle, sid)
         return finish(self.pack, fired, derived)
-
-    def _drain_hits(self, fired: set[str]) -> list[str]:
-        new = [rule_id for rule_id in dict.fromkeys(self._hits) if rule_id not in fired]
-        self._hits.clear()
-        fired.update(new)
-        return new

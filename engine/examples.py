@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from kbopt.engine.advice import Advice
 from kbopt.engine.advisor import advise
 from kbopt.engine.rule import Example, Pack, Rule
+from kbopt.errors import FactsError
 from kbopt.kb.catalog import strategies
 from kbopt.kb.facts import facts_from_document
 
@@ -24,10 +25,13 @@ class ExampleResult:
 
 
 def check_example(rule: Rule, example: Example, pack: Pack, evaluator: str) -> ExampleResult:
-    facts = facts_from_document(example.facts, f"{rule.file}:{example.line}")
+    location = f"{rule.file}:{example.line}"
+    try:
+        facts = facts_from_document(example.facts, "facts")
+    except FactsError as error:
+        return ExampleResult(rule.id, example.name, location, evaluator, (f"the example's {error}",))
     advice = advise(facts, pack, evaluator)
-    return ExampleResult(rule.id, example.name, f"{rule.file}:{example.line}", evaluator,
-                         tuple(expectation_failures(rule, example, advice)))
+    return ExampleResult(rule.id, example.name, location, evaluator, tuple(expectation_failures(rule, example, advice)))
 
 
 def expectation_failures(rule: Rule, example: Example, advice: Advice) -> list[str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
@@ -11,16 +12,16 @@ import yaml
 from kbopt.engine import expr
 from kbopt.engine.rule import (LAYERS, Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject,
                                Require, Rule, candidate_key)
-from kbopt.errors import FactsError, RuleError
+from kbopt.errors import RuleError
 from kbopt.kb.catalog import strategies
 from kbopt.kb.vocabulary import Vocabulary, load_vocabulary
+from kbopt.kb.yamlio import SafeLoader
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _read_yaml(text: str, file: str) -> tuple[Any, dict[tuple, int]]:
     """Parse YAML safely; return the data and the 1-based line of every key and list item."""
-    loader = _Loader(text)
+    loader = SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -195,11 +196,7 @@ class _RuleBuilder:
                           f"did you mean '{hint}'?" if hint else "use a fact path or a parameter name")
 
     def example(self, raw, path) -> Example:
-        from kbopt.kb.facts import validate_document
-        try:
-            validate_document(raw["facts"], "facts", self.vocabulary)
-        except FactsError as error:
-            self.fail(path + ("facts",), f"example {raw['name']!r}: {error}")
+        # Example facts are validated when examples run (`kbopt rules test`), not on every load.
         return Example(name=raw["name"], facts=raw["facts"], fires=raw["fires"], expect=raw.get("expect") or {},
                        line=_line(self.lines, path))
 
@@ -220,17 +217,21 @@ def _required(node) -> list[str]:
     return [p for c in children for p in _required(c)]
 
 
-def load_rule_text(text: str, file: str, layer_dir: str | None = None, pack: str = "builtin",
-                   vocabulary: Vocabulary | None = None) -> Rule:
+@lru_cache(maxsize=1)
+def _rule_validator():
     import jsonschema
     from kbopt.kb.schema import RULE_SCHEMA
+    return jsonschema.Draft202012Validator(RULE_SCHEMA)
 
+
+def load_rule_text(text: str, file: str, layer_dir: str | None = None, pack: str = "builtin",
+                   vocabulary: Vocabulary | None = None) -> Rule:
     vocabulary = vocabulary or load_vocabulary()
     data, lines = _read_yaml(text, file)
     if not isinstance(data, dict):
         raise RuleError(file, 1, "a rule file holds one mapping (id, title, layer, when, then, ...)")
     # Unknown keys first: "did you mean 'when'" says more than "'when' is a required property".
-    errors = sorted(jsonschema.Draft202012Validator(RULE_SCHEMA).iter_errors(data),
+    errors = sorted(_rule_validator().iter_errors(data),
                     key=lambda e: (e.validator != "additionalProperties", _line(lines, e.absolute_path)))
     if errors:
         raise _schema_error(errors[0], lines, file)

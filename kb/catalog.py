@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-import yaml
+from kbopt.kb.yamlio import read_yaml
 
 
 def _load(name: str):
-    return yaml.safe_load(resources.files("kbopt.kb").joinpath(name).read_text(encoding="utf-8"))
+    text = resources.files("kbopt.kb").joinpath(name).read_text(encoding="utf-8")
+    return read_yaml(text)
 
 
 @dataclass(frozen=True)

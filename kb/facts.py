@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -123,15 +124,18 @@ def _describe(error, vocabulary: Vocabulary) -> str:
     return f"{where}: {error.message}"
 
 
-def validate_document(document: Any, name: str, vocabulary: Vocabulary | None = None) -> None:
+@lru_cache(maxsize=1)
+def _facts_validator():
     import jsonschema  # imported here: only needed once a document is at hand
+    return jsonschema.Draft202012Validator(facts_schema())
 
+
+def validate_document(document: Any, name: str, vocabulary: Vocabulary | None = None) -> None:
     vocabulary = vocabulary or load_vocabulary()
     if not isinstance(document, dict):
         raise FactsError(f"{name}: $: a facts document is a JSON object of sections "
                          f"(hardware, telemetry, model, workload, constraints), got {type(document).__name__}")
-    validator = jsonschema.Draft202012Validator(facts_schema(vocabulary))
-    errors = sorted(validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    errors = sorted(_facts_validator().iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
     if errors:
         shown = [_describe(e, vocabulary) for e in errors[:5]]
         more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""

@@ -7,7 +7,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
+from kbopt.kb.yamlio import read_yaml
 
 FACT_TYPES = ("ratio", "number", "integer", "bool", "string", "enum", "version", "list")
 NUMERIC_TYPES = ("ratio", "number", "integer", "version")
@@ -91,7 +91,7 @@ def _spec(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
 @lru_cache(maxsize=1)
 def load_vocabulary() -> Vocabulary:
     text = resources.files("kbopt.kb").joinpath("vocabulary.yaml").read_text(encoding="utf-8")
-    raw = yaml.safe_load(text)
+    raw = read_yaml(text)
     facts: dict[str, FactSpec] = {}
     for section, fields in raw["sections"].items():
         for name, spec in fields.items():

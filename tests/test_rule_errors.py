@@ -68,3 +68,11 @@ def test_duplicate_ids_across_packs(run_cli, tmp_path):
     (layer / "d-bottleneck-capacity.yaml").write_text(text)
     code, _, err = run_cli("rules", "list", "--rules", str(tmp_path / "pack"))
     assert code == 2 and "duplicate rule id D-BOTTLENECK-CAPACITY" in err
+
+
+def test_invalid_example_facts_fail_that_example_with_its_location(pack):
+    from kbopt.engine.examples import check_example
+    rule = load_rule_text((HERE / "data" / "bad-example-facts.yaml").read_text(), "data/bad-example-facts.yaml")
+    result = check_example(rule, rule.examples[0], pack, "reference")
+    assert result.location == "data/bad-example-facts.yaml:10"
+    assert "write 0.95" in result.failures[0]
