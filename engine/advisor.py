@@ -16,6 +16,19 @@ from kbopt.kb.facts import Facts
 EVALUATORS = ("durable", "reference")
 
 
+def durable_available() -> str | None:
+    """None when durable_rules' core imports here, else why not (e.g. on Python 3.13)."""
+    try:
+        import durable_rules_engine  # noqa: F401
+    except ImportError as error:
+        return str(error)
+    return None
+
+
+def available_evaluators() -> tuple[str, ...]:
+    return EVALUATORS if durable_available() is None else ("reference",)
+
+
 def make_evaluator(pack: Pack, name: str = "durable"):
     if name == "reference":
         from kbopt.engine.reference import ReferenceEvaluator

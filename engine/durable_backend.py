@@ -4,7 +4,7 @@ A thin adapter around the traps measured in shared/durable-rules-notes.md:
 - numbers are serialized by us, never in bare exponent form (`1e-05` fails to parse);
 - no Host and no timer threads: actions are taken synchronously right after each assert;
 - one fact asserted at a time ("not handled" is normal), one fresh session per evaluation,
-  a marker fact first so that `delete_state` is safe, and the session deleted afterwards;
+  a marker rule that always fires so that `delete_state` is safe, and the session deleted after;
 - an action that fails is abandoned in the engine and its error re-raised, never swallowed;
 - a pack is split into rulesets of at most RULESET_SIZE compiled rules, each asserted only the
   facts it reads, so no fact meets the 64-sibling-condition limit;
@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from functools import lru_cache
 from typing import Any
 
 from kbopt.engine import expr
@@ -46,15 +47,31 @@ def dumps(value: Any) -> str:
     raise TypeError(f"cannot serialize {type(value).__name__}")
 
 
+def _exponent_prone(value: Any) -> bool:
+    """Floats Python's json writes in exponent form (|x| < 1e-4 or >= 1e16)."""
+    return isinstance(value, float) and value != 0.0 and not 1e-4 <= abs(value) < 1e16
+
+
+def dumps_fact(fact: dict[str, Any], flat_values) -> str:
+    """A fact's JSON: the C encoder when no value needs the careful float form, else `dumps`."""
+    if any(_exponent_prone(v) for v in flat_values):
+        return dumps(fact)
+    return json.dumps(fact, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+@lru_cache(maxsize=1)
+def _list_facts() -> dict[str, tuple[str, ...]]:
+    from kbopt.kb.vocabulary import load_vocabulary
+    return {spec.path: spec.values for spec in load_vocabulary().facts.values() if spec.type == "list"}
+
+
 def nest(flat: dict[str, Any]) -> dict[str, Any]:
     """{"a.b": 1} -> {"a": {"b": 1}}; lists become membership maps ({"fp8": true, ...})."""
-    from kbopt.kb.vocabulary import load_vocabulary
-    vocabulary = load_vocabulary()
+    list_facts = _list_facts()
     out: dict[str, Any] = {}
     for path, value in flat.items():
-        spec = vocabulary.get(path)
-        if spec is not None and spec.type == "list":
-            value = {item: item in value for item in spec.values}
+        if path in list_facts:
+            value = {item: item in value for item in list_facts[path]}
         node = out
         *parents, leaf = path.split(".")
         for part in parents:
@@ -178,7 +195,9 @@ def compile_pack(pack: Pack) -> list[dict[str, Any]]:
     rulesets = []
     for start in range(0, len(compiled), RULESET_SIZE):
         chunk = compiled[start:start + RULESET_SIZE]
-        rules = {MARKER: {"all": [{"m": {"k": MARKER}}]}}
+        # Every session must see at least one action before delete_state (notes, trap 3): this
+        # rule matches the input fact, which every ruleset is asserted.
+        rules = {MARKER: {"all": [{"m": {"k": INPUT}}]}}
         reads: set[str] = set()
         for name, definition, paths in chunk:
             rules[name] = definition
@@ -250,16 +269,13 @@ class DurableEvaluator:
         fired: set[str] = set()
         started = []
         try:
-            marker = dumps({"sid": sid, "k": MARKER})
-            for handle, _ in self.rulesets:
-                started.append(handle)
-                self._assert(handle, marker)      # makes delete_state safe (see the notes)
-            pending = [(INPUT, {"sid": sid, "k": INPUT, **nest(values)})]
+            pending = [(INPUT, dumps_fact({"sid": sid, "k": INPUT, **nest(values)}, values.values()))]
             while pending:
-                carrier, fact = pending.pop(0)
-                text = dumps(fact)
+                carrier, text = pending.pop(0)
                 for handle, reads in self.rulesets:
-                    if carrier not in reads:
+                    if carrier == INPUT:
+                        started.append(handle)      # the input goes to every ruleset (marker rule)
+                    elif carrier not in reads:
                         continue
                     for name in self._assert(handle, text):
                         rule_id = name.split("#", 1)[0]
@@ -267,7 +283,7 @@ class DurableEvaluator:
                             continue
                         fired.add(rule_id)
                         for path, value in derived.conclude(self.rules[rule_id]):
-                            pending.append((path, {"sid": sid, "k": DERIVED, **nest({path: value})}))
+                            pending.append((path, dumps_fact({"sid": sid, "k": DERIVED, **nest({path: value})}, [value])))
         finally:
             for handle in started:
                 self._core.delete_state(handle, sid)

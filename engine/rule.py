@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 LAYERS = ("diagnosis", "compute", "storage", "scheduling")
@@ -111,7 +112,7 @@ class Rule:
     line: int = 1
     pack: str = "builtin"
 
-    @property
+    @cached_property
     def derives(self) -> tuple[str, ...]:
         return tuple(c.path for c in self.then if isinstance(c, Derive))
 
@@ -127,4 +128,8 @@ class Pack:
     producers: dict[str, tuple[str, ...]] = field(default_factory=dict)   # derived fact -> rule ids
 
     def by_id(self) -> dict[str, Rule]:
+        return self._by_id
+
+    @cached_property
+    def _by_id(self) -> dict[str, Rule]:
         return {rule.id: rule for rule in self.rules}

@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     listing = rule_commands.add_parser("list", help="list the rules, one per line")
     listing.add_argument("--layer", choices=("diagnosis", "compute", "storage", "scheduling"))
     _pack_options(listing, engine=False)
-    test = rule_commands.add_parser("test", help="run every rule's inline examples on both evaluators")
+    test = rule_commands.add_parser("test", help="run every rule's inline examples (on both evaluators where durable_rules imports)")
     _pack_options(test, engine=False)
     return parser
 
@@ -56,15 +56,18 @@ def _pack_options(parser, engine: bool = True) -> None:
 
 
 def _evaluator(choice: str) -> str:
-    if choice != "auto":
+    from kbopt.engine.advisor import durable_available
+    if choice == "reference":
         return choice
-    try:
-        import durable.engine  # noqa: F401
-    except ImportError as error:
-        print(f"kbopt: note: durable_rules does not import here ({error}); "
-              "using the reference evaluator, which gives the same advice", file=sys.stderr)
-        return "reference"
-    return "durable"
+    problem = durable_available()
+    if problem is None:
+        return "durable"
+    if choice == "durable":
+        raise KboptError(f"--engine durable: durable_rules does not import here ({problem}); "
+                         "use --engine reference (same advice) or Python 3.11/3.12")
+    print(f"kbopt: note: durable_rules does not import here ({problem}); "
+          "using the reference evaluator, which gives the same advice", file=sys.stderr)
+    return "reference"
 
 
 def write_output(text: str, output: str | None) -> None:
@@ -117,15 +120,17 @@ def _rules(args) -> int:
             if args.layer in (None, rule.layer):
                 print(f"{rule.id:38} {rule.layer:11} {rule.title}  [{', '.join(rule.sources)}]")
         return EXIT_OK
+    from kbopt.engine.advisor import available_evaluators
     from kbopt.engine.examples import run_examples
-    results = run_examples(pack)
+    evaluators = available_evaluators()
+    results = run_examples(pack, evaluators)
     failed = [r for r in results if not r.ok]
     for result in failed:
         for failure in result.failures:
             print(f"FAIL {result.rule} / {result.example!r} ({result.evaluator}) at {result.location}: {failure}")
     rules_with_both = sum(1 for r in pack.rules if {e.fires for e in r.examples} == {True, False})
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed "
-          f"({sum(len(r.examples) for r in pack.rules)} examples x 2 evaluators; "
+          f"({sum(len(r.examples) for r in pack.rules)} examples x {len(evaluators)} evaluator(s); "
           f"{rules_with_both}/{len(pack.rules)} rules have a firing and a non-firing example)")
     return EXIT_FAILED if failed else EXIT_OK
 

@@ -3,7 +3,11 @@ from __future__ import annotations
 import pytest
 
 from kbopt.cli import main
+from kbopt.engine.advisor import durable_available
 from kbopt.engine.loader import load_pack
+
+needs_durable = pytest.mark.skipif(durable_available() is not None,
+                                   reason=f"durable_rules does not import here: {durable_available()}")
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_durable
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "capacity-a100-chat.json")
 
@@ -42,6 +43,7 @@ def test_markdown_advice(run_cli):
     assert "## Rejected (1)" in out
 
 
+@needs_durable
 def test_same_input_gives_byte_identical_json(run_cli):
     runs = {run_cli("advise", "--facts", EXAMPLE, "--format", "json", "--engine", engine)[1]
             for engine in ("durable", "reference", "durable", "auto")}
@@ -118,3 +120,12 @@ def test_python_dash_m_and_console_script():
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["bottleneck"] == "memory_capacity"
+
+
+def test_without_durable_rules_auto_falls_back_to_the_reference(run_cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "durable_rules_engine", None)     # as on Python 3.13
+    code, out, err = run_cli("advise", "--facts", EXAMPLE, "--format", "json")
+    assert code == 0 and json.loads(out)["bottleneck"] == "memory_capacity"
+    assert "using the reference evaluator" in err
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "--engine", "durable")
+    assert code == 2 and "--engine reference" in err

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from kbopt.engine.advisor import available_evaluators
 from kbopt.engine.examples import check_example
 from kbopt.engine.loader import load_pack
 from kbopt.kb.catalog import seed_claims
 
 PACK = load_pack()
 CASES = [(rule, example, evaluator)
-         for rule in PACK.rules for example in rule.examples for evaluator in ("durable", "reference")]
+         for rule in PACK.rules for example in rule.examples for evaluator in available_evaluators()]
 
 
 @pytest.mark.parametrize("rule,example,evaluator", CASES,
