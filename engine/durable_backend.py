@@ -24,7 +24,7 @@ from kbopt.engine import expr
 from kbopt.engine.derivation import Derivation, DerivedFacts, finish
 from kbopt.engine.rule import Pack, Rule
 
-RULESET_SIZE = 40          # compiled rules per ruleset (plus the marker); well under 64
+RULESET_SIZE = 60          # compiled rules per ruleset; with the marker a fact meets at most 61 of the 64 allowed
 INPUT, DERIVED, MARKER = "i", "d", "marker"
 
 

