@@ -27,6 +27,7 @@ class StrategyAdvice:
     gain: str | None = None
     weight: float = 0.0
     recommended_by: tuple[str, ...] = ()   # the subset of `because` that recommended it
+    key: str = ""                          # node in the conflict graph: `quantization[int8]`
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Rejection:
     params: dict[str, Any]
     because: tuple[str, ...]
     reason: str
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Firing:
     facts: dict[str, Any]
     checks: tuple[Check, ...]
     when: str
+    when_values: str              # the condition with each known fact's value beside it
     explanation: str              # the rule's `because` with the values filled in
     source: tuple[str, ...]
     location: str

@@ -73,7 +73,8 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         values = {p: shown_values.get(p, v) for p, v in values.items()}
         firings.append(Firing(
             rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
-            when=rule.when_text, explanation=fill_because(rule, final.lookup), source=rule.sources,
+            when=rule.when_text, when_values=expr.render(rule.when, shown_values),
+            explanation=fill_because(rule, final.lookup), source=rule.sources,
             location=rule.location, pack=rule.pack,
             derived={p: v for p, (v, r) in derivation.derived.items() if r == rule.id}))
     not_evaluated = tuple(
@@ -135,12 +136,12 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
         out.append(StrategyAdvice(
             id=c.strategy, layer=catalog[c.strategy].layer, title=catalog[c.strategy].title, params=params,
             because=tuple(dict.fromkeys(because)), caveats=tuple(texts), gain=c.gain, weight=c.weight,
-            recommended_by=tuple(c.rules)))
+            recommended_by=tuple(c.rules), key=key))
     rejected = []
     for left in resolution.left_out:
         c = candidates[left.key]
         rejected.append(Rejection(id=c.strategy, params={catalog[c.strategy].variant: c.variant} if c.variant else {},
-                                  because=left.because, reason=left.reason))
+                                  because=left.because, reason=left.reason, key=left.key))
     edges = tuple(sorted(
         (Edge(d["kind"], u, v, tuple(d["because"])) for u, v, d in graph.edges(data=True)),
         key=lambda e: (e.kind, e.source, e.target)))

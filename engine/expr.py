@@ -542,6 +542,8 @@ def render(node, values: dict[str, Any] | None = None) -> str:
     if isinstance(node, Not):
         return f"not {_group(node.item, render(node.item, values))}"
     if isinstance(node, Cmp):
+        if node.op == "==" and node.right == Const(True):     # a bool fact on its own
+            return side(node.left)
         return f"{side(node.left)} {node.op} {side(node.right)}"
     if isinstance(node, OneOf):
         return f"{fact(node.fact.path)} {'not in' if node.negated else 'in'} [{', '.join(fmt(v, True) for v in node.values)}]"

@@ -27,11 +27,24 @@ def _parser() -> argparse.ArgumentParser:
                                  description="Run the rules on a facts file (facts/1, JSON or YAML) and print "
                                              "the strategy set with the rules and fact values behind it.")
     advise.add_argument("--facts", required=True, metavar="FILE", help="facts document, JSON or YAML")
-    advise.add_argument("--format", choices=("text", "json", "md"), default="text", help="output format (default text)")
+    advise.add_argument("--format", choices=("text", "json", "md", "html"), default="text",
+                        help="output format (default text); html and md also show a --set what-if")
     advise.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     advise.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
                         help="override a fact for a what-if, e.g. --set telemetry.memory_used_ratio=0.95 (repeatable)")
     _pack_options(advise)
+
+    report = commands.add_parser("report", help="write the explanation report (HTML), optionally a what-if",
+                                 description="Write a self-contained HTML (or Markdown) explanation report. With "
+                                             "--compare or --set it also shows what changed in the facts and "
+                                             "in the advice.")
+    report.add_argument("--facts", required=True, metavar="FILE", help="facts document, JSON or YAML")
+    report.add_argument("--compare", metavar="FILE", help="a second facts document to compare with")
+    report.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
+                        help="what-if override, applied to the compared side (repeatable)")
+    report.add_argument("--format", choices=("html", "md"), default="html", help="report format (default html)")
+    report.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    _pack_options(report)
 
     schema = commands.add_parser("schema", help="print a JSON Schema (for editors)")
     schema.add_argument("which", choices=("facts", "rules"))
@@ -70,6 +83,15 @@ def _evaluator(choice: str) -> str:
     return "reference"
 
 
+def _new_file_mode(target: Path) -> int:
+    try:
+        return target.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_output(text: str, output: str | None) -> None:
     """Write all or nothing: a temporary file beside the target, renamed into place."""
     if not output:
@@ -83,6 +105,7 @@ def write_output(text: str, output: str | None) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(temporary, _new_file_mode(target))     # mkstemp makes 0600; honour umask instead
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -97,8 +120,34 @@ def _advise(args) -> int:
 
     facts = load_facts(args.facts, args.overrides)
     pack = load_pack(args.rules)
-    advice = advise(facts, pack, _evaluator(args.engine))
-    write_output(render(advice, args.format), args.output)
+    evaluator = _evaluator(args.engine)
+    advice = advise(facts, pack, evaluator)
+    comparison = None
+    if args.overrides and args.format in ("html", "md"):
+        from kbopt.engine.compare import compare
+        base = advise(load_facts(args.facts), pack, evaluator)
+        comparison = compare(base, advice, Path(args.facts).name, "with --set")
+    write_output(render(advice, args.format, comparison), args.output)
+    return EXIT_OK
+
+
+def _report(args) -> int:
+    from kbopt.engine.advisor import advise
+    from kbopt.engine.compare import compare
+    from kbopt.engine.loader import load_pack
+    from kbopt.kb.facts import load_facts
+    from kbopt.reports import render
+
+    pack = load_pack(args.rules)
+    evaluator = _evaluator(args.engine)
+    base = advise(load_facts(args.facts), pack, evaluator)
+    comparison, shown = None, base
+    if args.compare or args.overrides:
+        other = args.compare or args.facts
+        shown = advise(load_facts(other, args.overrides), pack, evaluator)
+        label = Path(other).name + (" with --set" if args.overrides else "")
+        comparison = compare(base, shown, Path(args.facts).name, label)
+    write_output(render(shown, args.format, comparison), args.output)
     return EXIT_OK
 
 
@@ -140,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "advise":
             return _advise(args)
+        if args.command == "report":
+            return _report(args)
         if args.command == "schema":
             return _schema(args)
         return _rules(args)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from kbopt.engine.advice import Advice
+from kbopt.engine.compare import Comparison
 from kbopt.engine.expr import fmt
 from kbopt.reports.common import (chain, check_text, facts_to_collect, firings, origin_text, params_text,
                                   rejection_label)
@@ -15,7 +16,7 @@ def _code(text: str) -> str:
     return "`" + str(text).replace("`", "'") + "`"
 
 
-def render_markdown(advice: Advice) -> str:
+def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str:
     out = [f"# kbopt advice: {advice.bottleneck.replace('_', ' ')}", ""]
     by_rule = firings(advice)
     if advice.bottleneck_rule:
@@ -51,6 +52,11 @@ def render_markdown(advice: Advice) -> str:
         out += ["To close the gap, collect: " + ", ".join(f"{_code(p)} ({n} rules)" for p, n in facts_to_collect(advice)), ""]
     out += [f"- {_code(n.rule)} {n.title}: needs {', '.join(_code(m) for m in n.missing)}"
             for n in advice.not_evaluated] or ["None."]
+    if advice.graph:
+        out += ["", "## Conflict graph", "", "| from | relation | to | because |", "|---|---|---|---|"]
+        out += [f"| `{e.source}` | {e.kind} | `{e.target}` | {_cell(', '.join(e.because))} |" for e in advice.graph]
+    if comparison:
+        out += _comparison(comparison)
     if advice.derived:
         made_by = {p: f.rule for f in advice.fired for p in f.derived}
         out += ["", "## Derived facts", "", "| fact | value | rule |", "|---|---|---|"]
@@ -62,3 +68,19 @@ def render_markdown(advice: Advice) -> str:
             f"{'' if f.pack == 'builtin' else ' (pack ' + _cell(f.pack) + ')'} |" for f in advice.fired]
     out += ["", f"_Rule pack {advice.pack_version}._", ""]
     return "\n".join(out)
+
+
+def _comparison(c: Comparison) -> list[str]:
+    out = ["", f"## What-if: {c.before_label} → {c.after_label}", ""]
+    if c.facts:
+        out += [f"| fact | {_cell(c.before_label)} | {_cell(c.after_label)} |", "|---|---|---|"]
+        out += [f"| `{x.name}` | {_cell(fmt(x.before))} | {_cell(fmt(x.after))} |" for x in c.facts]
+    else:
+        out.append("The facts are the same.")
+    out.append("")
+    changes = ([f"- Bottleneck: `{c.bottleneck.before}` → `{c.bottleneck.after}`"] if c.bottleneck else []) \
+        + [f"- Added: `{k}`" for k in c.added] + [f"- Removed: `{k}`" for k in c.removed] \
+        + [f"- Parameter `{x.name}`: {_cell(fmt(x.before))} → {_cell(fmt(x.after))}" for x in c.params] \
+        + [f"- Now rejected: `{k}`" for k in c.newly_rejected] \
+        + [f"- No longer rejected: `{k}`" for k in c.no_longer_rejected]
+    return out + (changes or ["The advice is the same."])

@@ -65,6 +65,7 @@ def test_output_file_is_written_whole(run_cli, tmp_path):
     assert code == 0 and out == ""
     assert json.loads(target.read_text())["bottleneck"] == "memory_capacity"
     assert [p.name for p in tmp_path.iterdir()] == ["advice.json"]
+    assert target.stat().st_mode & 0o044, "an output file must be readable as umask allows, not 0600"
 
 
 def test_bad_input_exits_2_with_one_paragraph_and_writes_nothing(run_cli, tmp_path):

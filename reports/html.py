@@ -1,0 +1,54 @@
+"""The HTML explanation report: one self-contained page (inline CSS and SVG, no script, no fetch)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kbopt.engine.advice import Advice
+from kbopt.engine.compare import Comparison
+from kbopt.engine.explain import Check
+from kbopt.engine.expr import fmt
+from kbopt.reports.common import chain, check_text, facts_to_collect, firings, origin_text, params_text
+from kbopt.reports.graph_layout import layout
+
+
+@dataclass(frozen=True)
+class Gauge:
+    """A bar for a numeric check: the value and the threshold on one scale (percent of width)."""
+    value_pct: float
+    threshold_pct: float
+
+
+def gauge(check: Check) -> Gauge | None:
+    value, threshold = check.value, check.threshold
+    numbers = (int, float)
+    if isinstance(value, bool) or isinstance(threshold, bool) or not isinstance(value, numbers) \
+            or not isinstance(threshold, numbers):
+        return None
+    top = 1.0 if 0 <= value <= 1 and 0 <= threshold <= 1 else max(value, threshold) * 1.25
+    if top <= 0:
+        return None
+    return Gauge(round(100 * value / top, 1), round(100 * threshold / top, 1))
+
+
+def _environment():
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+    env = Environment(loader=PackageLoader("kbopt.reports", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters.update(fmt=fmt, check_text=check_text, params_text=params_text)
+    env.globals.update(gauge=gauge)
+    return env
+
+
+def render_html(advice: Advice, comparison: Comparison | None = None) -> str:
+    template = _environment().get_template("report.html.j2")
+    return template.render(
+        advice=advice,
+        comparison=comparison,
+        by_rule=firings(advice),
+        chain=lambda rule_ids: chain(advice, rule_ids),
+        origin=lambda path: origin_text(advice, path),
+        collect=facts_to_collect(advice),
+        picture=layout(advice),
+        made_by={p: f.rule for f in advice.fired for p in f.derived},
+    )

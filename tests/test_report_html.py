@@ -1,0 +1,103 @@
+"""The HTML report's structure: it only formats the advice, escapes every input string, fetches nothing."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from kbopt.engine.advisor import advise, available_evaluators
+from kbopt.engine.compare import compare
+from kbopt.kb.facts import facts_from_document, load_facts
+from kbopt.reports import render
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _advice(pack, name="capacity-a100-chat.json", overrides=()):
+    return advise(load_facts(EXAMPLES / name, list(overrides)), pack, available_evaluators()[0])
+
+
+def test_every_strategy_rule_rejection_and_missing_fact_appears(pack):
+    for name in ("capacity-a100-chat.json", "classification-t4-short.json", "hardware-only.json"):
+        advice = _advice(pack, name)
+        page = render(advice, "html")
+        for strategy in advice.strategies:
+            assert f'id="strategy-{strategy.key}"' in page
+            for name_, value in strategy.params.items():
+                assert f"{name_}=" in page
+            for caveat in strategy.caveats:
+                assert caveat.text.replace("'", "&#39;") in page
+        for firing in advice.fired:
+            assert firing.rule in page and firing.location in page
+        for rejection in advice.rejected:
+            assert rejection.key in page
+            for rule in rejection.because:
+                assert rule in page
+        for item in advice.not_evaluated:
+            assert item.rule in page
+            for path in item.missing:
+                assert path in page
+
+
+def test_condition_is_shown_with_the_actual_values(pack):
+    page = render(_advice(pack), "html")
+    assert "telemetry.memory_used_ratio (0.93) &gt; capacity_threshold=0.9" in page
+    assert 'class="bar"' in page and 'style="width: 93.0%"' in page      # the gauge
+
+
+def test_input_strings_are_escaped(pack):
+    facts = facts_from_document({"hardware": {"gpu_name": "<script>alert(1)</script>"},
+                                 "model": {"name": "\" onmouseover=\"alert(2)"},
+                                 "telemetry": {"memory_used_ratio": 0.95}}, "x")
+    page = render(advise(facts, pack, "reference"), "html")
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert 'onmouseover="alert' not in page
+
+
+def test_self_contained_no_fetches_no_script(pack):
+    page = render(_advice(pack), "html")
+    assert "<script" not in page and "<link" not in page and "@import" not in page
+    assert not re.search(r'\b(src|href)\s*=\s*"(https?:)?//', page)
+    assert set(re.findall(r"url\(([^)]*)\)", page)) <= {"#arrow-requires", "#arrow-mitigates", "#arrow-vetoes"}
+    assert "default-src 'none'" in page        # the page itself forbids fetching anything
+
+
+def test_conflict_graph_marks_chosen_and_rejected_differently(pack):
+    page = render(_advice(pack), "html")
+    svg = page[page.index("<svg"):page.index("</svg>")]
+    assert "<title>quantization[int8]: chosen</title>" in svg
+    assert "<title>quantization[fp8]: rejected</title>" in svg
+    assert "<title>veto:R-FP8-NEEDS-TENSOR-CORES: veto</title>" in svg
+    assert len(re.findall(r'<path d="[^"]+" fill="none"', svg)) == len(_advice(pack).graph)
+
+
+def test_deterministic(pack):
+    assert render(_advice(pack), "html") == render(_advice(pack), "html")
+
+
+def test_what_if_comparison(pack):
+    base = _advice(pack)
+    after = _advice(pack, overrides=["telemetry.memory_used_ratio=0.5"])
+    comparison = compare(base, after, "base", "what-if")
+    assert comparison.bottleneck.after == "compute_capacity"
+    assert "op_fusion" in comparison.added and "quantization[int8]" in comparison.removed
+    for fmt in ("html", "md"):
+        page = render(after, fmt, comparison)
+        assert "What-if: base" in page and "telemetry.memory_used_ratio" in page
+        assert "memory_capacity" in page and "compute_capacity" in page
+
+
+def test_report_command_with_compare(run_cli, tmp_path):
+    out = tmp_path / "report.html"
+    code, _, err = run_cli("report", "--facts", str(EXAMPLES / "capacity-a100-chat.json"),
+                           "--compare", str(EXAMPLES / "low-utilization-a10g.json"), "-o", str(out))
+    assert code == 0, err
+    page = out.read_text()
+    assert "What-if: capacity-a100-chat.json → low-utilization-a10g.json" in page
+    assert "hardware.gpu_name" in page and "NVIDIA A10G" in page
+
+
+def test_markdown_carries_the_graph(pack):
+    page = render(_advice(pack), "md")
+    assert "## Conflict graph" in page
+    assert "| `veto:R-FP8-NEEDS-TENSOR-CORES` | vetoes | `quantization[fp8]` | R-FP8-NEEDS-TENSOR-CORES |" in page
