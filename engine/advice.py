@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbopt.engine.explain import Check
+from kbopt.kb.provenance import Provenance
 
 ADVICE_FORMAT = "advice/1"
 
@@ -79,10 +80,12 @@ class Advice:
     fired: tuple[Firing, ...]
     not_evaluated: tuple[NotEvaluated, ...]
     facts: dict[str, Any]
-    origin: dict[str, str]
+    provenance: dict[str, Provenance]
     derived: dict[str, Any]
     graph: tuple[Edge, ...]
     pack_version: str
+    warnings: tuple[Caveat, ...] = ()
+    bottleneck_missing: tuple[str, ...] = ()   # input facts the bottleneck rules wait on, when unknown
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,7 +103,8 @@ class Advice:
                        "checks": [_check(c) for c in f.checks],
                        **({"derived": f.derived} if f.derived else {})} for f in self.fired],
             "not_evaluated": [{"rule": n.rule, "missing": list(n.missing)} for n in self.not_evaluated],
-            "facts": {path: {"value": value, "origin": self.origin.get(path, "input")} for path, value in self.facts.items()},
+            "warnings": [{"rule": w.rule, "text": w.text} for w in self.warnings],
+            "facts": {path: {"value": value, **_provenance(self.provenance.get(path))} for path, value in self.facts.items()},
             "derived": self.derived,
             "conflicts": [{"kind": e.kind, "from": e.source, "to": e.target, "because": list(e.because)} for e in self.graph],
             "rules": {"pack": self.pack_version, "bottleneck_rule": self.bottleneck_rule},
@@ -108,6 +112,13 @@ class Advice:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _provenance(provenance: Provenance | None) -> dict[str, Any]:
+    if provenance is None:
+        return {"origin": "input", "quality": "user"}
+    raw = provenance.to_dict()
+    return {"origin": raw.pop("source"), **raw}
 
 
 def _check(check: Check) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from kbopt.engine.advice import Advice, Caveat, Edge, Firing, NotEvaluated, Reje
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.explain import FinalFacts
 from kbopt.engine.rule import Caveat as CaveatConclusion
-from kbopt.engine.rule import Mitigate, Pack, Recommend, Reject, Require, Rule
+from kbopt.engine.rule import Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
 from kbopt.kb.catalog import strategies
 from kbopt.kb.facts import Facts
 
@@ -83,12 +83,17 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         if rule.id not in final.fired and expr.evaluate(rule.fire_condition, final.lookup) is None)
 
     strategies_out, rejected, edges = _settle(pack, derivation.fired, final)
+    warnings = tuple(Caveat(rule_id, conclusion.text) for rule_id in derivation.fired
+                     for conclusion in rules[rule_id].then if isinstance(conclusion, Warn))
     bottleneck = final.derived.get("derived.bottleneck", "unknown")
+    bottleneck_missing = tuple(sorted({path for rule_id in pack.producers.get("derived.bottleneck", ())
+                                       for item in not_evaluated if item.rule == rule_id for path in item.missing}))
     bottleneck_rule = derivation.derived.get("derived.bottleneck", (None, None))[1]
     return Advice(
         bottleneck=bottleneck, bottleneck_rule=bottleneck_rule, strategies=strategies_out, rejected=rejected,
-        fired=tuple(firings), not_evaluated=not_evaluated, facts=dict(facts.values), origin=dict(facts.origin),
-        derived=dict(sorted(final.derived.items())), graph=edges, pack_version=pack.version)
+        fired=tuple(firings), not_evaluated=not_evaluated, facts=dict(facts.values), provenance=dict(facts.provenance),
+        derived=dict(sorted(final.derived.items())), graph=edges, pack_version=pack.version, warnings=warnings,
+        bottleneck_missing=bottleneck_missing)
 
 
 def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):

@@ -6,8 +6,8 @@ A thin adapter around the traps measured in shared/durable-rules-notes.md:
 - one fact asserted at a time ("not handled" is normal), one fresh session per evaluation,
   a marker rule that always fires so that `delete_state` is safe, and the session deleted after;
 - an action that fails is abandoned in the engine and its error re-raised, never swallowed;
-- a pack is split into rulesets of at most RULESET_SIZE compiled rules, each asserted only the
-  facts it reads, so no fact meets the 64-sibling-condition limit;
+- a pack is split into rulesets in which at most RULESET_SIZE compiled rules test any one kind
+  of fact, each asserted only the facts it reads, so no fact meets the 64-condition limit;
 - rulesets are compiled once per process and pack, never per request.
 Negation is pushed to the leaves and conditions expanded to disjunctions (one compiled rule per
 alternative); derived facts travel as separate facts joined to the input fact.
@@ -24,7 +24,8 @@ from kbopt.engine import expr
 from kbopt.engine.derivation import Derivation, DerivedFacts, finish
 from kbopt.engine.rule import Pack, Rule
 
-RULESET_SIZE = 60          # compiled rules per ruleset; with the marker a fact meets at most 61 of the 64 allowed
+RULESET_SIZE = 60          # compiled rules testing one kind of fact, per ruleset (64 is the limit; +1 marker)
+RULESET_MAX = 240          # compiled rules per ruleset in all, well below the 512-entry test table
 INPUT, DERIVED, MARKER = "i", "d", "marker"
 
 
@@ -192,16 +193,28 @@ def compile_pack(pack: Pack) -> list[dict[str, Any]]:
         for index, definition in enumerate(compile_rule(rule, vocabulary)):
             reads = sorted({p for p in expr.facts_of(rule.fire_condition)})
             compiled.append((f"{rule.id}#{index}", definition, reads))
+    # A fact may meet at most 64 conditions of one ruleset (notes, trap 4): count, per kind of
+    # fact (the input, each derived fact), the compiled rules that test it, and start a new
+    # ruleset before any count passes RULESET_SIZE (the marker rule takes one more on the input).
+    chunks: list[list] = [[]]
+    counts: dict[str, int] = {}
+    for name, definition, paths in compiled:
+        carriers = {INPUT if not vocabulary.get(p).derived else p for p in paths}
+        if chunks[-1] and (len(chunks[-1]) >= RULESET_MAX or any(counts.get(c, 0) >= RULESET_SIZE for c in carriers)):
+            chunks.append([])
+            counts = {}
+        chunks[-1].append((name, definition, carriers))
+        for carrier in carriers:
+            counts[carrier] = counts.get(carrier, 0) + 1
     rulesets = []
-    for start in range(0, len(compiled), RULESET_SIZE):
-        chunk = compiled[start:start + RULESET_SIZE]
+    for chunk in chunks:
         # Every session must see at least one action before delete_state (notes, trap 3): this
         # rule matches the input fact, which every ruleset is asserted.
         rules = {MARKER: {"all": [{"m": {"k": INPUT}}]}}
         reads: set[str] = set()
-        for name, definition, paths in chunk:
+        for name, definition, carriers in chunk:
             rules[name] = definition
-            reads.update(INPUT if not vocabulary.get(p).derived else p for p in paths)
+            reads.update(carriers)
         rulesets.append({"rules": rules, "reads": sorted(reads)})
     return rulesets
 

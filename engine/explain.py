@@ -58,7 +58,7 @@ class FinalFacts:
     def missing_inputs(self, rule: Rule, seen: frozenset = frozenset()) -> list[str]:
         """The input facts that, once known, would decide `rule` (what to collect)."""
         out: list[str] = []
-        for path in expr.unique_facts(rule.fire_condition):
+        for path in dict.fromkeys(expr.undecided_by(rule.fire_condition, self.lookup)):
             status, _ = self.lookup(path)
             if status == expr.MISSING:
                 out.append(path)

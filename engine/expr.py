@@ -2,7 +2,7 @@
 
 Conditions (`when`) are boolean: comparisons of a fact with a literal, a named parameter or
 another fact; `and`, `or`, `not`; `x in [..]` and `"v" in list_fact`; `known(f)`, `missing(f)`;
-a bool fact on its own. Values (`derive`, recommended `params`, written `= expr`) add arithmetic
+a bool fact on its own; `quality(f) == "measured"` (where the fact came from). Values (`derive`, recommended `params`, written `= expr`) add arithmetic
 and a few pure functions. Names are dotted fact paths checked against the vocabulary, or the
 rule's own parameters.
 """
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from kbopt.kb.vocabulary import FactSpec, Vocabulary
+from kbopt.kb.vocabulary import QUALITY_PREFIX, FactSpec, Vocabulary
 
 # ---------------------------------------------------------------- nodes (the engine-neutral form)
 
@@ -193,7 +193,15 @@ class _Parser:
 
     def operand(self, node: ast.AST):
         lit = self.literal(node)
-        return lit if lit is not None else self.name(node)
+        if lit is not None:
+            return lit
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "quality":
+            # quality(fact) reads where the fact came from: measured, proxy, derived, user, catalog.
+            fact = self.name(node.args[0]) if len(node.args) == 1 else None
+            if not isinstance(fact, Fact) or self.spec(fact.path).derived:
+                raise ExprError("quality() takes one input fact", 'e.g. quality(telemetry.compute_utilization) == "measured"')
+            return Fact(QUALITY_PREFIX + fact.path)
+        return self.name(node)
 
     # -- conditions
     def condition(self, node: ast.AST):
@@ -450,6 +458,18 @@ def evaluate(node, lookup: Lookup) -> bool | None:
         hit = value in node.values if isinstance(node, OneOf) else node.item in value
         return hit != node.negated
     raise TypeError(f"not a condition: {node!r}")
+
+
+def undecided_by(node, lookup: Lookup) -> list[str]:
+    """The facts that leave `node` unknown: those in the leaves that evaluate to None, skipping
+    branches already decided (so `missing(x) or x == false` does not ask for x when x is missing)."""
+    if evaluate(node, lookup) is not None:
+        return []
+    if isinstance(node, (And, Or)):
+        return [p for item in node.items for p in undecided_by(item, lookup)]
+    if isinstance(node, Not):
+        return undecided_by(node.item, lookup)
+    return [p for p in facts_of(node) if lookup(p)[0] in (MISSING, UNKNOWN)]
 
 
 def witnesses(node, lookup: Lookup) -> list:

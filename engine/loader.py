@@ -11,7 +11,7 @@ import yaml
 
 from kbopt.engine import expr
 from kbopt.engine.rule import (LAYERS, Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject,
-                               Require, Rule, candidate_key)
+                               Require, Rule, Warn)
 from kbopt.errors import RuleError
 from kbopt.kb.catalog import strategies
 from kbopt.kb.vocabulary import Vocabulary, load_vocabulary
@@ -166,6 +166,8 @@ class _RuleBuilder:
                 self.strategy(strategy, variant, path + ("params", spec.variant))
             parsed = tuple((name, self.value(raw, path + ("params", name), values)) for name, raw in params.items())
             return Recommend(strategy, variant, parsed, float(body["weight"]), body.get("gain"))
+        if kind == "warn":
+            return Warn(" ".join(body.split()))
         if kind in ("reject", "caveat", "require"):
             self.strategy(body["strategy"], body.get("variant"), path + ("strategy",))
             if kind == "reject":

@@ -74,7 +74,13 @@ class Mitigate:
     text: str | None = None
 
 
-Conclusion = Derive | Recommend | Reject | Caveat | Require | Mitigate
+@dataclass(frozen=True)
+class Warn:
+    """A warning about the advice as a whole (e.g. it rests on proxy telemetry)."""
+    text: str
+
+
+Conclusion = Derive | Recommend | Reject | Caveat | Require | Mitigate | Warn
 
 
 @dataclass(frozen=True)

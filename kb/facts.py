@@ -2,7 +2,9 @@
 
 The only derivation done here is the documented catalog step: a known `hardware.gpu_name`
 fills `hardware.compute_capability` and `hardware.memory_total_gib` when they are absent
-(origin `catalog:<gpu id>`). Everything else is derived by rules.
+(source `catalog:<gpu id>`, quality `catalog`). Everything else is derived by rules.
+Each fact carries its provenance: from the document's `provenance` section (collectors write
+it), else `input`/`set` with quality `user`.
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import yaml
 from kbopt.errors import FactsError
 from kbopt.kb.catalog import match_gpu
 from kbopt.kb.schema import FACTS_FORMAT, facts_schema
-from kbopt.kb.vocabulary import Vocabulary, load_vocabulary
+from kbopt.kb.provenance import SET, USER, Provenance
+from kbopt.kb.vocabulary import QUALITY_PREFIX, Vocabulary, load_vocabulary
 
 
 @dataclass(frozen=True)
@@ -26,15 +29,17 @@ class Facts:
     """Known input facts by dotted path, with where each value came from."""
 
     values: dict[str, Any]
-    origin: dict[str, str] = field(default_factory=dict)
+    provenance: dict[str, Provenance] = field(default_factory=dict)
 
     def engine_values(self) -> dict[str, Any]:
-        """Values as the evaluators compare them: versions become numbers (8.9)."""
+        """Values as the evaluators compare them: versions become numbers (8.9), and each fact's
+        quality is readable as `quality.<path>`."""
         vocabulary = load_vocabulary()
         out = {}
         for path, value in self.values.items():
             spec = vocabulary.get(path)
             out[path] = version_number(value) if spec and spec.type == "version" else value
+            out[QUALITY_PREFIX + path] = self.provenance.get(path, USER).quality
         return out
 
 
@@ -145,7 +150,7 @@ def validate_document(document: Any, name: str, vocabulary: Vocabulary | None = 
 def flatten(document: dict[str, Any]) -> dict[str, Any]:
     values = {}
     for section, fields in document.items():
-        if section == "kbopt" or not isinstance(fields, dict):
+        if section in ("kbopt", "provenance") or not isinstance(fields, dict):
             continue
         for key, value in fields.items():
             if value is not None:
@@ -177,7 +182,7 @@ def apply_overrides(document: dict[str, Any], overrides: list[str], vocabulary: 
     return document
 
 
-def enrich_from_catalog(values: dict[str, Any], origin: dict[str, str]) -> None:
+def enrich_from_catalog(values: dict[str, Any], provenance: dict[str, Provenance]) -> None:
     name = values.get("hardware.gpu_name")
     gpu = match_gpu(name) if isinstance(name, str) else None
     if gpu is None:
@@ -186,7 +191,7 @@ def enrich_from_catalog(values: dict[str, Any], origin: dict[str, str]) -> None:
                         ("hardware.memory_total_gib", gpu.memory_gib)):
         if path not in values:
             values[path] = value
-            origin[path] = f"catalog:{gpu.id}"
+            provenance[path] = Provenance(f"catalog:{gpu.id}", "catalog", note=gpu.source)
 
 
 def facts_from_document(document: Any, name: str, overrides: list[str] = ()) -> Facts:
@@ -196,14 +201,15 @@ def facts_from_document(document: Any, name: str, overrides: list[str] = ()) -> 
         document = apply_overrides(document, list(overrides), vocabulary)
         validate_document(document, f"{name} with --set", vocabulary)
     values = flatten(document)
-    origin = {path: "input" for path in values}
+    recorded = {path: Provenance(**raw) for path, raw in (document.get("provenance") or {}).items()}
+    provenance = {path: recorded.get(path, USER) for path in values}
     for item in overrides:
-        origin[item.partition("=")[0].strip()] = "set"
+        provenance[item.partition("=")[0].strip()] = SET
     for path, value in values.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise FactsError(f"{name}: ${'.' + path}: {value} is not a finite number")
-    enrich_from_catalog(values, origin)
-    return Facts(values=dict(sorted(values.items())), origin=dict(sorted(origin.items())))
+    enrich_from_catalog(values, provenance)
+    return Facts(values=dict(sorted(values.items())), provenance=dict(sorted(provenance.items())))
 
 
 def load_facts(path: str | Path, overrides: list[str] = ()) -> Facts:

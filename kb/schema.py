@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbopt.kb.vocabulary import FactSpec, Vocabulary, load_vocabulary
+from kbopt.kb.vocabulary import QUALITIES, FactSpec, Vocabulary, load_vocabulary
 
 FACTS_FORMAT = "facts/1"
 VERSION_PATTERN = r"^[0-9]+\.[0-9]$"
@@ -43,6 +43,23 @@ def facts_schema(vocabulary: Vocabulary | None = None) -> dict[str, Any]:
             "additionalProperties": False,
             "properties": {spec.path.split(".", 1)[1]: fact_schema(spec) for spec in specs},
         }
+    input_paths = sorted(spec.path for specs in vocabulary.input_sections().values() for spec in specs)
+    properties["provenance"] = {
+        "type": "object",
+        "description": "where each fact came from (written by `kbopt collect`); facts without an entry are user input",
+        "propertyNames": {"enum": input_paths},
+        "additionalProperties": {
+            "type": "object", "additionalProperties": False, "required": ["source", "quality"],
+            "properties": {
+                "source": {"type": "string", "description": "nvml, dcgm, vllm, sglang, trace:azure, ..."},
+                "quality": {"enum": list(QUALITIES),
+                            "description": "measured: a direct measurement; proxy: a stand-in (NVML's busy-time "
+                                           "utilizations); derived: computed from other readings; user; catalog"},
+                "metric": {"type": "string"}, "samples": {"type": "integer", "minimum": 0},
+                "window_s": {"type": "number", "minimum": 0}, "note": {"type": "string"},
+            },
+        },
+    }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://kbopt.invalid/schema/facts-1.json",
@@ -107,6 +124,8 @@ RULE_SCHEMA: dict[str, Any] = {
                         "properties": {"strategy": {"type": "string"}, "variant": {"type": "string"},
                                        "needs": {"type": "string"}},
                     },
+                    "warn": {"type": "string", "minLength": 10,
+                             "description": "a warning about the whole advice, shown first"},
                     "mitigate": {
                         "type": "object", "additionalProperties": False, "required": ["strategy", "by"],
                         "properties": {"strategy": {"type": "string"}, "by": {"type": "string"},

@@ -10,6 +10,8 @@ from typing import Any
 from kbopt.kb.yamlio import read_yaml
 
 FACT_TYPES = ("ratio", "number", "integer", "bool", "string", "enum", "version", "list")
+QUALITIES = ("measured", "proxy", "derived", "user", "catalog")
+QUALITY_PREFIX = "quality."
 NUMERIC_TYPES = ("ratio", "number", "integer", "version")
 
 
@@ -24,6 +26,7 @@ class FactSpec:
     max: float | None = None
     exclusive_min: bool = False
     derived: bool = False
+    quality_of: str | None = None  # set on the pseudo-fact `quality.<path>`: the fact it qualifies
 
     @property
     def section(self) -> str:
@@ -55,17 +58,20 @@ class Vocabulary:
 
     def suggest(self, path: str) -> str | None:
         """The closest known fact name, for "did you mean" hints."""
-        close = difflib.get_close_matches(path, list(self.facts), n=1, cutoff=0.6)
+        names = [p for p, spec in self.facts.items() if spec.quality_of is None]
+        close = difflib.get_close_matches(path, names, n=1, cutoff=0.6)
         if not close and "." in path:
             leaf = path.rsplit(".", 1)[1]
-            by_leaf = {p.rsplit(".", 1)[1]: p for p in self.facts}
+            by_leaf = {p.rsplit(".", 1)[1]: p for p in names}
             close = [by_leaf[m] for m in difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.7)]
         return close[0] if close else None
 
     def sections(self) -> dict[str, list[FactSpec]]:
+        """Input and derived facts by section (without the quality pseudo-facts)."""
         grouped: dict[str, list[FactSpec]] = {}
         for spec in self.facts.values():
-            grouped.setdefault(spec.section, []).append(spec)
+            if spec.quality_of is None:
+                grouped.setdefault(spec.section, []).append(spec)
         return grouped
 
     def input_sections(self) -> dict[str, list[FactSpec]]:
@@ -97,4 +103,8 @@ def load_vocabulary() -> Vocabulary:
         for name, spec in fields.items():
             path = f"{section}.{name}"
             facts[path] = _spec(path, spec, derived=(section == "derived"))
+    for path in [p for p, spec in facts.items() if not spec.derived]:
+        quality = QUALITY_PREFIX + path
+        facts[quality] = FactSpec(path=quality, type="enum", values=QUALITIES, quality_of=path,
+                                  description=f"where {path} came from: {', '.join(QUALITIES)}")
     return Vocabulary(facts)

@@ -55,7 +55,8 @@ def params_text(params: dict) -> str:
 
 def origin_text(advice: Advice, path: str) -> str:
     if path in advice.facts:
-        return advice.origin.get(path, "input")
+        provenance = advice.provenance.get(path)
+        return provenance.short() if provenance else "input"
     return "derived" if path in advice.derived else "?"
 
 
@@ -70,3 +71,11 @@ def facts_to_collect(advice: Advice) -> list[tuple[str, int]]:
         for path in item.missing:
             counts[path] = counts.get(path, 0) + 1
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def bottleneck_evidence(advice: Advice) -> list[tuple[Firing, Check]]:
+    """The comparisons on input facts that decided the bottleneck, through derived facts."""
+    if not advice.bottleneck_rule:
+        return []
+    return [(firing, check) for _, firing in chain(advice, [advice.bottleneck_rule])
+            for check in firing.checks if check.fact in advice.facts]

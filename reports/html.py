@@ -7,7 +7,8 @@ from kbopt.engine.advice import Advice
 from kbopt.engine.compare import Comparison
 from kbopt.engine.explain import Check
 from kbopt.engine.expr import fmt
-from kbopt.reports.common import chain, check_text, facts_to_collect, firings, origin_text, params_text
+from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, firings, origin_text,
+                                  params_text)
 from kbopt.reports.graph_layout import layout
 
 
@@ -49,6 +50,7 @@ def render_html(advice: Advice, comparison: Comparison | None = None) -> str:
         chain=lambda rule_ids: chain(advice, rule_ids),
         origin=lambda path: origin_text(advice, path),
         collect=facts_to_collect(advice),
+        evidence=bottleneck_evidence(advice),
         picture=layout(advice),
         made_by={p: f.rule for f in advice.fired for p in f.derived},
     )

@@ -4,8 +4,8 @@ from __future__ import annotations
 from kbopt.engine.advice import Advice
 from kbopt.engine.compare import Comparison
 from kbopt.engine.expr import fmt
-from kbopt.reports.common import (chain, check_text, facts_to_collect, firings, origin_text, params_text,
-                                  rejection_label)
+from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_text,
+                                  params_text, rejection_label)
 
 
 def _cell(text: str) -> str:
@@ -18,13 +18,15 @@ def _code(text: str) -> str:
 
 def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str:
     out = [f"# kbopt advice: {advice.bottleneck.replace('_', ' ')}", ""]
-    by_rule = firings(advice)
     if advice.bottleneck_rule:
-        firing = by_rule[advice.bottleneck_rule]
-        out.append(f"**Bottleneck:** `{advice.bottleneck}`, by {_code(firing.rule)} ({_cell(', '.join(firing.source))}):")
-        out += [f"- {_code(check_text(c))} ({origin_text(advice, c.fact)})" for c in firing.checks]
+        out.append(f"**Bottleneck:** `{advice.bottleneck}`, because:")
+        out += [f"- {_code(check_text(c))} ({origin_text(advice, c.fact)}; {_code(f.rule)}, {_cell(', '.join(f.source))})"
+                for f, c in bottleneck_evidence(advice)]
     else:
-        out.append("**Bottleneck:** `unknown` (the bottleneck rules need the three telemetry ratios)")
+        out.append("**Bottleneck:** `unknown`: the bottleneck rules need "
+                   + ", ".join(_code(m) for m in advice.bottleneck_missing))
+    if advice.warnings:
+        out += ["", "**Warnings:**"] + [f"- {_code(w.rule)}: {w.text}" for w in advice.warnings]
     out += ["", f"## Strategies ({len(advice.strategies)})", ""]
     if advice.strategies:
         out += ["| # | strategy | layer | parameters |", "|---|---|---|---|"]
@@ -62,7 +64,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
         out += ["", "## Derived facts", "", "| fact | value | rule |", "|---|---|---|"]
         out += [f"| `{p}` | {_cell(fmt(v))} | `{made_by.get(p, '?')}` |" for p, v in advice.derived.items()]
     out += ["", "## Facts", "", "| fact | value | origin |", "|---|---|---|"]
-    out += [f"| `{p}` | {_cell(fmt(v))} | {advice.origin.get(p, 'input')} |" for p, v in advice.facts.items()]
+    out += [f"| `{p}` | {_cell(fmt(v))} | {_cell(origin_text(advice, p))} |" for p, v in advice.facts.items()]
     out += ["", f"## Rules fired ({len(advice.fired)})", "", "| rule | title | source | file |", "|---|---|---|---|"]
     out += [f"| `{f.rule}` | {_cell(f.title)} | {_cell(', '.join(f.source))} | `{f.location}`"
             f"{'' if f.pack == 'builtin' else ' (pack ' + _cell(f.pack) + ')'} |" for f in advice.fired]

@@ -5,8 +5,8 @@ import textwrap
 
 from kbopt.engine.advice import Advice
 from kbopt.engine.expr import fmt
-from kbopt.reports.common import (chain, check_text, facts_to_collect, firings, origin_text, params_text,
-                                  rejection_label)
+from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, firings, origin_text,
+                                  params_text, rejection_label)
 
 WIDTH = 100
 
@@ -29,14 +29,13 @@ def _proof(advice: Advice, rule_ids, indent: str) -> list[str]:
 
 def render_text(advice: Advice) -> str:
     lines = [f"kbopt advice — bottleneck: {advice.bottleneck}"]
-    by_rule = firings(advice)
     if advice.bottleneck_rule:
-        firing = by_rule[advice.bottleneck_rule]
-        evidence = "; ".join(f"{check_text(c)} ({origin_text(advice, c.fact)})" for c in firing.checks)
-        lines.append(f"  evidence ({firing.rule}): {evidence}")
+        for firing, check in bottleneck_evidence(advice):
+            lines.append(f"  evidence: {check_text(check)}  ({origin_text(advice, check.fact)}; {firing.rule})")
     else:
-        lines.append("  evidence: none — the bottleneck rules need telemetry.memory_used_ratio, "
-                     "telemetry.compute_utilization and telemetry.bandwidth_utilization")
+        lines.extend(_wrap("not identified: the bottleneck rules need " + ", ".join(advice.bottleneck_missing), "  "))
+    for warning in advice.warnings:
+        lines.extend(_wrap(f"warning [{warning.rule}]: {warning.text}", "  "))
     lines.append("")
     lines.append(f"Strategies ({len(advice.strategies)})")
     if not advice.strategies:
@@ -65,6 +64,10 @@ def render_text(advice: Advice) -> str:
         lines.extend(_wrap(f"collect (rules waiting on each): {collect}", "  "))
     for item in advice.not_evaluated:
         lines.extend(_wrap(f"- {item.rule} ({item.title}): needs {', '.join(item.missing)}", "  "))
+    lines.append("")
+    lines.append("Facts")
+    for path, value in advice.facts.items():
+        lines.append(f"  {path} = {fmt(value)}  ({origin_text(advice, path)})")
     if advice.derived:
         lines.append("")
         lines.append("Derived facts")

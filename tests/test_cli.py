@@ -16,7 +16,7 @@ def test_text_advice_shows_evidence_chain_rejections(run_cli):
     code, out, err = run_cli("advise", "--facts", EXAMPLE)
     assert code == 0 and (err == "" or "using the reference evaluator" in err)
     assert "bottleneck: memory_capacity" in out
-    assert "telemetry.memory_used_ratio = 0.93 > 0.9 (capacity_threshold) (input)" in out
+    assert "evidence: telemetry.memory_used_ratio = 0.93 > 0.9 (capacity_threshold)  (input; D-CAPACITY-MEMORY-FULL)" in out
     assert "paged_kv_cache [storage]  page_size=16 max_pages=29234" in out
     assert "<- D-BOTTLENECK-CAPACITY" in out
     assert "quantization (scheme=fp8)" in out and "R-FP8-NEEDS-TENSOR-CORES" in out
@@ -27,12 +27,13 @@ def test_json_advice_follows_advice_v1(run_cli):
     assert code == 0
     advice = json.loads(out)
     assert advice["kbopt"] == "advice/1"
-    assert list(advice)[:7] == ["kbopt", "bottleneck", "strategies", "rejected", "fired", "not_evaluated", "facts"]
+    assert list(advice)[:7] == ["kbopt", "bottleneck", "strategies", "rejected", "fired", "not_evaluated", "warnings"]
     paged = next(s for s in advice["strategies"] if s["id"] == "paged_kv_cache")
     assert paged["layer"] == "storage" and "S-PAGED-KV-CAPACITY" in paged["because"]
-    capacity = next(f for f in advice["fired"] if f["rule"] == "D-BOTTLENECK-CAPACITY")
+    capacity = next(f for f in advice["fired"] if f["rule"] == "D-CAPACITY-MEMORY-FULL")
     assert capacity["facts"] == {"telemetry.memory_used_ratio": 0.93}
-    assert advice["facts"]["hardware.gpu_name"] == {"value": "NVIDIA A100-SXM4-80GB", "origin": "input"}
+    assert capacity["derived"] == {"derived.capacity_binding": True}
+    assert advice["facts"]["hardware.gpu_name"] == {"value": "NVIDIA A100-SXM4-80GB", "origin": "input", "quality": "user"}
 
 
 def test_markdown_advice(run_cli):

@@ -91,13 +91,14 @@ def test_catalog_fills_compute_capability_and_memory_with_their_origin():
     facts = facts_from_document({"hardware": {"gpu_name": "NVIDIA L40S"}}, "x")
     assert facts.values["hardware.compute_capability"] == "8.9"
     assert facts.values["hardware.memory_total_gib"] == 48
-    assert facts.origin["hardware.compute_capability"] == "catalog:L40S"
+    assert facts.provenance["hardware.compute_capability"].source == "catalog:L40S"
+    assert facts.provenance["hardware.compute_capability"].quality == "catalog"
 
 
 def test_given_values_win_over_the_catalog():
     facts = facts_from_document({"hardware": {"gpu_name": "NVIDIA A100-SXM4-80GB", "memory_total_gib": 79.2}}, "x")
     assert facts.values["hardware.memory_total_gib"] == 79.2
-    assert facts.origin["hardware.memory_total_gib"] == "input"
+    assert facts.provenance["hardware.memory_total_gib"].source == "input"
 
 
 def test_versions_compare_as_numbers():
@@ -110,7 +111,7 @@ def test_set_overrides_a_fact_and_is_validated():
                                 ["telemetry.memory_used_ratio=0.95", "constraints.allowed_precisions=[int8, fp16]"])
     assert facts.values["telemetry.memory_used_ratio"] == 0.95
     assert facts.values["constraints.allowed_precisions"] == ["int8", "fp16"]
-    assert facts.origin["telemetry.memory_used_ratio"] == "set"
+    assert facts.provenance["telemetry.memory_used_ratio"].source == "set"
     assert "write 0.95" in _error({}, ["telemetry.memory_used_ratio=95"])
     assert "did you mean 'telemetry.memory_used_ratio'" in _error({}, ["telemetry.memory_use_ratio=0.9"])
     assert "derived by rules" in _error({}, ["derived.bottleneck=compute_capacity"])

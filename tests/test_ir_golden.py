@@ -23,8 +23,8 @@ def test_builtin_pack_ir_matches_the_golden_copy(pack):
 def test_ir_of_a_bottleneck_rule(pack):
     rule = next(r for r in pack_to_data(pack)["rules"] if r["id"] == "D-BOTTLENECK-COMPUTE")
     assert rule["condition"] == {"node": "And", "items": [
-        {"node": "Cmp", "op": "<=", "left": {"node": "Fact", "path": "telemetry.memory_used_ratio"},
-         "right": {"node": "Const", "value": 0.9, "parameter": "capacity_threshold"}},
+        {"node": "Cmp", "op": "==", "left": {"node": "Fact", "path": "derived.capacity_binding"},
+         "right": {"node": "Const", "value": False}},
         {"node": "Cmp", "op": ">", "left": {"node": "Fact", "path": "telemetry.compute_utilization"},
          "right": {"node": "Fact", "path": "telemetry.bandwidth_utilization"}}]}
     assert rule["then"] == [{"node": "Derive", "path": "derived.bottleneck",

@@ -1,0 +1,45 @@
+"""Where a fact came from, and how far its value can be trusted."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kbopt.kb.vocabulary import QUALITIES
+
+
+@dataclass(frozen=True)
+class Provenance:
+    source: str                    # input | set | catalog:<gpu> | nvml | dcgm | vllm | sglang | trace:<format> | ...
+    quality: str                   # measured | proxy | derived | user | catalog
+    metric: str | None = None      # the metric, field or column it was read from
+    samples: int | None = None     # readings behind the value
+    window_s: float | None = None  # time span those readings cover
+    note: str | None = None
+
+    def __post_init__(self):
+        if self.quality not in QUALITIES:
+            raise ValueError(f"unknown quality {self.quality!r}")
+
+    def short(self) -> str:
+        """`dcgm DCGM_FI_PROF_SM_ACTIVE, measured, 60 samples over 30 s` or just `input`."""
+        head = self.source + (f" {self.metric}" if self.metric else "")
+        if self.quality in ("user", "catalog") and not (self.samples or self.window_s):
+            return head
+        parts = [head, self.quality]
+        if self.samples:
+            parts.append(f"{self.samples} samples" + (f" over {self.window_s:g} s" if self.window_s else ""))
+        elif self.window_s:
+            parts.append(f"over {self.window_s:g} s")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source, "quality": self.quality}
+        for name in ("metric", "samples", "window_s", "note"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+USER = Provenance("input", "user")
+SET = Provenance("set", "user")
