@@ -37,10 +37,12 @@ def check_example(rule: Rule, example: Example, pack: Pack, evaluator: str) -> E
 def expectation_failures(rule: Rule, example: Example, advice: Advice) -> list[str]:
     failures = []
     fired = {f.rule for f in advice.fired}
-    if (rule.id in fired) != example.fires:
-        found = "it fired" if rule.id in fired else "it did not fire"
-        missing = next((n.missing for n in advice.not_evaluated if n.rule == rule.id), ())
-        found += f" (not evaluated, missing {', '.join(missing)})" if missing else ""
+    missing = next((n.missing for n in advice.not_evaluated if n.rule == rule.id), None)
+    # A non-firing example must decide the rule false: "not evaluated" is its own outcome.
+    outcome = True if rule.id in fired else ("unknown" if missing is not None else False)
+    if outcome != example.fires:
+        found = {True: "it fired", False: "it was decided false",
+                 "unknown": f"it was not evaluated (missing {', '.join(missing or ())})"}[outcome]
         failures.append(f"expected fires: {str(example.fires).lower()}, found: {found}")
     expect = example.expect
     if "bottleneck" in expect and advice.bottleneck != expect["bottleneck"]:

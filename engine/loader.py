@@ -79,9 +79,9 @@ def _schema_error(error, lines, file) -> RuleError:
 
 class _RuleBuilder:
     def __init__(self, data: dict, lines: dict[tuple, int], file: str, layer_dir: str | None,
-                 vocabulary: Vocabulary, pack: str):
+                 vocabulary: Vocabulary, pack: str, shared: dict[str, Parameter]):
         self.data, self.lines, self.file, self.layer_dir = data, lines, file, layer_dir
-        self.vocabulary, self.pack = vocabulary, pack
+        self.vocabulary, self.pack, self.shared = vocabulary, pack, shared
         self.catalog = strategies()
 
     def fail(self, path, message, hint=None):
@@ -119,10 +119,18 @@ class _RuleBuilder:
         stem = Path(self.file).stem
         if self.layer_dir and stem.upper() != d["id"]:
             self.fail(("id",), f"id {d['id']!r} does not match the file name {stem!r}", f"name the file {d['id'].lower()}.yaml")
-        parameters = tuple(Parameter(name, p["value"], p["why"]) for name, p in (d.get("parameters") or {}).items())
-        values = {p.name: p.value for p in parameters}
+        local = tuple(Parameter(name, p["value"], p["why"]) for name, p in (d.get("parameters") or {}).items())
+        for parameter in local:
+            if parameter.name in self.shared:
+                self.fail(("parameters", parameter.name), f"parameter {parameter.name!r} is already a pack parameter",
+                          "use the pack's value (rules/parameters.yaml) or choose another name")
+        values = {**{name: p.value for name, p in self.shared.items()}, **{p.name: p.value for p in local}}
         when = self.expression(d["when"], ("when",), "condition", values)
         then = tuple(self.conclusion(item, ("then", i), values) for i, item in enumerate(d["then"]))
+        import re
+        used = {n.parameter for n in _constants((when,) + then) if n.parameter} | \
+            set(re.findall(r"\{([a-z_][a-z0-9_]*)(?::[^{}]*)?\}", d["because"]))
+        parameters = local + tuple(self.shared[name] for name in sorted(used) if name in self.shared)
         needed = [path for c in then if isinstance(c, Derive) for path in _required(c.value)]
         fire_condition = expr.And((when,) + tuple(expr.Needs(expr.Fact(p)) for p in dict.fromkeys(needed))) \
             if needed else when
@@ -132,7 +140,7 @@ class _RuleBuilder:
         return Rule(id=d["id"], title=d["title"], layer=d["layer"], when_text=" ".join(d["when"].split()),
                     when=when, fire_condition=fire_condition, then=then, because=" ".join(d["because"].split()),
                     sources=sources, parameters=parameters, examples=examples, notes=d.get("notes"),
-                    tags=tuple(d.get("tags", ())), file=self.file, line=1, pack=self.pack)
+                    tags=tuple(d.get("tags", ())), file=self.file, line=_line(self.lines, ("id",)), pack=self.pack)
 
     def conclusion(self, item, path, values):
         kind, body = next(iter(item.items()))
@@ -203,6 +211,19 @@ class _RuleBuilder:
                        line=_line(self.lines, path))
 
 
+def _constants(nodes) -> list[expr.Const]:
+    """Every literal in conditions and conclusions (to find the parameters a rule uses)."""
+    out = []
+    for node in nodes:
+        if isinstance(node, expr.Const):
+            out.append(node)
+        elif isinstance(node, (list, tuple)):
+            out.extend(_constants(node))
+        elif hasattr(node, "__dataclass_fields__"):
+            out.extend(_constants([getattr(node, f) for f in node.__dataclass_fields__]))
+    return out
+
+
 def _required(node) -> list[str]:
     """Facts a value expression cannot do without (coalesce offers alternatives)."""
     if isinstance(node, expr.Call) and node.fn == "coalesce":
@@ -226,8 +247,23 @@ def _rule_validator():
     return jsonschema.Draft202012Validator(RULE_SCHEMA)
 
 
+def load_parameters(text: str, file: str) -> dict[str, Parameter]:
+    """A pack's shared parameters (parameters.yaml): {name: {value, why}}."""
+    data, lines = _read_yaml(text, file)
+    entries = data.get("parameters") if isinstance(data, dict) else None
+    if not isinstance(entries, dict):
+        raise RuleError(file, 1, "expected a mapping `parameters: {name: {value: ..., why: ...}}`")
+    out = {}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict) or set(entry) != {"value", "why"} or not isinstance(entry["why"], str) \
+                or not isinstance(entry["value"], (int, float, str, bool)):
+            raise RuleError(file, _line(lines, ("parameters", name)), f"parameter {name!r} needs exactly `value` and `why`")
+        out[name] = Parameter(name, entry["value"], " ".join(entry["why"].split()))
+    return out
+
+
 def load_rule_text(text: str, file: str, layer_dir: str | None = None, pack: str = "builtin",
-                   vocabulary: Vocabulary | None = None) -> Rule:
+                   vocabulary: Vocabulary | None = None, shared: dict[str, Parameter] | None = None) -> Rule:
     vocabulary = vocabulary or load_vocabulary()
     data, lines = _read_yaml(text, file)
     if not isinstance(data, dict):
@@ -237,7 +273,18 @@ def load_rule_text(text: str, file: str, layer_dir: str | None = None, pack: str
                     key=lambda e: (e.validator != "additionalProperties", _line(lines, e.absolute_path)))
     if errors:
         raise _schema_error(errors[0], lines, file)
-    return _RuleBuilder(data, lines, file, layer_dir, vocabulary, pack).build()
+    if shared is None:
+        shared = builtin_parameters()
+    return _RuleBuilder(data, lines, file, layer_dir, vocabulary, pack, shared).build()
+
+
+def _read_text(file, shown: str | None = None) -> str:
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise RuleError(shown or str(file), None, f"not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise RuleError(shown or str(file), None, f"cannot read: {error.strerror}") from None
 
 
 def _rule_files(root) -> list:
@@ -253,22 +300,35 @@ def builtin_root():
     return resources.files("kbopt.rules")
 
 
+@lru_cache(maxsize=1)
+def builtin_parameters() -> dict[str, Parameter]:
+    return load_parameters(builtin_root().joinpath("parameters.yaml").read_text(encoding="utf-8"), "rules/parameters.yaml")
+
+
 def load_pack(extra_dirs: Iterable[str | Path] = ()) -> Pack:
     """The built-in rules, then each extra directory's (same layout: <layer>/<id>.yaml)."""
     vocabulary = load_vocabulary()
     digest = hashlib.sha256()
     rules: list[Rule] = []
     sources = [("builtin", builtin_root(), "rules")] + [(str(d), Path(d), str(d)) for d in extra_dirs]
+    shared = dict(builtin_parameters())
     for pack, root, shown in sources:
         if pack != "builtin" and not Path(root).is_dir():
             raise RuleError(str(root), None, "no such rules directory")
+        if pack != "builtin" and Path(root, "parameters.yaml").is_file():
+            extra = load_parameters(_read_text(Path(root, "parameters.yaml")), f"{shown}/parameters.yaml")
+            clash = sorted(set(extra) & set(shared))
+            if clash:
+                raise RuleError(f"{shown}/parameters.yaml", None, f"parameter {clash[0]!r} is already defined by another pack")
+            shared.update(extra)
         files = _rule_files(root)
         if pack != "builtin" and not files:
             raise RuleError(str(root), None, "no rule files found", "rules live in <dir>/<layer>/<id>.yaml, layers: " + ", ".join(LAYERS))
         for layer, file in files:
-            text = file.read_text(encoding="utf-8")
+            text = _read_text(file, f"{shown}/{layer}/{file.name}")
             digest.update(file.name.encode() + b"\0" + text.encode())
-            rules.append(load_rule_text(text, f"{shown}/{layer}/{file.name}", layer, pack, vocabulary))
+            rules.append(load_rule_text(text, f"{shown}/{layer}/{file.name}", layer, pack, vocabulary, shared))
+    digest.update(repr(sorted((p.name, p.value) for p in shared.values())).encode())
     return build_pack(rules, digest.hexdigest()[:12])
 
 

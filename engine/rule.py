@@ -94,7 +94,7 @@ class Parameter:
 class Example:
     name: str
     facts: dict[str, Any]
-    fires: bool
+    fires: bool | str              # True, False (decided false) or "unknown" (not evaluated)
     expect: dict[str, Any]
     line: int
 

@@ -144,7 +144,8 @@ RULE_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "name": {"type": "string"},
                     "facts": {"type": "object"},
-                    "fires": {"type": "boolean"},
+                    "fires": {"enum": [True, False, "unknown"],
+                              "description": "true: fires; false: decided not to fire; unknown: not evaluated for lack of facts"},
                     "expect": {
                         "type": "object", "additionalProperties": False,
                         "properties": {

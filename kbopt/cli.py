@@ -177,10 +177,10 @@ def _rules(args) -> int:
     for result in failed:
         for failure in result.failures:
             print(f"FAIL {result.rule} / {result.example!r} ({result.evaluator}) at {result.location}: {failure}")
-    rules_with_both = sum(1 for r in pack.rules if {e.fires for e in r.examples} == {True, False})
+    decided_both = [r.id for r in pack.rules if {True, False} <= {e.fires for e in r.examples}]
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed "
           f"({sum(len(r.examples) for r in pack.rules)} examples x {len(evaluators)} evaluator(s); "
-          f"{rules_with_both}/{len(pack.rules)} rules have a firing and a non-firing example)")
+          f"{len(decided_both)}/{len(pack.rules)} rules have an example that fires and one decided false)")
     return EXIT_FAILED if failed else EXIT_OK
 
 
