@@ -100,16 +100,21 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
     rules = pack.by_id()
     candidates: dict[str, Candidate] = {}
     vetoes, requires, mitigates, caveats = [], [], [], []
+    order = {rule_id: index for index, rule_id in enumerate(fired)}
+    recommendations = sorted(((rule_id, c) for rule_id in fired for c in rules[rule_id].then if isinstance(c, Recommend)),
+                             key=lambda rc: (-rc[1].weight, order[rc[0]]))
+    for rule_id, conclusion in recommendations:     # strongest rule first: its parameters and gain win
+        c = candidates.setdefault(conclusion.key, Candidate(conclusion.key, conclusion.strategy, conclusion.variant))
+        c.weight = max(c.weight, conclusion.weight)
+        c.rules.append(rule_id)
+        c.gain = c.gain or conclusion.gain
+        for name, node in conclusion.params:
+            c.params.setdefault(name, (node, rule_id))
+    for candidate in candidates.values():
+        candidate.rules.sort(key=order.get)
     for rule_id in fired:
         for conclusion in rules[rule_id].then:
-            if isinstance(conclusion, Recommend):
-                c = candidates.setdefault(conclusion.key, Candidate(conclusion.key, conclusion.strategy, conclusion.variant))
-                c.weight = max(c.weight, conclusion.weight)   # the strongest argument counts
-                c.rules.append(rule_id)
-                c.gain = c.gain or conclusion.gain
-                for name, node in conclusion.params:
-                    c.params.setdefault(name, (node, rule_id))
-            elif isinstance(conclusion, Reject):
+            if isinstance(conclusion, Reject):
                 vetoes.append((conclusion.strategy, conclusion.variant, rule_id, conclusion.reason))
             elif isinstance(conclusion, Require):
                 requires.append((conclusion.strategy, conclusion.variant, conclusion.needs, rule_id))
@@ -125,7 +130,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
     out = []
     for key in resolution.chosen:
         c = candidates[key]
-        params, notes = _params(c, final)
+        params, notes = _params(c, final, catalog[c.strategy])
         because = list(c.rules)
         texts = []
         for strategy, variant, rule_id, text in caveats:
@@ -153,8 +158,9 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
     return tuple(out), tuple(rejected), edges
 
 
-def _params(candidate: Candidate, final: FinalFacts) -> tuple[dict[str, Any], list[Caveat]]:
-    """Evaluate each parameter on the final facts; say so when facts were missing."""
+def _params(candidate: Candidate, final: FinalFacts, strategy) -> tuple[dict[str, Any], list[Caveat]]:
+    """Evaluate each parameter on the final facts; say so when facts were missing or the value
+    falls outside the parameter's range (then it is not given)."""
     params: dict[str, Any] = {}
     notes: list[Caveat] = []
     for name, (node, rule_id) in candidate.params.items():
@@ -169,6 +175,13 @@ def _params(candidate: Candidate, final: FinalFacts) -> tuple[dict[str, Any], li
             params[name] = expr.value_of(node, lookup)
         except expr.Missing as missing:
             notes.append(Caveat(rule_id, f"{name} not computed: needs {', '.join(dict.fromkeys(missing.paths))}"))
+            continue
+        problem = strategy.params[name].violated_by(params[name])
+        if problem:
+            used = ", ".join(f"{p}={expr.fmt(final.lookup(p)[1])}" for p in expr.unique_facts(node)
+                             if final.lookup(p)[0] == expr.KNOWN)
+            notes.append(Caveat(rule_id, f"{name} not given: it computes to {expr.fmt(params.pop(name))}, "
+                                         f"{problem}" + (f" (from {used})" if used else "")))
             continue
         if looked_up_unknown:
             notes.append(Caveat(rule_id, f"{name}={expr.fmt(params[name])} is a default: "

@@ -1,12 +1,14 @@
 """What an evaluator returns: which rules fired and the facts they derived."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from kbopt.engine import expr
 from kbopt.engine.rule import Derive, Pack, Rule
 from kbopt.errors import EvaluationError
+from kbopt.kb.vocabulary import load_vocabulary
 
 
 @dataclass(frozen=True)
@@ -18,8 +20,9 @@ class Derivation:
 class DerivedFacts:
     """Derived facts as chaining adds them; the same fact may not get two values."""
 
-    def __init__(self, inputs: dict[str, Any]):
+    def __init__(self, inputs: dict[str, Any], order: dict[str, int] | None = None):
         self.inputs = inputs
+        self.order = order or {}          # rule id -> position in the pack, for stable messages
         self.values: dict[str, tuple[Any, str]] = {}
 
     def lookup(self, path: str):
@@ -41,16 +44,43 @@ class DerivedFacts:
             except expr.Missing as missing:
                 raise EvaluationError(f"rule {rule.id} ({rule.location}) fired but cannot compute "
                                       f"{conclusion.path}: needs {', '.join(missing.paths)}") from None
+            except (ArithmeticError, ValueError, TypeError) as error:
+                raise EvaluationError(f"rule {rule.id} ({rule.location}) cannot compute {conclusion.path}: "
+                                      f"{error} (from {self._inputs_of(conclusion.value)})") from None
+            problem = value_problem(conclusion.path, value)
+            if problem:
+                raise EvaluationError(f"rule {rule.id} ({rule.location}) computes {conclusion.path} = "
+                                      f"{expr.fmt(value)}: {problem} (from {self._inputs_of(conclusion.value)})")
             known = self.values.get(conclusion.path)
             if known is not None:
                 if known[0] != value:
-                    raise EvaluationError(f"rules {known[1]} and {rule.id} derive different values for "
-                                          f"{conclusion.path} ({expr.fmt(known[0])} vs {expr.fmt(value)}); "
-                                          f"make their conditions exclusive ({rule.location})")
+                    first, second = sorted([(known[1], known[0]), (rule.id, value)], key=lambda rv: self.order.get(rv[0], 0))
+                    raise EvaluationError(f"rules {first[0]} and {second[0]} derive different values for "
+                                          f"{conclusion.path} ({expr.fmt(first[1])} vs {expr.fmt(second[1])}); "
+                                          "make their conditions exclusive")
                 continue
             self.values[conclusion.path] = (value, rule.id)
             new.append((conclusion.path, value))
         return new
+
+    def _inputs_of(self, node) -> str:
+        return ", ".join(f"{p}={expr.fmt(self.lookup(p)[1])}" for p in expr.unique_facts(node)
+                         if self.lookup(p)[0] == expr.KNOWN) or "constants"
+
+
+def value_problem(path: str, value: Any) -> str | None:
+    """Why a derived value does not fit its declared type, or None."""
+    spec = load_vocabulary().get(path)
+    if spec.type == "bool":
+        return None if isinstance(value, bool) else "not true or false"
+    if spec.type == "enum":
+        return None if value in spec.values else f"not one of {', '.join(spec.values)}"
+    if spec.is_numeric:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "not a number"
+        if not math.isfinite(value):
+            return "not a finite number"
+    return None
 
 
 def finish(pack: Pack, fired: set[str], derived: DerivedFacts) -> Derivation:

@@ -278,7 +278,7 @@ class DurableEvaluator:
 
     def run(self, values: dict[str, Any]) -> Derivation:
         sid = str(next(self._sids))
-        derived = DerivedFacts(values)
+        derived = DerivedFacts(values, self.pack.order)
         fired: set[str] = set()
         started = []
         try:

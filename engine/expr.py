@@ -97,6 +97,14 @@ class ListOf:
     items: tuple
 
 
+@dataclass(frozen=True)
+class IfElse:
+    """`a if condition else b` in a value expression."""
+    condition: Any
+    then: Any
+    otherwise: Any
+
+
 NEGATED_OP = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 FLIPPED_OP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _CMP_AST = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
@@ -112,6 +120,9 @@ _ARITH: dict[str, Callable[[Any, Any], Any]] = {
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
 
+MIN_BUCKET = 16      # a bucket edge below this many tokens separates nothing worth separating
+
+
 def _pow2ceil(x):
     x = max(1, int(math.ceil(x)))
     return 1 << (x - 1).bit_length()
@@ -120,7 +131,7 @@ def _pow2ceil(x):
 def _edges(*values):
     """Sorted distinct bucket edges, each rounded up to a power of two except the last (the cap)."""
     *inner, cap = values
-    edges = sorted({_pow2ceil(v) for v in inner if v < cap})
+    edges = sorted({_pow2ceil(v) for v in inner if MIN_BUCKET <= v < cap})
     return [e for e in edges if e < cap] + [int(cap)]
 
 
@@ -175,9 +186,11 @@ class _Parser:
         if "." not in dotted:
             if dotted in self.parameters:
                 return Const(self.parameters[dotted], parameter=dotted)
-            raise ExprError(f"unknown name {dotted!r}",
-                            "a bare name must be one of this rule's parameters: "
-                            + (", ".join(sorted(self.parameters)) or "(none declared)"))
+            import difflib
+            close = difflib.get_close_matches(dotted, list(self.parameters), n=1)
+            raise ExprError(f"unknown name {dotted!r}", f"did you mean the parameter '{close[0]}'?" if close else
+                            "a bare name is a parameter: declare it under `parameters:` or in rules/parameters.yaml; "
+                            "facts are dotted (section.name)")
         if self.spec(dotted) is None:
             hint = self.vocabulary.suggest(dotted)
             raise ExprError(f"unknown fact {dotted!r}", f"did you mean '{hint}'?" if hint else "see `kbopt schema facts`")
@@ -320,6 +333,8 @@ class _Parser:
             return Call(node.func.id, tuple(self.value(a) for a in node.args))
         if isinstance(node, (ast.List, ast.Tuple)):
             return ListOf(tuple(self.value(v) for v in node.elts))
+        if isinstance(node, ast.IfExp):
+            return IfElse(self.condition(node.test), self.value(node.body), self.value(node.orelse))
         return self.operand(node)
 
 
@@ -361,6 +376,9 @@ def facts_of(node) -> Iterator[str]:
     elif isinstance(node, Call):
         for arg in node.args:
             yield from facts_of(arg)
+    elif isinstance(node, IfElse):
+        for part in (node.condition, node.then, node.otherwise):
+            yield from facts_of(part)
 
 
 def unique_facts(node) -> tuple[str, ...]:
@@ -495,6 +513,11 @@ def value_of(node, lookup: Lookup):
         return value
     if isinstance(node, ListOf):
         return [value_of(i, lookup) for i in node.items]
+    if isinstance(node, IfElse):
+        decided = evaluate(node.condition, lookup)
+        if decided is None:
+            raise Missing(undecided_by(node.condition, lookup))
+        return value_of(node.then if decided else node.otherwise, lookup)
     if isinstance(node, Arith):
         missing, operands = [], []
         for side in (node.left, node.right):
@@ -577,6 +600,8 @@ def render(node, values: dict[str, Any] | None = None) -> str:
         return f"{node.fn}({', '.join(side(a) for a in node.args)})"
     if isinstance(node, ListOf):
         return "[" + ", ".join(side(a) for a in node.items) + "]"
+    if isinstance(node, IfElse):
+        return f"{side(node.then)} if {render(node.condition, values)} else {side(node.otherwise)}"
     return side(node)
 
 

@@ -15,7 +15,7 @@ from kbopt.engine.rule import (LAYERS, Caveat, Derive, Example, Mitigate, Pack, 
 from kbopt.errors import RuleError
 from kbopt.kb.catalog import strategies
 from kbopt.kb.vocabulary import Vocabulary, load_vocabulary
-from kbopt.kb.yamlio import SafeLoader
+from kbopt.kb.yamlio import DuplicateKey, SafeLoader, check_duplicate_keys
 
 
 
@@ -26,7 +26,10 @@ def _read_yaml(text: str, file: str) -> tuple[Any, dict[tuple, int]]:
         node = loader.get_single_node()
         if node is None:
             raise RuleError(file, 1, "the rule file is empty")
+        check_duplicate_keys(node)
         data = loader.construct_document(node)
+    except DuplicateKey as error:
+        raise RuleError(file, error.line, f"duplicate key {error.key!r}", "a later copy would silently replace the first") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         raise RuleError(file, mark.line + 1 if mark else None, f"not valid YAML: {getattr(error, 'problem', error)}") from None
@@ -237,6 +240,8 @@ def _required(node) -> list[str]:
         children = list(node.args)
     elif isinstance(node, expr.ListOf):
         children = list(node.items)
+    elif isinstance(node, expr.IfElse):
+        return []        # its condition decides which facts it needs; a missing one leaves it unknown
     return [p for c in children for p in _required(c)]
 
 

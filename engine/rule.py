@@ -137,5 +137,9 @@ class Pack:
         return self._by_id
 
     @cached_property
+    def order(self) -> dict[str, int]:
+        return {rule.id: index for index, rule in enumerate(self.rules)}
+
+    @cached_property
     def _by_id(self) -> dict[str, Rule]:
         return {rule.id: rule for rule in self.rules}

@@ -21,8 +21,29 @@ class Gpu:
     compute_capability: str
     memory_gib: float
     bandwidth_gbps: float
+    fp16_tflops: float
+    int8_tops: float
+    fp8_tflops: float
     fp8_tensor_cores: bool
+    fp4_tensor_cores: bool
     source: str
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    description: str
+    min: float | None = None
+    max: float | None = None
+
+    def violated_by(self, value) -> str | None:
+        """Why a computed value is out of range, or None."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        if self.min is not None and value < self.min:
+            return f"below {self.min:g}"
+        if self.max is not None and value > self.max:
+            return f"above {self.max:g}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -30,7 +51,7 @@ class Strategy:
     id: str
     layer: str
     title: str
-    params: dict[str, str]
+    params: dict[str, ParamSpec]
     variant: str | None = None            # the parameter that names a variant (quantization.scheme)
     variants: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
@@ -56,7 +77,8 @@ def strategies() -> dict[str, Strategy]:
             id=sid,
             layer=raw["layer"],
             title=raw["title"],
-            params=dict(raw.get("params", {})),
+            params={name: ParamSpec(**spec) if isinstance(spec, dict) else ParamSpec(spec)
+                    for name, spec in raw.get("params", {}).items()},
             variant=raw.get("variant"),
             variants=tuple(raw.get("variants", ())),
             excludes=tuple(raw.get("excludes", ())),

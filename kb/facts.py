@@ -8,6 +8,7 @@ it), else `input`/`set` with quality `user`.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import math
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from kbopt.errors import FactsError
 from kbopt.kb.catalog import match_gpu
 from kbopt.kb.schema import FACTS_FORMAT, facts_schema
 from kbopt.kb.provenance import SET, USER, Provenance
+from kbopt.kb.yamlio import DuplicateKey, read_yaml_strict
 from kbopt.kb.vocabulary import QUALITY_PREFIX, Vocabulary, load_vocabulary
 
 
@@ -48,6 +50,14 @@ def version_number(text: str) -> float:
     return int(major) + int(minor) / 10  # minor is one digit (schema), so 8.9 < 9.0 < 10.0
 
 
+def _unique_keys(pairs):
+    keys = [key for key, _ in pairs]
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate key {duplicates[0]!r}")
+    return dict(pairs)
+
+
 def _reject_constant(name: str):
     raise ValueError(f"{name} is not a number kbopt accepts")
 
@@ -58,17 +68,37 @@ def parse_document(text: str, name: str) -> Any:
         raise FactsError(f"{name}: the facts document is empty; write at least {{\"kbopt\": \"{FACTS_FORMAT}\"}}")
     if name.endswith((".yaml", ".yml")):
         try:
-            return yaml.safe_load(text)
+            return _plain(read_yaml_strict(text), name, "$")
+        except DuplicateKey as error:
+            raise FactsError(f"{name}: {error}") from None
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
             raise FactsError(f"{name}: not valid YAML: {where}{getattr(error, 'problem', error)}") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as error:
         raise FactsError(f"{name}: not valid JSON: line {error.lineno} column {error.colno}: {error.msg}") from None
     except ValueError as error:
         raise FactsError(f"{name}: not valid JSON: {error}") from None
+
+
+def _plain(value: Any, name: str, where: str) -> Any:
+    """YAML values as JSON would have them: string keys only; dates become ISO strings."""
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise FactsError(f"{name}: {where}: the key {key!r} is not a name; quote it or fix the indentation")
+        return {k: _plain(v, name, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v, name, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    return value
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, default=str)
 
 
 def _json_path(parts) -> str:
@@ -107,25 +137,25 @@ def _describe(error, vocabulary: Vocabulary) -> str:
             return f"{where}: {instance!r} is out of range: {dotted} is a ratio in 0..1"
         if spec.type in ("number", "integer", "ratio"):
             if isinstance(instance, bool) or not isinstance(instance, (int, float)):
-                return f"{where}: expected {'an integer' if spec.type == 'integer' else 'a number'}, got {json.dumps(instance)}"
+                return f"{where}: expected {'an integer' if spec.type == 'integer' else 'a number'}, got {_show(instance)}"
             if spec.type == "integer" and not float(instance).is_integer():
                 return f"{where}: expected an integer, got {instance!r}"
             return f"{where}: {instance!r} is out of range ({spec.range_text()})"
         if spec.type == "bool":
-            return f"{where}: expected true or false, got {json.dumps(instance)}"
+            return f"{where}: expected true or false, got {_show(instance)}"
         if spec.type == "enum":
-            return f"{where}: {json.dumps(instance)} is not one of {', '.join(spec.values)}"
+            return f"{where}: {_show(instance)} is not one of {', '.join(spec.values)}"
         if spec.type == "version":
-            return f"{where}: expected a compute capability \"major.minor\" such as \"8.9\", got {json.dumps(instance)}"
+            return f"{where}: expected a compute capability \"major.minor\" such as \"8.9\", got {_show(instance)}"
         if spec.type == "list":
-            return f"{where}: expected a list of distinct values from {', '.join(spec.values)}, got {json.dumps(instance)}"
+            return f"{where}: expected a list of distinct values from {', '.join(spec.values)}, got {_show(instance)}"
         if spec.type == "string":
-            return f"{where}: expected a string, got {json.dumps(instance)}"
+            return f"{where}: expected a string, got {_show(instance)}"
         return f"{where}: {error.message} (expected {inner})"
     if error.validator == "type" and error.validator_value == "object":
-        return f"{where}: expected an object with named facts, got {json.dumps(instance)}"
+        return f"{where}: expected an object with named facts, got {_show(instance)}"
     if error.validator == "const":
-        return f"{where}: format marker must be \"{FACTS_FORMAT}\", got {json.dumps(instance)}"
+        return f"{where}: format marker must be \"{FACTS_FORMAT}\", got {_show(instance)}"
     return f"{where}: {error.message}"
 
 
@@ -177,6 +207,11 @@ def apply_overrides(document: dict[str, Any], overrides: list[str], vocabulary: 
             value = raw
         if spec.type in ("string", "enum", "version") and value is not None and not isinstance(value, str):
             value = raw.strip()
+        if spec.is_numeric and spec.type != "version" and isinstance(value, str):
+            try:
+                value = float(value)            # YAML 1.1 reads 1e-5 (no dot) as a string
+            except ValueError:
+                pass
         section, key = path.split(".", 1)
         document.setdefault(section, {})[key] = value
     return document
@@ -201,6 +236,11 @@ def facts_from_document(document: Any, name: str, overrides: list[str] = ()) -> 
         document = apply_overrides(document, list(overrides), vocabulary)
         validate_document(document, f"{name} with --set", vocabulary)
     values = flatten(document)
+    for path, value in values.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                vocabulary.get(path).type == "version":
+            values[path] = f"{value:.1f}"     # YAML reads an unquoted 8.9 as a number
+    check_consistency(values, name, vocabulary)
     recorded = {path: Provenance(**raw) for path, raw in (document.get("provenance") or {}).items()}
     provenance = {path: recorded.get(path, USER) for path in values}
     for item in overrides:
@@ -221,3 +261,25 @@ def load_facts(path: str | Path, overrides: list[str] = ()) -> Facts:
     except (OSError, UnicodeDecodeError) as error:
         raise FactsError(f"{path}: cannot read the facts file: {error}") from None
     return facts_from_document(parse_document(text, str(path)), str(path), overrides)
+
+
+def check_consistency(values: dict[str, Any], name: str, vocabulary: Vocabulary) -> None:
+    """Relations between facts that any real deployment satisfies (kb/vocabulary.yaml `consistency`)."""
+    from kbopt.engine.expr import fmt
+    problems = []
+    for rule in vocabulary.consistency:
+        a, b = values.get(rule["fact"]), values.get(rule["other"])
+        if a is None or b is None:
+            continue
+        holds = a >= b if rule["op"] == ">=" else a <= b
+        if not holds:
+            relation = "below" if rule["op"] == ">=" else "above"
+            problems.append(f"$.{rule['fact']}: {fmt(a)} is {relation} {rule['other']} ({fmt(b)}); {rule['why']}")
+    name_ = values.get("hardware.gpu_name")
+    gpu = match_gpu(name_) if isinstance(name_, str) else None
+    given = values.get("hardware.compute_capability")
+    if gpu and given and given != gpu.compute_capability:
+        problems.append(f"$.hardware.compute_capability: {given} contradicts hardware.gpu_name {name_!r}, "
+                        f"which has compute capability {gpu.compute_capability} ({gpu.source})")
+    if problems:
+        raise FactsError(f"{name}: inconsistent facts: " + " ".join(problems))

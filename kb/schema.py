@@ -24,7 +24,8 @@ def fact_schema(spec: FactSpec) -> dict[str, Any]:
     elif spec.type == "enum":
         schema = {"enum": list(spec.values)}
     elif spec.type == "version":
-        schema = {"type": "string", "pattern": VERSION_PATTERN}
+        schema = {"anyOf": [{"type": "string", "pattern": VERSION_PATTERN},
+                            {"type": "number", "minimum": 1, "description": "8.9 unquoted is read as \"8.9\""}]}
     elif spec.type == "list":
         schema = {"type": "array", "items": {"enum": list(spec.values)}, "uniqueItems": True}
     else:

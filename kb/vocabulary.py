@@ -52,6 +52,7 @@ class FactSpec:
 @dataclass(frozen=True)
 class Vocabulary:
     facts: dict[str, FactSpec]
+    consistency: tuple[dict[str, str], ...] = ()
 
     def get(self, path: str) -> FactSpec | None:
         return self.facts.get(path)
@@ -107,4 +108,4 @@ def load_vocabulary() -> Vocabulary:
         quality = QUALITY_PREFIX + path
         facts[quality] = FactSpec(path=quality, type="enum", values=QUALITIES, quality_of=path,
                                   description=f"where {path} came from: {', '.join(QUALITIES)}")
-    return Vocabulary(facts)
+    return Vocabulary(facts, tuple(raw.get("consistency", ())))

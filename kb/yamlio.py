@@ -8,6 +8,39 @@ import yaml
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # builds plain data only, never Python objects
 
 
+class DuplicateKey(ValueError):
+    def __init__(self, key: str, line: int):
+        super().__init__(f"line {line}: duplicate key {key!r}")
+        self.key, self.line = key, line
+
+
+def check_duplicate_keys(node) -> None:
+    """YAML lets a later key silently replace an earlier one; a typo'd copy must not win."""
+    if isinstance(node, yaml.MappingNode):
+        seen = set()
+        for key, value in node.value:
+            if key.value in seen:
+                raise DuplicateKey(key.value, key.start_mark.line + 1)
+            seen.add(key.value)
+            check_duplicate_keys(value)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            check_duplicate_keys(item)
+
+
+def read_yaml_strict(text: str) -> Any:
+    """Like read_yaml, but a duplicate key is an error (DuplicateKey)."""
+    loader = SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        check_duplicate_keys(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def read_yaml(text: str) -> Any:
     loader = SafeLoader(text)
     try:

@@ -131,3 +131,65 @@ def test_without_durable_rules_auto_falls_back_to_the_reference(run_cli, monkeyp
     assert "using the reference evaluator" in err
     code, _, err = run_cli("advise", "--facts", EXAMPLE, "--engine", "durable")
     assert code == 2 and "--engine reference" in err
+
+
+def test_output_to_a_directory_or_empty_name_is_exit_2(run_cli, tmp_path):
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "-o", str(tmp_path))
+    assert code == 2 and "is a directory" in err
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "-o", "")
+    assert code == 2 and "file name is empty" in err
+
+
+def test_output_through_a_symlink_keeps_the_link(run_cli, tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    code, _, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "json", "-o", str(link))
+    assert code == 0 and link.is_symlink()
+    assert json.loads(real.read_text())["kbopt"] == "advice/1"
+
+
+def test_output_through_a_fifo_is_written_not_replaced(run_cli, tmp_path):
+    import os
+    import threading
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(open(fifo).read()))
+    reader.start()
+    code, _, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "json", "-o", str(fifo))
+    reader.join(timeout=10)
+    assert code == 0 and json.loads(received[0])["kbopt"] == "advice/1"
+    assert not fifo.is_file()
+
+
+@pytest.mark.parametrize("engine", ["reference", pytest.param("durable", marks=needs_durable)])
+def test_absurd_numbers_are_exit_2_with_the_same_message_on_both_engines(run_cli, tmp_path, engine):
+    path = tmp_path / "facts.json"
+    path.write_text('{"model": {"params_billion": 1e300, "weight_dtype": "fp16"}}')
+    code, out, err = run_cli("advise", "--facts", str(path), "--engine", engine)
+    assert code == 2 and out == ""
+    assert err == ("kbopt: error: rule D-WEIGHT-GIB (rules/diagnosis/d-weight-gib.yaml:1) computes derived.weight_gib"
+                   " = inf: not a finite number (from model.params_billion=1e+300, model.weight_dtype=fp16)\n")
+
+
+def test_weights_that_do_not_fit_warn_and_leave_sizes_out(run_cli):
+    code, out, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "json",
+                           "--set", "model.params_billion=70", "--set", "model.num_layers=80")
+    advice = json.loads(out)
+    assert code == 0 and "W-WEIGHTS-DO-NOT-FIT" in {w["rule"] for w in advice["warnings"]}
+    paged = next(s for s in advice["strategies"] if s["id"] == "paged_kv_cache")
+    assert "max_pages" not in paged["params"]
+    assert any("max_pages not given" in c["text"] and "below 1" in c["text"] for c in paged["caveats"])
+
+
+def test_duplicate_keys_are_refused(run_cli, tmp_path):
+    path = tmp_path / "facts.json"
+    path.write_text('{"telemetry": {"memory_used_ratio": 0.5, "memory_used_ratio": 0.95}}')
+    code, _, err = run_cli("advise", "--facts", str(path))
+    assert code == 2 and "duplicate key 'memory_used_ratio'" in err
+    path = tmp_path / "facts.yaml"
+    path.write_text("telemetry:\n  memory_used_ratio: 0.5\n  memory_used_ratio: 0.95\n")
+    code, _, err = run_cli("advise", "--facts", str(path))
+    assert code == 2 and "line 3: duplicate key 'memory_used_ratio'" in err

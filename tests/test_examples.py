@@ -48,7 +48,7 @@ def test_bandwidth_bound_l40s_prefers_fp8(pack):
     assert advice.bottleneck == "memory_bandwidth"
     chosen = _chosen(advice)
     assert chosen["quantization"].params["scheme"] == "fp8"
-    assert chosen["op_fusion"].params == {"fused_ops": 5, "precision": "fp16"}
+    assert chosen["op_fusion"].params == {"fused_ops": 5, "precision": "bf16"}     # a bf16 model
     assert "C-FUSION-REGISTER-SPILL" in {c.rule for c in chosen["op_fusion"].caveats}
     assert "C-CONTINUOUS-BATCHING-IN-PLACE" in {c.rule for c in chosen["continuous_batching"].caveats}
     assert "C-CONTINUOUS-BATCHING-INTERFERENCE" in {c.rule for c in chosen["continuous_batching"].caveats}

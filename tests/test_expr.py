@@ -38,7 +38,7 @@ def lookup_from(values, absent=()):
     ("workload.max_seq_len > 'long'", "compared with 'long'", None),
     ("not derived.variable_lengths", "'not' over the derived fact", "derived facts only grow"),
     ("missing(derived.bottleneck)", "over a derived fact", None),
-    ("threshold > 3", "unknown name 'threshold'", "parameters"),
+    ("threshold > 3", "unknown name 'threshold'", "parameter"),
     ("workload.max_seq_len > limit", "unknown name 'limit'", None),
     ("__import__('os')", "", None),
     ("telemetry.memory_used_ratio.__class__ > 1", "unknown fact", None),

@@ -41,7 +41,7 @@ def test_wrong_types_name_the_path():
     assert "$.constraints.needs_debug_breakpoints: expected true or false" in _error(
         {"constraints": {"needs_debug_breakpoints": "yes"}})
     assert "is not one of fp32, bf16" in _error({"model": {"weight_dtype": "float16"}})
-    assert "\"major.minor\"" in _error({"hardware": {"compute_capability": 8.9}})
+    assert "\"major.minor\"" in _error({"hardware": {"compute_capability": "8.9.1"}})
     assert "$.telemetry: expected an object" in _error({"telemetry": 0.5})
 
 
@@ -90,7 +90,7 @@ def test_null_means_not_known():
 def test_catalog_fills_compute_capability_and_memory_with_their_origin():
     facts = facts_from_document({"hardware": {"gpu_name": "NVIDIA L40S"}}, "x")
     assert facts.values["hardware.compute_capability"] == "8.9"
-    assert facts.values["hardware.memory_total_gib"] == 48
+    assert facts.values["hardware.memory_total_gib"] == 45
     assert facts.provenance["hardware.compute_capability"].source == "catalog:L40S"
     assert facts.provenance["hardware.compute_capability"].quality == "catalog"
 
@@ -127,3 +127,44 @@ def test_schema_matches_the_bundled_examples(tmp_path):
     jsonschema.Draft202012Validator.check_schema(schema)
     for path in (Path(__file__).resolve().parents[1] / "examples").glob("*.json"):
         jsonschema.validate(json.loads(path.read_text()), schema)
+
+
+def test_an_unquoted_version_is_read_as_text():
+    facts = facts_from_document({"hardware": {"compute_capability": 9}}, "x")
+    assert facts.values["hardware.compute_capability"] == "9.0"
+
+
+def test_inconsistent_facts_are_refused_with_both_paths():
+    message = _error({"workload": {"concurrency_mean": 32, "concurrency_peak": 1}})
+    assert "$.workload.concurrency_peak: 1 is below workload.concurrency_mean (32)" in message
+    message = _error({"hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "compute_capability": "8.0"}})
+    assert "$.hardware.compute_capability: 8.0 contradicts hardware.gpu_name" in message and "9.0" in message
+
+
+def test_yaml_oddities_are_clean_errors(tmp_path):
+    dated = tmp_path / "dated.yaml"
+    dated.write_text("model:\n  name: 2024-01-01\n  params_billion: 8\n")
+    assert load_facts(dated).values["model.name"] == "2024-01-01"
+    numbered = tmp_path / "numbered.yaml"
+    numbered.write_text("2:\n  a: 1\n")
+    with pytest.raises(FactsError, match="the key 2 is not a name"):
+        load_facts(numbered)
+
+
+def test_set_reads_exponent_numbers():
+    facts = facts_from_document({}, "x", ["workload.queue_timeout_ratio=1e-5"])
+    assert facts.values["workload.queue_timeout_ratio"] == 1e-5
+
+
+def test_gpu_catalog_matches_names_and_agrees_with_the_fp8_rule():
+    from kbopt.kb.catalog import gpus, match_gpu
+    expected = {"Tesla V100-SXM2-16GB": "V100-16GB", "Tesla V100-SXM2-32GB": "V100-32GB", "Tesla T4": "T4",
+                "NVIDIA A10G": "A10G", "NVIDIA A10": "A10", "NVIDIA A100-SXM4-40GB": "A100-40GB",
+                "NVIDIA A100-SXM4-80GB": "A100-80GB", "NVIDIA A100 80GB PCIe": "A100-80GB", "NVIDIA L4": "L4",
+                "NVIDIA L40S": "L40S", "NVIDIA H100 80GB HBM3": "H100-SXM", "NVIDIA H100 PCIe": "H100-PCIe",
+                "NVIDIA H100 NVL": "H100-NVL", "NVIDIA GH200 480GB": "GH200", "NVIDIA H200": "H200",
+                "NVIDIA B200": "B200"}
+    assert {name: match_gpu(name).id for name in expected} == expected
+    for gpu in gpus():
+        major, minor = map(int, gpu.compute_capability.split("."))
+        assert gpu.fp8_tensor_cores == ((major, minor) >= (8, 9)), gpu.id

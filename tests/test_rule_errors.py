@@ -76,3 +76,40 @@ def test_invalid_example_facts_fail_that_example_with_its_location(pack):
     result = check_example(rule, rule.examples[0], pack, "reference")
     assert result.location == "data/bad-example-facts.yaml:10"
     assert "write 0.95" in result.failures[0]
+
+
+def _pack_with(tmp_path, name: str, text: str | bytes) -> Path:
+    layer = tmp_path / "pack" / "diagnosis"
+    layer.mkdir(parents=True)
+    target = layer / name
+    target.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return tmp_path / "pack"
+
+
+def test_a_rule_file_that_is_not_utf8_is_exit_2(run_cli, tmp_path):
+    pack = _pack_with(tmp_path, "x-broken-rule.yaml", b"id: X-BROKEN-RULE\ntitle: caf\xe9\n")
+    code, _, err = run_cli("rules", "list", "--rules", str(pack))
+    assert code == 2 and "not UTF-8" in err
+
+
+def test_a_derived_value_of_the_wrong_type_is_exit_2(run_cli, tmp_path):
+    text = (HERE / "broken_rules" / "valid.yaml").read_text().replace(
+        "derive: {derived.bottleneck: memory_capacity}", "derive: {derived.long_sequence_heavy: '= telemetry.memory_used_ratio * 2'}")
+    pack = _pack_with(tmp_path, "x-broken-rule.yaml", text)
+    examples = HERE.parent / "examples" / "capacity-a100-chat.json"
+    code, _, err = run_cli("advise", "--facts", str(examples), "--rules", str(pack), "--engine", "reference")
+    assert code == 2 and "computes derived.long_sequence_heavy = 1.86: not true or false" in err
+
+
+def test_conflicting_derivations_name_both_rules_in_pack_order(run_cli, tmp_path):
+    text = (HERE / "broken_rules" / "valid.yaml").read_text().replace(
+        "derive: {derived.bottleneck: memory_capacity}", "derive: {derived.bottleneck: compute_capacity}")
+    pack = _pack_with(tmp_path, "x-broken-rule.yaml", text)
+    examples = HERE.parent / "examples" / "capacity-a100-chat.json"
+    messages = set()
+    for engine in ("reference", "durable"):
+        code, _, err = run_cli("advise", "--facts", str(examples), "--rules", str(pack), "--engine", engine)
+        assert code == 2
+        messages.add(err)
+    assert messages == {"kbopt: error: rules D-BOTTLENECK-CAPACITY and X-BROKEN-RULE derive different values for "
+                        "derived.bottleneck (memory_capacity vs compute_capacity); make their conditions exclusive\n"}
