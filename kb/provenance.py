@@ -27,7 +27,8 @@ class Provenance:
             return head
         parts = [head, self.quality]
         if self.samples:
-            parts.append(f"{self.samples} samples" + (f" over {self.window_s:g} s" if self.window_s else ""))
+            parts.append(f"{self.samples} sample{'s' if self.samples != 1 else ''}"
+                         + (f" over {self.window_s:g} s" if self.window_s else ""))
         elif self.window_s:
             parts.append(f"over {self.window_s:g} s")
         return ", ".join(parts)

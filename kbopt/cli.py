@@ -26,13 +26,23 @@ def _parser() -> argparse.ArgumentParser:
     advise = commands.add_parser("advise", help="advise on a facts file",
                                  description="Run the rules on a facts file (facts/1, JSON or YAML) and print "
                                              "the strategy set with the rules and fact values behind it.")
-    advise.add_argument("--facts", required=True, metavar="FILE", help="facts document, JSON or YAML")
+    source = advise.add_mutually_exclusive_group(required=True)
+    source.add_argument("--facts", metavar="FILE", help="facts document, JSON or YAML")
+    source.add_argument("--collect", action="store_true", help="collect the facts first (takes the collect options below)")
     advise.add_argument("--format", choices=("text", "json", "md", "html"), default="text",
                         help="output format (default text); html and md also show a --set what-if")
     advise.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     advise.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
                         help="override a fact for a what-if, e.g. --set telemetry.memory_used_ratio=0.95 (repeatable)")
     _pack_options(advise)
+    _collect_options(advise.add_argument_group("collect options (with --collect)"))
+
+    collect = commands.add_parser("collect", help="write a facts file from NVML, /metrics endpoints and request traces",
+                                  description="Collect facts v1, with each fact's provenance, from NVML (sampled), "
+                                              "Prometheus exposition (dcgm-exporter, vLLM, SGLang, TGI, Triton) and "
+                                              "request traces. The best-quality reading of each fact wins.")
+    _collect_options(collect)
+    collect.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
 
     report = commands.add_parser("report", help="write the explanation report (HTML), optionally a what-if",
                                  description="Write a self-contained HTML (or Markdown) explanation report. With "
@@ -66,6 +76,58 @@ def _pack_options(parser, engine: bool = True) -> None:
         parser.add_argument("--engine", choices=("auto", "durable", "reference"), default="auto",
                             help="evaluator: durable_rules, or the pure-Python reference "
                                  "(auto: durable_rules where it imports)")
+
+
+def _collect_options(group) -> None:
+    group.add_argument("--duration", type=float, default=30.0, metavar="S",
+                       help="NVML sampling time, and the window between two scrapes of a /metrics URL (default 30)")
+    group.add_argument("--interval", type=float, default=0.5, metavar="S", help="NVML sampling interval (default 0.5)")
+    group.add_argument("--gpu", type=int, default=0, metavar="N", help="GPU index for NVML (default 0)")
+    group.add_argument("--no-nvml", action="store_true", help="do not sample NVML")
+    group.add_argument("--metrics", action="append", default=[], metavar="FILE_OR_URL",
+                       help="Prometheus text exposition: a file or an http(s) URL (repeatable)")
+    group.add_argument("--workload", action="append", default=[], metavar="TRACE",
+                       help="request trace: Azure CSV, Mooncake JSONL, BurstGPT CSV, vllm bench serve JSON, "
+                            "or CSV/JSONL with --columns (repeatable)")
+    group.add_argument("--trace-format", default="auto",
+                       choices=("auto", "azure", "mooncake", "burstgpt", "vllm-bench", "csv", "jsonl"))
+    group.add_argument("--columns", metavar="KEY=COLUMN,...",
+                       help="generic traces: timestamp=, prompt=, output= (or total=), duration=")
+    group.add_argument("--time-unit", choices=("s", "ms", "us"), default="s", help="generic traces' time columns (default s)")
+    group.add_argument("--long-threshold", type=int, default=2048, metavar="TOKENS",
+                       help="a request longer than this counts toward workload.long_seq_fraction (default 2048)")
+    group.add_argument("--window", type=float, default=60.0, metavar="S",
+                       help="window for the peak arrival rate (default 60)")
+    group.add_argument("--model", metavar="NAME_OR_FILE", help="a model from the catalog, or a Hugging Face config.json")
+
+
+def _collected_document(args) -> dict:
+    from kbopt.kb.collectors.run import CollectOptions, collect
+    from kbopt.kb.collectors.traces import TraceOptions
+
+    columns = {}
+    for item in filter(None, (args.columns or "").split(",")):
+        key, sep, column = item.partition("=")
+        if not sep or key not in ("timestamp", "prompt", "output", "total", "duration"):
+            raise KboptError(f"--columns {args.columns}: expected KEY=COLUMN pairs with KEY one of "
+                             "timestamp, prompt, output, total, duration")
+        columns[key] = column
+    trace = TraceOptions(format=args.trace_format, long_threshold=args.long_threshold, window_s=args.window,
+                         columns=columns, time_unit=args.time_unit)
+    collected = collect(CollectOptions(metrics=tuple(args.metrics), workloads=tuple(args.workload), model=args.model,
+                                       nvml=not args.no_nvml, gpu=args.gpu, duration_s=args.duration,
+                                       interval_s=args.interval, trace=trace))
+    for note in collected.notes:
+        print(f"kbopt: note: {note}", file=sys.stderr)
+    return collected.document()
+
+
+def _collect(args) -> int:
+    from kbopt.kb.facts import facts_from_document
+    document = _collected_document(args)
+    facts_from_document(document, "collected facts")      # what we write must read back
+    write_output(json.dumps(document, indent=2, ensure_ascii=False) + "\n", args.output)
+    return EXIT_OK
 
 
 def _evaluator(choice: str) -> str:
@@ -135,15 +197,20 @@ def _advise(args) -> int:
     from kbopt.kb.facts import load_facts
     from kbopt.reports import render
 
-    facts = load_facts(args.facts, args.overrides)
-    pack = load_pack(args.rules)
+    from kbopt.kb.facts import facts_from_document
+    pack = load_pack(args.rules)        # broken rules fail before a long collection
+    if args.collect:
+        document, name = _collected_document(args), "collected facts"
+        read = lambda overrides: facts_from_document(document, name, overrides)   # noqa: E731
+    else:
+        name = Path(args.facts).name
+        read = lambda overrides: load_facts(args.facts, overrides)   # noqa: E731
     evaluator = _evaluator(args.engine)
-    advice = advise(facts, pack, evaluator)
+    advice = advise(read(args.overrides), pack, evaluator)
     comparison = None
     if args.overrides and args.format in ("html", "md"):
         from kbopt.engine.compare import compare
-        base = advise(load_facts(args.facts), pack, evaluator)
-        comparison = compare(base, advice, Path(args.facts).name, "with --set")
+        comparison = compare(advise(read([]), pack, evaluator), advice, name, "with --set")
     write_output(render(advice, args.format, comparison), args.output)
     return EXIT_OK
 
@@ -206,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "advise":
             return _advise(args)
+        if args.command == "collect":
+            return _collect(args)
         if args.command == "report":
             return _report(args)
         if args.command == "schema":

@@ -57,7 +57,7 @@ def origin_text(advice: Advice, path: str) -> str:
     if path in advice.facts:
         provenance = advice.provenance.get(path)
         return provenance.short() if provenance else "input"
-    return "derived" if path in advice.derived else "?"
+    return "derived" if path in advice.derived else "not given"
 
 
 def rejection_label(strategy: str, params: dict) -> str:

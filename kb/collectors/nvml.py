@@ -1,0 +1,188 @@
+"""Facts sampled from NVML (the `pynvml` module of nvidia-ml-py).
+
+NVML's "gpu" utilization is the share of time any kernel ran, and its "memory" utilization the
+share of time device memory was read or written: proxies, not SM activity or DRAM bandwidth.
+They are recorded as such (quality `proxy`), so that better sources (DCGM profiling metrics) win
+when given, and rules can tell. Each fact is the mean of its series; the note gives p50/p95.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kbopt.errors import KboptError
+from kbopt.kb.collectors.collected import Collected
+from kbopt.kb.provenance import Provenance
+
+NO_NVML_HINT = ("pass --metrics with a dcgm-exporter endpoint or dump (and/or an engine's /metrics) "
+                "and --workload with a request trace, or run `kbopt collect` on the GPU host")
+
+
+@dataclass
+class Series:
+    values: list[float] = field(default_factory=list)
+
+    def summary(self) -> tuple[float, str]:
+        ordered = sorted(self.values)
+        def pct(q):
+            return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        mean = sum(ordered) / len(ordered)
+        return mean, f"mean {mean:.3g}, p50 {pct(0.5):.3g}, p95 {pct(0.95):.3g}, max {ordered[-1]:.3g}"
+
+
+class Progress:
+    """A one-line terminal progress bar on stderr; silent when stderr is not a terminal."""
+
+    def __init__(self, total_s: float, stream=None):
+        self.stream = stream or sys.stderr
+        self.enabled = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.total_s = total_s
+
+    def update(self, elapsed_s: float, samples: int) -> None:
+        if not self.enabled:
+            return
+        done = min(1.0, elapsed_s / self.total_s) if self.total_s else 1.0
+        bar = "#" * int(done * 30)
+        self.stream.write(f"\rsampling NVML [{bar:<30}] {elapsed_s:5.1f}/{self.total_s:g} s, {samples} samples")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+
+
+def _error_code(nvml, error) -> int | None:
+    return getattr(error, "value", None)
+
+
+def open_nvml(nvml) -> None:
+    """nvmlInit with a message a person can act on."""
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as error:
+        code = _error_code(nvml, error)
+        if code == nvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+            raise KboptError(f"NVML is not available here (no NVIDIA driver library): {NO_NVML_HINT}") from None
+        if code == nvml.NVML_ERROR_DRIVER_NOT_LOADED:
+            raise KboptError(f"the NVIDIA driver is not loaded (NVML: {error}): load it, or {NO_NVML_HINT}") from None
+        if code == nvml.NVML_ERROR_NO_PERMISSION:
+            raise KboptError(f"no permission to use NVML ({error}): run as a user with access to /dev/nvidia*") from None
+        raise KboptError(f"NVML failed to start: {error}; {NO_NVML_HINT}") from None
+
+
+def sample_nvml(nvml, gpu: int = 0, duration_s: float = 30.0, interval_s: float = 0.5,
+                clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                progress: Progress | None = None) -> Collected:
+    """Sample GPU `gpu` for `duration_s`; stop early (keeping the samples) on Ctrl-C or a lost GPU."""
+    if duration_s <= 0 or interval_s <= 0:
+        raise KboptError("--duration and --interval must be positive")
+    open_nvml(nvml)
+    out = Collected()
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        if not 0 <= gpu < count:
+            raise KboptError(f"--gpu {gpu}: this host has {count} GPU(s), numbered 0 to {count - 1}")
+        handle = nvml.nvmlDeviceGetHandleByIndex(gpu)
+        _static_facts(nvml, handle, count, out)
+        series = _sample(nvml, handle, duration_s, interval_s, clock, sleep, progress or Progress(duration_s), out)
+        _series_facts(series, out, interval_s)
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+    return out
+
+
+def _optional(nvml, call: Callable[[], Any], what: str, out: Collected) -> Any:
+    try:
+        return call()
+    except nvml.NVMLError as error:
+        if _error_code(nvml, error) == nvml.NVML_ERROR_NOT_SUPPORTED:
+            out.notes.append(f"NVML: {what} is not supported on this GPU; skipped")
+            return None
+        raise
+
+
+def _static_facts(nvml, handle, count: int, out: Collected) -> None:
+    measured = lambda metric: Provenance("nvml", "measured", metric=metric)   # noqa: E731
+    name = nvml.nvmlDeviceGetName(handle)
+    out.put("hardware.gpu_name", name.decode() if isinstance(name, bytes) else name, measured("nvmlDeviceGetName"))
+    capability = _optional(nvml, lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle), "compute capability", out)
+    if capability:
+        out.put("hardware.compute_capability", f"{capability[0]}.{capability[1]}", measured("nvmlDeviceGetCudaComputeCapability"))
+    out.put("hardware.gpu_count", count, measured("nvmlDeviceGetCount"))
+    memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+    out.put("hardware.memory_total_gib", memory.total / 2**30, measured("nvmlDeviceGetMemoryInfo.total"))
+    mig = _optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle), "MIG mode", out)
+    if mig:
+        out.put("hardware.mig_enabled", bool(mig[0]), measured("nvmlDeviceGetMigMode"))
+
+
+def _sample(nvml, handle, duration_s, interval_s, clock, sleep, progress, out) -> dict[str, Series]:
+    series: dict[str, Series] = {name: Series() for name in ("gpu", "memory", "used", "power", "sm_clock")}
+    supported = {"power": True, "sm_clock": True}
+    start = clock()
+    samples = 0
+    try:
+        while True:
+            try:
+                rates = nvml.nvmlDeviceGetUtilizationRates(handle)
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                series["gpu"].values.append(rates.gpu / 100)
+                series["memory"].values.append(rates.memory / 100)
+                series["used"].values.append(memory.used / memory.total)
+                for name, call in (("power", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000),
+                                   ("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))):
+                    if supported[name]:
+                        value = _optional(nvml, call, {"power": "power draw", "sm_clock": "SM clock"}[name], out)
+                        if value is None:
+                            supported[name] = False
+                        else:
+                            series[name].values.append(value)
+            except nvml.NVMLError as error:
+                if _error_code(nvml, error) == nvml.NVML_ERROR_GPU_IS_LOST:
+                    out.notes.append(f"NVML: the GPU was lost after {samples} samples; kept what was sampled (partial)")
+                    break
+                raise KboptError(f"NVML failed while sampling: {error}") from None
+            samples += 1
+            elapsed = clock() - start
+            progress.update(elapsed, samples)
+            if elapsed >= duration_s:
+                break
+            sleep(interval_s)
+    except KeyboardInterrupt:
+        out.notes.append(f"NVML: interrupted after {samples} samples; kept what was sampled (partial)")
+    finally:
+        progress.close()
+    if samples == 0:
+        raise KboptError("NVML gave no samples before it stopped; nothing to write")
+    out.notes.append(f"NVML: {samples} samples over {clock() - start:.1f} s")
+    return series
+
+
+def _series_facts(series: dict[str, Series], out: Collected, interval_s: float) -> None:
+    samples = len(series["gpu"].values)
+    window = round(samples * interval_s, 3)
+    def put(path, name, quality, metric, note=""):
+        if series[name].values:
+            mean, spread = series[name].summary()
+            out.put(path, mean, Provenance("nvml", quality, metric=metric, samples=len(series[name].values),
+                                           window_s=window, note=f"{spread}{note}"))
+    put("telemetry.kernel_time_ratio", "gpu", "measured", "nvmlDeviceGetUtilizationRates.gpu")
+    put("telemetry.compute_utilization", "gpu", "proxy", "nvmlDeviceGetUtilizationRates.gpu",
+        "; share of time a kernel ran, not SM activity")
+    put("telemetry.bandwidth_utilization", "memory", "proxy", "nvmlDeviceGetUtilizationRates.memory",
+        "; share of time memory was read or written, not DRAM bandwidth")
+    put("telemetry.memory_used_ratio", "used", "measured", "nvmlDeviceGetMemoryInfo.used/total")
+    put("telemetry.power_watts", "power", "measured", "nvmlDeviceGetPowerUsage")
+
+
+def load_pynvml():
+    try:
+        import pynvml
+    except ImportError:
+        raise KboptError(f"the pynvml module (package nvidia-ml-py) is not installed: {NO_NVML_HINT}") from None
+    return pynvml

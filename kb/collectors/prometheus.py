@@ -1,0 +1,311 @@
+"""Facts from Prometheus text exposition: dcgm-exporter, vLLM, SGLang, TGI, Triton/TensorRT-LLM.
+
+Parsed with prometheus_client's parser, never by hand. A source is a file or an http(s) URL.
+One scrape gives gauges and, for counters and histograms, totals since the exporter started;
+two scrapes of the same endpoint (`--duration`) give rates and histogram quantiles over the
+window from the differences.
+"""
+from __future__ import annotations
+
+import math
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbopt.errors import KboptError
+from kbopt.kb.collectors.collected import Collected
+from kbopt.kb.provenance import Provenance
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Scrape:
+    source: str
+    samples: dict[str, list[tuple[dict[str, str], float]]]   # sample name -> [(labels, value)]
+
+    def values(self, name: str, **match: str) -> list[tuple[dict[str, str], float]]:
+        return [(labels, value) for labels, value in self.samples.get(name, [])
+                if all(labels.get(k) == v for k, v in match.items())]
+
+    def first(self, *names: str) -> tuple[str, list[tuple[dict[str, str], float]]] | None:
+        for name in names:
+            if name in self.samples:
+                return name, self.samples[name]
+        return None
+
+
+def read_exposition(source: str, timeout_s: float = 5.0) -> str:
+    if source.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(source, timeout=timeout_s) as response:   # noqa: S310 (http(s) only)
+                return response.read().decode("utf-8", errors="replace")
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            reason = getattr(error, "reason", error)
+            raise KboptError(f"--metrics {source}: cannot scrape it: {reason}") from None
+    if "://" in source:
+        raise KboptError(f"--metrics {source}: only files and http(s) URLs are supported")
+    try:
+        return Path(source).read_text(encoding="utf-8", errors="replace")
+    except OSError as error:
+        raise KboptError(f"--metrics {source}: cannot read it: {error.strerror}") from None
+
+
+def parse(text: str, source: str) -> Scrape:
+    from prometheus_client.parser import text_string_to_metric_families
+    samples: dict[str, list] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                samples.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    except (ValueError, TypeError, IndexError) as error:
+        raise KboptError(f"--metrics {source}: not Prometheus text exposition: {error}") from None
+    if not samples:
+        raise KboptError(f"--metrics {source}: no metrics in it")
+    return Scrape(source, samples)
+
+
+def scrape(source: str) -> Scrape:
+    return parse(read_exposition(source), source)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _delta(first: Scrape, second: Scrape | None, name: str, **match: str) -> float | None:
+    """A counter's total (one scrape) or its increase over the window (two scrapes)."""
+    now = sum(v for _, v in (second or first).values(name, **match)) if (second or first).values(name, **match) else None
+    if now is None:
+        return None
+    if second is None:
+        return now
+    before = sum(v for _, v in first.values(name, **match))
+    return now - before if now >= before else now    # a restart resets counters
+
+
+def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> tuple[float, bool] | None:
+    """Prometheus' interpolation within cumulative buckets [(le, count)]. Returns (value, exact);
+    exact is False when the quantile falls in the +Inf bucket (then the value is a lower bound)."""
+    buckets = sorted(buckets)
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    rank = q * total
+    previous_bound, previous_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if math.isinf(bound):
+                return previous_bound, False
+            if count == previous_count:
+                return bound, True
+            return previous_bound + (bound - previous_bound) * (rank - previous_count) / (count - previous_count), True
+        previous_bound, previous_count = bound, count
+    return previous_bound, False
+
+
+def _buckets(first: Scrape, second: Scrape | None, name: str) -> list[tuple[float, float]]:
+    by_bound: dict[float, float] = {}
+    for labels, value in (second or first).values(f"{name}_bucket"):
+        by_bound[float(labels["le"])] = by_bound.get(float(labels["le"]), 0.0) + value
+    if second is not None:
+        for labels, value in first.values(f"{name}_bucket"):
+            bound = float(labels["le"])
+            if bound in by_bound and by_bound[bound] >= value:
+                by_bound[bound] -= value
+    return list(by_bound.items())
+
+
+def _window(first: Scrape, second: Scrape | None, window_s: float | None) -> tuple[int, float | None, str]:
+    if second is None:
+        return 1, None, "since the exporter started"
+    return 2, window_s, f"over {window_s:g} s between two scrapes" if window_s else "between two scrapes"
+
+
+def _mean_gauge(first: Scrape, second: Scrape | None, name: str, scale: float = 1.0, **match) -> float | None:
+    readings = [sum(v for _, v in s.values(name, **match)) for s in (first, second) if s and s.values(name, **match)]
+    return sum(readings) / len(readings) * scale if readings else None
+
+
+# ------------------------------------------------------------------ dcgm-exporter
+
+
+def _dcgm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
+    if not any(name.startswith("DCGM_FI_") for name in first.samples):
+        return False
+    scrapes = [s for s in (first, second) if s]
+
+    def series(name: str) -> tuple[list[float], bool]:
+        """Per-GPU readings of a field (whole GPUs preferred over MIG instances)."""
+        readings, mig = [], False
+        for s in scrapes:
+            rows = s.values(name)
+            whole = [v for labels, v in rows if "GPU_I_ID" not in labels]
+            if whole:
+                readings.extend(whole)
+            elif rows:
+                readings.extend(v for _, v in rows)
+                mig = True
+        return readings, mig
+
+    def mean(values):
+        return sum(values) / len(values) if values else None
+
+    def put(path, name, quality, scale=1.0, note=None):
+        readings, mig = series(name)
+        if readings:
+            out.put(path, mean(readings) * scale, Provenance(
+                "dcgm", quality, metric=name, samples=len(readings),
+                note="; ".join(n for n in (note, "from a MIG instance" if mig else None) if n) or None))
+            return True
+        return False
+
+    if not put("telemetry.compute_utilization", "DCGM_FI_PROF_SM_ACTIVE", "measured"):
+        put("telemetry.compute_utilization", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "measured",
+            note="graphics-engine activity; SM_ACTIVE is not exported")
+    put("telemetry.bandwidth_utilization", "DCGM_FI_PROF_DRAM_ACTIVE", "measured")
+    put("telemetry.tensor_active_ratio", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "measured")
+    put("telemetry.kernel_time_ratio", "DCGM_FI_DEV_GPU_UTIL", "measured", scale=0.01,
+        note="share of time a kernel ran: a proxy for compute activity, exact for this fact")
+    # Without profiling fields, fall back to the busy-time counters, marked as proxies.
+    put("telemetry.compute_utilization", "DCGM_FI_DEV_GPU_UTIL", "proxy", scale=0.01,
+        note="kernel busy time, not SM activity")
+    put("telemetry.bandwidth_utilization", "DCGM_FI_DEV_MEM_COPY_UTIL", "proxy", scale=0.01,
+        note="memory busy time, not DRAM bandwidth")
+    put("telemetry.power_watts", "DCGM_FI_DEV_POWER_USAGE", "measured")
+    used, _ = series("DCGM_FI_DEV_FB_USED")
+    free, _ = series("DCGM_FI_DEV_FB_FREE")
+    reserved, _ = series("DCGM_FI_DEV_FB_RESERVED")
+    if used and free:
+        total = mean(used) + mean(free) + (mean(reserved) or 0)
+        out.put("telemetry.memory_used_ratio", (mean(used) + (mean(reserved) or 0)) / total,
+                Provenance("dcgm", "measured", metric="DCGM_FI_DEV_FB_USED/(FB_USED+FB_FREE+FB_RESERVED)",
+                           samples=len(used)))
+        out.put("hardware.memory_total_gib", total / 1024, Provenance("dcgm", "measured", metric="FB_USED+FB_FREE+FB_RESERVED"))
+    gpus = {labels.get("gpu") for labels, _ in first.samples.get("DCGM_FI_DEV_FB_USED", []) if "GPU_I_ID" not in labels}
+    if gpus:
+        out.put("hardware.gpu_count", len(gpus), Provenance("dcgm", "measured", metric="distinct gpu labels"))
+    names = {labels["modelName"] for rows in first.samples.values() for labels, _ in rows if labels.get("modelName")}
+    if names:
+        out.put("hardware.gpu_name", sorted(names)[0], Provenance("dcgm", "measured", metric="modelName label"))
+    if any("GPU_I_ID" in labels for rows in first.samples.values() for labels, _ in rows):
+        out.put("hardware.mig_enabled", True, Provenance("dcgm", "measured", metric="GPU_I_ID labels"))
+    return True
+
+
+# ------------------------------------------------------------------ serving engines
+
+
+def _engine(out: Collected, engine: str, note: str) -> None:
+    derived = Provenance(engine, "derived", note=note)
+    out.put("workload.engine", engine, Provenance(engine, "measured", metric="metric names"))
+    out.put("workload.memory_preallocated", True, derived)
+    out.put("workload.batching", "continuous", Provenance(engine, "derived", note=f"{engine} always batches continuously"))
+
+
+def _latency_p99(first, second, out, path, name, source):
+    buckets = _buckets(first, second, name)
+    result = histogram_quantile(0.99, buckets)
+    if result is None:
+        return
+    value, exact = result
+    samples, window, when = _window(first, second, None)
+    out.put(path, value * 1000, Provenance(
+        source, "measured", metric=f"{name} (p99 from histogram buckets)", samples=int(max(c for _, c in buckets)),
+        note=when + ("" if exact else "; in the +Inf bucket: at least this much")))
+
+
+def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
+    if not any(name.startswith("vllm:") for name in first.samples):
+        return False
+    _engine(out, "vllm", "vLLM reserves gpu_memory_utilization (default 0.9) of device memory at start")
+    info = first.values("vllm:cache_config_info")
+    if info:
+        out.put("workload.kv_cache", "paged", Provenance("vllm", "measured", metric="vllm:cache_config_info"))
+    found = (second or first).first("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    if found:
+        name = found[0]
+        out.put("telemetry.kv_cache_usage_ratio", _mean_gauge(first, second, name),   # a 0..1 fraction despite its name
+                Provenance("vllm", "measured", metric=name, samples=2 if second else 1))
+    for path, name in (("workload.requests_running_mean", "vllm:num_requests_running"),
+                       ("workload.requests_waiting_mean", "vllm:num_requests_waiting")):
+        value = _mean_gauge(first, second, name)
+        if value is not None:
+            out.put(path, value, Provenance("vllm", "measured", metric=name, samples=2 if second else 1))
+    preemptions = _delta(first, second, "vllm:num_preemptions_total")
+    finished = _delta(first, second, "vllm:request_success_total")
+    samples, window, when = _window(first, second, None)
+    if preemptions is not None and finished:
+        out.put("workload.preemption_ratio", preemptions / finished,
+                Provenance("vllm", "measured", metric="vllm:num_preemptions_total / vllm:request_success_total", note=when))
+    prompt_sum, prompt_n = _delta(first, second, "vllm:request_prompt_tokens_sum"), _delta(first, second, "vllm:request_prompt_tokens_count")
+    gen_sum, gen_n = _delta(first, second, "vllm:request_generation_tokens_sum"), _delta(first, second, "vllm:request_generation_tokens_count")
+    if prompt_n and gen_n:
+        out.put("workload.seq_len_mean", prompt_sum / prompt_n + gen_sum / gen_n, Provenance(
+            "vllm", "measured", metric="request_prompt_tokens + request_generation_tokens (means)",
+            samples=int(prompt_n), note=when))
+    _latency_p99(first, second, out, "workload.ttft_p99_ms", "vllm:time_to_first_token_seconds", "vllm")
+    itl = "vllm:inter_token_latency_seconds" if (second or first).values("vllm:inter_token_latency_seconds_count") \
+        else "vllm:time_per_output_token_seconds"
+    _latency_p99(first, second, out, "workload.itl_p99_ms", itl, "vllm")
+    return True
+
+
+def _sglang(first: Scrape, second: Scrape | None, out: Collected) -> bool:
+    if not any(name.startswith("sglang:") for name in first.samples):
+        return False
+    _engine(out, "sglang", "SGLang reserves mem_fraction_static of device memory at start")
+    out.put("workload.kv_cache", "paged", Provenance("sglang", "derived", note="SGLang's radix cache is paged"))
+    for path, name in (("telemetry.kv_cache_usage_ratio", "sglang:token_usage"),
+                       ("workload.requests_running_mean", "sglang:num_running_reqs"),
+                       ("workload.requests_waiting_mean", "sglang:num_queue_reqs")):
+        value = _mean_gauge(first, second, name)
+        if value is not None:
+            out.put(path, value, Provenance("sglang", "measured", metric=name, samples=2 if second else 1))
+    _latency_p99(first, second, out, "workload.ttft_p99_ms", "sglang:time_to_first_token_seconds", "sglang")
+    _latency_p99(first, second, out, "workload.itl_p99_ms", "sglang:time_per_output_token_seconds", "sglang")
+    return True
+
+
+def _tgi(first: Scrape, second: Scrape | None, out: Collected) -> bool:
+    if not any(name.startswith("tgi_") for name in first.samples):
+        return False
+    _engine(out, "tgi", "TGI reserves its KV cache (max_batch_total_tokens) during warm-up")
+    for path, name in (("workload.requests_waiting_mean", "tgi_queue_size"),
+                       ("workload.requests_running_mean", "tgi_batch_current_size")):
+        value = _mean_gauge(first, second, name)
+        if value is not None:
+            out.put(path, value, Provenance("tgi", "measured", metric=name, samples=2 if second else 1))
+    return True
+
+
+def _triton_trtllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
+    if not any(name.startswith("nv_trt_llm_") for name in first.samples):
+        return False
+    _engine(out, "trtllm", "TensorRT-LLM reserves kv_cache_free_gpu_mem_fraction (default 0.9) of free memory")
+    out.put("workload.kv_cache", "paged", Provenance("trtllm", "derived", note="TensorRT-LLM's KV cache is paged (blocks)"))
+    used = _mean_gauge(first, second, "nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="used")
+    most = _mean_gauge(first, second, "nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="max")
+    if used is not None and most:
+        out.put("telemetry.kv_cache_usage_ratio", used / most,
+                Provenance("trtllm", "measured", metric="nv_trt_llm_kv_cache_block_metrics used/max"))
+    active = _mean_gauge(first, second, "nv_trt_llm_request_metrics", request_type="active")
+    if active is not None:
+        out.put("workload.requests_running_mean", active,
+                Provenance("trtllm", "measured", metric='nv_trt_llm_request_metrics{request_type="active"}'))
+    pending = _mean_gauge(first, second, "nv_inference_pending_request_count")
+    if pending is not None:
+        out.put("workload.requests_waiting_mean", pending,
+                Provenance("triton", "measured", metric="nv_inference_pending_request_count"))
+    return True
+
+
+MAPPERS = (_dcgm, _vllm, _sglang, _tgi, _triton_trtllm)
+
+
+def facts_from_scrapes(first: Scrape, second: Scrape | None = None) -> Collected:
+    out = Collected()
+    recognised = [mapper.__name__.strip("_") for mapper in MAPPERS if mapper(first, second, out)]
+    if not recognised:
+        raise KboptError(f"--metrics {first.source}: no dcgm-exporter, vLLM, SGLang, TGI or Triton metrics in it")
+    return out

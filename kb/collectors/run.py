@@ -1,0 +1,73 @@
+"""`kbopt collect`: gather facts from every source given, best reading of each fact wins."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from kbopt.errors import KboptError
+from kbopt.kb.collectors.collected import Collected
+from kbopt.kb.collectors.traces import TraceOptions
+
+
+@dataclass(frozen=True)
+class CollectOptions:
+    metrics: tuple[str, ...] = ()
+    workloads: tuple[str, ...] = ()
+    model: str | None = None
+    nvml: bool = True
+    gpu: int = 0
+    duration_s: float = 30.0
+    interval_s: float = 0.5
+    trace: TraceOptions = field(default_factory=TraceOptions)
+
+
+def collect(options: CollectOptions, nvml_module=None, sleep=time.sleep) -> Collected:
+    from kbopt.kb.collectors import nvml as nvml_collector
+    from kbopt.kb.collectors.models import model_facts
+    from kbopt.kb.collectors.prometheus import facts_from_scrapes, scrape
+    from kbopt.kb.collectors.traces import summarize_trace
+
+    out = Collected()
+    urls = [m for m in options.metrics if m.startswith(("http://", "https://"))]
+    files = [m for m in options.metrics if m not in urls]
+    first_scrapes = {url: scrape(url) for url in urls}
+    started = time.monotonic()
+    other_sources = bool(options.metrics or options.workloads or options.model)
+    if options.nvml:
+        try:
+            module = nvml_module or nvml_collector.load_pynvml()
+            out.merge(nvml_collector.sample_nvml(module, options.gpu, options.duration_s, options.interval_s))
+        except KboptError as error:
+            if not other_sources:
+                raise
+            out.notes.append(f"NVML skipped: {error}")
+    elif urls:
+        # Two scrapes of an endpoint give rates and quantiles over the window between them.
+        progress = nvml_collector.Progress(options.duration_s)
+        while (elapsed := time.monotonic() - started) < options.duration_s:
+            progress.update(elapsed, len(urls))
+            sleep(min(options.interval_s, options.duration_s - elapsed))
+        progress.close()
+    window = time.monotonic() - started
+    for url, first in first_scrapes.items():
+        second = scrape(url) if window > 0 else None
+        out.merge(_with_window(facts_from_scrapes(first, second), window))
+    for path in files:
+        out.merge(facts_from_scrapes(scrape(path)))
+    for path in options.workloads:
+        out.merge(summarize_trace(path, options.trace))
+    if options.model:
+        out.merge(model_facts(options.model))
+    if not out.facts:
+        raise KboptError("no usable source: pass --metrics FILE_OR_URL (dcgm-exporter, vLLM, SGLang, TGI or Triton "
+                         "/metrics), --workload TRACE (Azure, Mooncake, BurstGPT, vllm bench serve, CSV/JSONL) or "
+                         "--model NAME_OR_CONFIG, or run on a host with an NVIDIA GPU for NVML")
+    return out
+
+
+def _with_window(collected: Collected, window_s: float) -> Collected:
+    from dataclasses import replace
+    for path, (value, provenance) in list(collected.facts.items()):
+        if provenance.note and "between two scrapes" in provenance.note and provenance.window_s is None:
+            collected.facts[path] = (value, replace(provenance, window_s=round(window_s, 3)))
+    return collected

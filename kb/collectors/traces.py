@@ -1,0 +1,278 @@
+"""Workload facts from request traces, streamed (memory bounded by distinct lengths and windows).
+
+Sequence length = prompt tokens + generated tokens: what the KV cache holds when the request
+ends. Formats: Azure LLM inference CSV (TIMESTAMP,ContextTokens,GeneratedTokens), Mooncake
+JSONL (timestamp ms,input_length,output_length), BurstGPT CSV, `vllm bench serve` result JSON,
+and a generic CSV/JSONL with a column mapping.
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import heapq
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from kbopt.errors import KboptError
+from kbopt.kb.collectors.collected import Collected
+from kbopt.kb.provenance import Provenance
+
+FORMATS = ("auto", "azure", "mooncake", "burstgpt", "vllm-bench", "csv", "jsonl")
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    format: str = "auto"
+    long_threshold: int = 2048          # tokens: a request longer than this counts as long
+    window_s: float = 60.0              # arrival-rate windows, for the peak rate
+    columns: dict[str, str] = field(default_factory=dict)   # generic: timestamp, prompt, output, total, duration
+    time_unit: str = "s"                # generic: unit of the timestamp and duration columns
+
+
+@dataclass
+class TraceSummary:
+    """Streaming statistics over requests."""
+    options: TraceOptions
+    lengths: dict[int, int] = field(default_factory=dict)      # total tokens -> requests
+    n: int = 0
+    total: float = 0.0
+    total_sq: float = 0.0
+    longest: int = 0
+    long: int = 0
+    first_t: float | None = None
+    last_t: float | None = None
+    windows: dict[int, int] = field(default_factory=dict)      # window index -> arrivals
+    ends: list[float] = field(default_factory=list)            # heap of running requests' end times
+    concurrency_sum: int = 0
+    concurrency_peak: int = 0
+    with_duration: int = 0
+    unsorted: bool = False
+
+    def add(self, t: float | None, tokens: int, duration: float | None = None) -> None:
+        self.n += 1
+        self.lengths[tokens] = self.lengths.get(tokens, 0) + 1
+        self.total += tokens
+        self.total_sq += tokens * tokens
+        if tokens > self.longest:
+            self.longest = tokens
+        if tokens > self.options.long_threshold:
+            self.long += 1
+        if t is None:
+            return
+        if self.first_t is None:
+            self.first_t = t
+        elif t < self.last_t:
+            self.unsorted = True
+        self.last_t = t if self.last_t is None else max(self.last_t, t)
+        index = int((t - self.first_t) // self.options.window_s)
+        self.windows[index] = self.windows.get(index, 0) + 1
+        if duration is not None and not self.unsorted:
+            ends = self.ends
+            while ends and ends[0] <= t:
+                heapq.heappop(ends)
+            heapq.heappush(ends, t + duration)
+            self.with_duration += 1
+            self.concurrency_sum += len(ends)
+            if len(ends) > self.concurrency_peak:
+                self.concurrency_peak = len(ends)
+
+    def percentile(self, q: float) -> int:
+        rank, seen = q * self.n, 0
+        for length in sorted(self.lengths):
+            seen += self.lengths[length]
+            if seen >= rank:
+                return length
+        return self.longest
+
+    def collected(self, source: str, metric: str) -> Collected:
+        out = Collected()
+        if self.n == 0:
+            raise KboptError(f"--workload {source}: no requests in it")
+        span = (self.last_t - self.first_t) if self.first_t is not None else None
+        def prov(note=None, metric_=metric, samples=self.n):
+            return Provenance(f"trace:{source}", "measured", metric=metric_, samples=samples,
+                              window_s=round(span, 3) if span else None, note=note)
+        mean = self.total / self.n
+        out.put("workload.max_seq_len", self.longest, prov())
+        out.put("workload.seq_len_mean", mean, prov())
+        out.put("workload.seq_len_std", math.sqrt(max(0.0, self.total_sq / self.n - mean * mean)), prov())
+        out.put("workload.seq_len_p99", self.percentile(0.99), prov())
+        out.put("workload.long_seq_fraction", self.long / self.n,
+                prov(note=f"share longer than {self.options.long_threshold} tokens (--long-threshold)"))
+        if span and span > 0:
+            out.put("workload.arrival_rate_per_s", self.n / span, prov(metric_="arrivals / trace span"))
+            if span >= 2 * self.options.window_s:
+                # Only whole windows: the last one is usually cut short by the end of the trace.
+                full = [count for index, count in self.windows.items() if (index + 1) * self.options.window_s <= span]
+                peak = max(full) / self.options.window_s if full else None
+                out.put("workload.arrival_rate_peak_per_s", max(peak, self.n / span) if peak else None,
+                        prov(metric_=f"busiest {self.options.window_s:g} s window (--window)"))
+            else:
+                out.notes.append(f"{source}: the trace spans {span:.0f} s, under two {self.options.window_s:g} s "
+                                 "windows; no peak arrival rate (--window)")
+        if self.unsorted:
+            out.notes.append(f"{source}: timestamps are not in order; concurrency was not computed")
+        elif self.with_duration:
+            note = "requests in flight, sampled at each arrival"
+            out.put("workload.concurrency_mean", self.concurrency_sum / self.with_duration, prov(note=note, metric_="start + duration"))
+            out.put("workload.concurrency_peak", self.concurrency_peak, prov(note=note, metric_="start + duration"))
+        return out
+
+
+# ------------------------------------------------------------------ readers
+
+
+def _azure_seconds(text: str, days: dict[str, int]) -> float:
+    """`2023-11-16 18:15:46.6805900` -> seconds; fast: no strptime per row (1M rows in a trace)."""
+    day = days.get(text[:10])
+    if day is None:
+        day = days[text[:10]] = datetime.date(int(text[:4]), int(text[5:7]), int(text[8:10])).toordinal()
+    return day * 86400 + int(text[11:13]) * 3600 + int(text[14:16]) * 60 + float(text[17:])
+
+
+def _azure(path: Path, summary: TraceSummary) -> str:
+    days: dict[str, int] = {}
+    add = summary.add
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = csv.reader(handle)
+        header = next(rows, None)
+        if header is None or [h.strip() for h in header[:3]] != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
+            raise KboptError(f"--workload {path}: not an Azure LLM trace (header TIMESTAMP,ContextTokens,GeneratedTokens)")
+        for line, row in enumerate(rows, 2):
+            try:
+                add(_azure_seconds(row[0], days), int(row[1]) + int(row[2]))
+            except (ValueError, IndexError):
+                raise KboptError(f"--workload {path}:{line}: cannot read {','.join(row)!r} as "
+                                 "TIMESTAMP,ContextTokens,GeneratedTokens") from None
+    return "ContextTokens+GeneratedTokens"
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
+    with open(path, encoding="utf-8") as handle:
+        for line, text in enumerate(handle, 1):
+            if text.strip():
+                try:
+                    yield line, json.loads(text)
+                except json.JSONDecodeError as error:
+                    raise KboptError(f"--workload {path}:{line}: not JSON: {error.msg}") from None
+
+
+def _mooncake(path: Path, summary: TraceSummary) -> str:
+    for line, row in _jsonl_rows(path):
+        try:
+            summary.add(row["timestamp"] / 1000, int(row["input_length"]) + int(row["output_length"]))
+        except (KeyError, TypeError, ValueError):
+            raise KboptError(f"--workload {path}:{line}: expected timestamp, input_length, output_length") from None
+    return "input_length+output_length"
+
+
+def _burstgpt(path: Path, summary: TraceSummary) -> str:
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = csv.DictReader(handle)
+        for line, row in enumerate(rows, 2):
+            try:
+                summary.add(float(row["Timestamp"]), int(row["Request tokens"]) + int(row["Response tokens"]))
+            except (KeyError, TypeError, ValueError):
+                raise KboptError(f"--workload {path}:{line}: expected Timestamp, Request tokens, Response tokens") from None
+    return "Request tokens+Response tokens"
+
+
+def _generic(path: Path, summary: TraceSummary, options: TraceOptions, jsonl: bool) -> str:
+    columns = options.columns
+    if not ("total" in columns or {"prompt", "output"} <= set(columns)):
+        raise KboptError(f"--workload {path}: say which columns hold the lengths: "
+                         "--columns prompt=NAME,output=NAME (or total=NAME), plus timestamp=NAME and duration=NAME if present")
+    unit = TIME_UNITS[options.time_unit]
+    rows = _jsonl_rows(path) if jsonl else enumerate(csv.DictReader(open(path, newline="", encoding="utf-8")), 2)
+    for line, row in rows:
+        try:
+            tokens = int(float(row[columns["total"]])) if "total" in columns else \
+                int(float(row[columns["prompt"]])) + int(float(row[columns["output"]]))
+            t = float(row[columns["timestamp"]]) * unit if "timestamp" in columns else None
+            duration = float(row[columns["duration"]]) * unit if "duration" in columns else None
+        except KeyError as error:
+            raise KboptError(f"--workload {path}:{line}: no column {error.args[0]!r}") from None
+        except (TypeError, ValueError):
+            raise KboptError(f"--workload {path}:{line}: a mapped column is not a number") from None
+        summary.add(t, tokens, duration)
+    return "+".join(columns.get(k, "") for k in ("total",) if k in columns) or f"{columns['prompt']}+{columns['output']}"
+
+
+def _vllm_bench(path: Path, options: TraceOptions) -> Collected:
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise KboptError(f"--workload {path}: not a vllm bench serve result: {error}") from None
+    source = f"trace:{path.name}"
+    completed = result.get("completed") or 0
+    if not completed:
+        raise KboptError(f"--workload {path}: no completed requests in this vllm bench serve result")
+    out = Collected()
+    if isinstance(result.get("input_lens"), list) and isinstance(result.get("output_lens"), list):
+        summary = TraceSummary(options)
+        for prompt, output in zip(result["input_lens"], result["output_lens"]):
+            summary.add(None, int(prompt) + int(output))
+        out.merge(summary.collected(path.name, "input_lens+output_lens (per request)"))
+    else:
+        out.put("workload.seq_len_mean", (result["total_input_tokens"] + result["total_output_tokens"]) / completed,
+                Provenance(source, "measured", metric="(total_input_tokens+total_output_tokens)/completed", samples=completed))
+        out.notes.append(f"{path.name}: aggregates only (saved without --save-detailed): no length spread or p99")
+    duration = result.get("duration")
+    if duration:
+        out.put("workload.arrival_rate_per_s", completed / duration,
+                Provenance(source, "measured", metric="completed/duration", samples=completed, window_s=duration))
+    if result.get("max_concurrent_requests"):
+        out.put("workload.concurrency_peak", result["max_concurrent_requests"],
+                Provenance(source, "measured", metric="max_concurrent_requests", window_s=duration))
+    for path_, key in (("workload.ttft_p99_ms", "p99_ttft_ms"), ("workload.itl_p99_ms", "p99_itl_ms")):
+        if isinstance(result.get(key), (int, float)):
+            out.put(path_, result[key], Provenance(source, "measured", metric=key, samples=completed))
+    if result.get("failed"):
+        out.notes.append(f"{path.name}: {result['failed']} of {completed + result['failed']} requests failed")
+    return out
+
+
+def _detect(path: Path) -> str:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        head = handle.readline().strip()
+    if head.startswith("TIMESTAMP,ContextTokens,GeneratedTokens"):
+        return "azure"
+    if head.startswith("Timestamp,Model,Request tokens"):
+        return "burstgpt"
+    if head.startswith("{"):
+        try:
+            row = json.loads(head)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict) and {"timestamp", "input_length", "output_length"} <= set(row):
+            return "mooncake"
+        if path.suffix == ".json" or row is None:
+            return "vllm-bench"
+        return "jsonl"
+    return "csv"
+
+
+def summarize_trace(path: str, options: TraceOptions) -> Collected:
+    trace = Path(path)
+    if not trace.is_file():
+        raise KboptError(f"--workload {path}: no such file")
+    kind = _detect(trace) if options.format == "auto" else options.format
+    if kind == "vllm-bench":
+        return _vllm_bench(trace, options)
+    summary = TraceSummary(options)
+    try:
+        if kind == "azure":
+            metric = _azure(trace, summary)
+        elif kind == "mooncake":
+            metric = _mooncake(trace, summary)
+        elif kind == "burstgpt":
+            metric = _burstgpt(trace, summary)
+        else:
+            metric = _generic(trace, summary, options, jsonl=(kind == "jsonl"))
+    except UnicodeDecodeError:
+        raise KboptError(f"--workload {path}: not UTF-8 text") from None
+    return summary.collected(trace.name, metric)
