@@ -40,7 +40,10 @@ def test_capacity_bound_a100_chat(pack):
     fp8 = _rejected(advice)[("quantization", ("fp8",))]
     assert fp8.because == ("R-FP8-NEEDS-TENSOR-CORES",)
     assert "FP8 tensor cores" in fp8.reason
-    assert advice.not_evaluated == ()
+    # Only the queue-backlog check waits: a static KV cache reports no usage.
+    assert [(n.rule, n.missing) for n in advice.not_evaluated] == [
+        ("W-QUEUE-BACKLOG-WITH-KV-ROOM", ("telemetry.kv_cache_usage_ratio", "workload.requests_running_mean",
+                                          "workload.requests_waiting_mean"))]
 
 
 def test_bandwidth_bound_l40s_prefers_fp8(pack):

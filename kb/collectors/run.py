@@ -68,6 +68,6 @@ def collect(options: CollectOptions, nvml_module=None, sleep=time.sleep) -> Coll
 def _with_window(collected: Collected, window_s: float) -> Collected:
     from dataclasses import replace
     for path, (value, provenance) in list(collected.facts.items()):
-        if provenance.note and "between two scrapes" in provenance.note and provenance.window_s is None:
+        if provenance.window_s is None and provenance.quality == "measured":
             collected.facts[path] = (value, replace(provenance, window_s=round(window_s, 3)))
     return collected

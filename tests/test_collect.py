@@ -1,0 +1,413 @@
+"""`kbopt collect` on real public data, a loopback /metrics server, and a fake NVML."""
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from fake_nvml import FakeClock, FakeNVML
+
+from kbopt.engine.advisor import advise, available_evaluators
+from kbopt.errors import KboptError
+from kbopt.kb.collectors.nvml import Progress, sample_nvml
+from kbopt.kb.collectors.prometheus import facts_from_scrapes, histogram_quantile, parse, scrape
+from kbopt.kb.collectors.run import CollectOptions, collect
+from kbopt.kb.collectors.traces import TraceOptions, summarize_trace
+from kbopt.kb.facts import facts_from_document, load_facts
+
+REAL = Path(__file__).resolve().parent / "data" / "real"
+
+
+def _facts(collected):
+    return {path: value for path, (value, _) in collected.facts.items()}
+
+
+def _advise(collected):
+    return advise(facts_from_document(collected.document(), "collected"), _pack(), available_evaluators()[0])
+
+
+def _pack():
+    from kbopt.engine.loader import load_pack
+    return load_pack()
+
+
+# ------------------------------------------------------------------ dcgm-exporter
+
+
+def test_t4_under_load_kernels_busy_but_tensor_cores_idle():
+    collected = facts_from_scrapes(scrape(str(REAL / "dcgm_exporter_T4_ericsson_ccd.prom")))
+    facts = _facts(collected)
+    assert facts["telemetry.kernel_time_ratio"] == 0.91
+    assert facts["telemetry.compute_utilization"] == pytest.approx(0.156205)
+    assert facts["telemetry.tensor_active_ratio"] == pytest.approx(0.005822)
+    assert facts["telemetry.bandwidth_utilization"] == pytest.approx(0.092781)
+    assert facts["hardware.gpu_name"] == "Tesla T4"
+    compute = collected.facts["telemetry.compute_utilization"][1]
+    assert (compute.source, compute.quality, compute.metric) == ("dcgm", "measured", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    advice = _advise(collected)
+    assert advice.derived["derived.launch_bound"] is True
+    fusion = next(s for s in advice.strategies if s.id == "op_fusion")
+    assert "S-FUSION-LAUNCH-BOUND" in fusion.because
+    assert "W-GPU-MOSTLY-IDLE" in {w.rule for w in advice.warnings}
+
+
+def test_a100_under_load_prefers_the_whole_gpu_over_its_mig_instance():
+    facts = _facts(facts_from_scrapes(scrape(str(REAL / "dcgm_exporter_A100_loaded_mig_nvdocs.prom"))))
+    assert facts["telemetry.compute_utilization"] == pytest.approx(0.99563)
+    assert facts["telemetry.bandwidth_utilization"] == pytest.approx(0.690789)
+    assert facts["hardware.mig_enabled"] is True
+    assert facts["telemetry.memory_used_ratio"] == pytest.approx(4845 / (4845 + 35690), abs=1e-4)
+
+
+def test_idle_l4_is_named_and_enriched_from_the_catalog():
+    collected = facts_from_scrapes(scrape(str(REAL / "dcgm_exporter_L4_kops.prom")))
+    facts = facts_from_document(collected.document(), "collected")
+    assert facts.values["hardware.gpu_name"] == "NVIDIA L4"
+    assert facts.values["hardware.compute_capability"] == "8.9"
+    assert facts.provenance["hardware.compute_capability"].source == "catalog:L4"
+    assert facts.values["hardware.memory_total_gib"] == pytest.approx(22.49, abs=0.01)   # measured beats the catalog
+
+
+# ------------------------------------------------------------------ engines
+
+
+def test_vllm_v1_dump():
+    collected = facts_from_scrapes(scrape(str(REAL / "vllm_v1_metrics_qwen05b_kops.prom")))
+    facts = _facts(collected)
+    assert facts["workload.engine"] == "vllm" and facts["workload.memory_preallocated"] is True
+    assert facts["telemetry.kv_cache_usage_ratio"] == 0.0 and facts["workload.kv_cache"] == "paged"
+    assert "workload.ttft_p99_ms" not in facts          # no request finished yet: no quantile to give
+
+
+def test_preallocating_engine_is_judged_by_its_kv_cache_not_device_memory():
+    collected = facts_from_scrapes(scrape(str(REAL / "vllm_v1_metrics_qwen05b_kops.prom")))
+    document = collected.document()
+    document["telemetry"].update(memory_used_ratio=0.92, compute_utilization=0.3, bandwidth_utilization=0.6)
+    advice = advise(facts_from_document(document, "x"), _pack(), "reference")
+    assert advice.bottleneck == "memory_bandwidth"                       # not memory_capacity
+    assert "W-MEMORY-PREALLOCATED" in {w.rule for w in advice.warnings}
+    assert "D-CAPACITY-KV-FREE" in {f.rule for f in advice.fired}
+
+
+def test_overloaded_sglang():
+    collected = facts_from_scrapes(scrape(str(REAL / "sglang_metrics_llama31_8b_overloaded_docs.prom")))
+    facts = _facts(collected)
+    assert facts["telemetry.kv_cache_usage_ratio"] == 0.28
+    assert (facts["workload.requests_running_mean"], facts["workload.requests_waiting_mean"]) == (162, 2826)
+    ttft = collected.facts["workload.ttft_p99_ms"]
+    assert ttft[0] >= 20000 and "at least" in ttft[1].note
+    advice = _advise(collected)
+    assert "W-QUEUE-BACKLOG-WITH-KV-ROOM" in {w.rule for w in advice.warnings}
+
+
+def test_triton_trtllm_kv_blocks():
+    facts = _facts(facts_from_scrapes(scrape(str(REAL / "triton_trtllm_backend_metrics_docs.prom"))))
+    assert facts["workload.engine"] == "trtllm"
+    assert facts["telemetry.kv_cache_usage_ratio"] == pytest.approx(1 / 6239, abs=1e-6)
+
+
+VLLM_BEFORE = """# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0"} 10
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop"} 100
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{le="0.1"} 90
+vllm:time_to_first_token_seconds_bucket{le="0.5"} 100
+vllm:time_to_first_token_seconds_bucket{le="+Inf"} 100
+vllm:time_to_first_token_seconds_count 100
+vllm:time_to_first_token_seconds_sum 5
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0"} 0.5
+"""
+VLLM_AFTER = VLLM_BEFORE.replace(" 10\n", " 30\n").replace("} 100\n", "} 300\n", 1) \
+    .replace('le="0.1"} 90', 'le="0.1"} 100').replace('le="0.5"} 100', 'le="0.5"} 300') \
+    .replace('le="+Inf"} 100', 'le="+Inf"} 300').replace("0.5\n", "0.9\n")
+
+
+def test_two_scrapes_give_rates_and_quantiles_over_the_window():
+    first, second = parse(VLLM_BEFORE, "before"), parse(VLLM_AFTER, "after")
+    facts = _facts(facts_from_scrapes(first, second))
+    assert facts["workload.preemption_ratio"] == pytest.approx(20 / 200)     # the window's increase only
+    # In the window: 10 requests under 0.1 s, 190 between 0.1 and 0.5 s: p99 interpolates near 0.5 s.
+    assert facts["workload.ttft_p99_ms"] == pytest.approx((0.1 + 0.4 * (198 - 10) / 190) * 1000)
+    assert facts["telemetry.kv_cache_usage_ratio"] == pytest.approx(0.7)     # gauges: the mean of both
+    one = _facts(facts_from_scrapes(first))
+    assert one["workload.preemption_ratio"] == pytest.approx(0.1)
+
+
+def test_histogram_quantile_edges():
+    assert histogram_quantile(0.5, [(1.0, 0.0), (float("inf"), 0.0)]) is None
+    assert histogram_quantile(0.99, [(1.0, 10.0), (float("inf"), 100.0)]) == (1.0, False)
+
+
+def test_bad_metrics_sources_are_clean_errors(tmp_path):
+    with pytest.raises(KboptError, match="cannot read"):
+        scrape(str(tmp_path / "absent.prom"))
+    junk = tmp_path / "junk.prom"
+    junk.write_text("this is not { exposition\n")
+    with pytest.raises(KboptError, match="not Prometheus text exposition|no metrics"):
+        scrape(str(junk))
+    other = tmp_path / "other.prom"
+    other.write_text("# TYPE node_load1 gauge\nnode_load1 0.5\n")
+    with pytest.raises(KboptError, match="no dcgm-exporter, vLLM, SGLang, TGI or Triton metrics"):
+        facts_from_scrapes(scrape(str(other)))
+    with pytest.raises(KboptError, match="cannot scrape it"):
+        scrape("http://127.0.0.1:9/metrics")
+
+
+@pytest.fixture
+def metrics_server():
+    """A loopback HTTP server serving the overloaded SGLang dump at /metrics."""
+    body = (REAL / "sglang_metrics_llama31_8b_overloaded_docs.prom").read_bytes()
+    hits = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            hits.append(self.path)
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body if self.path == "/metrics" else b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/metrics", hits
+    server.shutdown()
+    server.server_close()
+
+
+def test_collect_scrapes_a_url_twice_over_the_window(metrics_server):
+    url, hits = metrics_server
+    collected = collect(CollectOptions(metrics=(url,), nvml=False, duration_s=0.2, interval_s=0.05))
+    assert hits == ["/metrics", "/metrics"]
+    waiting = collected.facts["workload.requests_waiting_mean"]
+    assert waiting[0] == 2826 and waiting[1].samples == 2 and waiting[1].window_s >= 0.2
+    # The two scrapes are identical: no request finished in the window, so no TTFT quantile.
+    assert "workload.ttft_p99_ms" not in collected.facts
+
+
+# ------------------------------------------------------------------ traces
+
+
+def test_azure_code_trace():
+    collected = summarize_trace(str(REAL / "azure_llm_2023_code_first2000.csv"), TraceOptions())
+    facts = _facts(collected)
+    assert facts["workload.max_seq_len"] == 7574
+    assert facts["workload.seq_len_mean"] == pytest.approx(2016.0905)
+    assert facts["workload.long_seq_fraction"] == pytest.approx(0.3835)
+    assert facts["workload.seq_len_p99"] == 7449
+    assert facts["workload.arrival_rate_peak_per_s"] > 3 * facts["workload.arrival_rate_per_s"]
+    provenance = collected.facts["workload.seq_len_mean"][1]
+    assert (provenance.source, provenance.samples, provenance.metric) == \
+        ("trace:azure_llm_2023_code_first2000.csv", 2000, "ContextTokens+GeneratedTokens")
+    advice = _advise(collected)
+    assert {"continuous_batching", "length_bucketing", "paged_kv_cache"} <= {s.id for s in advice.strategies}
+
+
+def test_long_threshold_is_an_option():
+    low = _facts(summarize_trace(str(REAL / "azure_llm_2023_conv_first2000.csv"), TraceOptions(long_threshold=512)))
+    high = _facts(summarize_trace(str(REAL / "azure_llm_2023_conv_first2000.csv"), TraceOptions(long_threshold=4096)))
+    assert low["workload.long_seq_fraction"] > 0.5 > high["workload.long_seq_fraction"]
+
+
+def test_mooncake_trace():
+    facts = _facts(summarize_trace(str(REAL / "mooncake_fast25_conversation_first610.jsonl"), TraceOptions()))
+    assert facts["workload.max_seq_len"] == 121912
+    assert facts["workload.arrival_rate_per_s"] == pytest.approx(610 / 204, rel=0.01)
+
+
+def test_vllm_bench_result_aggregates():
+    collected = summarize_trace(str(REAL / "vllm_bench_serve_result_qwen25vl3b.json"), TraceOptions())
+    facts = _facts(collected)
+    assert facts["workload.seq_len_mean"] == pytest.approx((39800 + 25472) / 199)
+    assert facts["workload.ttft_p99_ms"] == pytest.approx(113.886, abs=0.01)
+    assert facts["workload.concurrency_peak"] == 14
+    assert any("aggregates only" in n for n in collected.notes)
+
+
+def test_vllm_bench_per_request_arrays(tmp_path):
+    path = tmp_path / "detailed.json"
+    path.write_text(json.dumps({"completed": 4, "duration": 2.0, "input_lens": [100, 200, 300, 4000],
+                                "output_lens": [10, 20, 30, 400], "p99_ttft_ms": 50.0}))
+    facts = _facts(summarize_trace(str(path), TraceOptions()))
+    assert facts["workload.max_seq_len"] == 4400 and facts["workload.long_seq_fraction"] == 0.25
+
+
+def test_generic_csv_with_durations_gives_concurrency(tmp_path):
+    path = tmp_path / "requests.csv"
+    path.write_text("start_ms,in,out,latency_ms\n0,100,10,1000\n100,200,20,1000\n200,50,5,100\n1500,80,8,100\n")
+    options = TraceOptions(format="csv", columns={"timestamp": "start_ms", "prompt": "in", "output": "out",
+                                                  "duration": "latency_ms"}, time_unit="ms")
+    facts = _facts(summarize_trace(str(path), options))
+    assert facts["workload.concurrency_peak"] == 3
+    assert facts["workload.concurrency_mean"] == pytest.approx((1 + 2 + 3 + 1) / 4)
+    assert facts["workload.max_seq_len"] == 220
+
+
+def test_burstgpt_trace(tmp_path):
+    path = tmp_path / "burst.csv"
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                    "0,ChatGPT,100,50,150,Conversation log\n1.5,GPT-4,3000,200,3200,API log\n")
+    facts = _facts(summarize_trace(str(path), TraceOptions()))
+    assert facts["workload.max_seq_len"] == 3200 and facts["workload.long_seq_fraction"] == 0.5
+
+
+def test_trace_errors_name_the_line(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n2023-11-16 18:15:47,x,1\n")
+    with pytest.raises(KboptError, match=r"bad.csv:3: cannot read"):
+        summarize_trace(str(bad), TraceOptions())
+    generic = tmp_path / "generic.csv"
+    generic.write_text("a,b\n1,2\n")
+    with pytest.raises(KboptError, match="say which columns hold the lengths"):
+        summarize_trace(str(generic), TraceOptions())
+    with pytest.raises(KboptError, match="no column 'c'"):
+        summarize_trace(str(generic), TraceOptions(columns={"total": "c"}))
+
+
+# ------------------------------------------------------------------ NVML
+
+
+def _sample(fake, **kw):
+    clock = FakeClock()
+    return sample_nvml(fake, 0, kw.pop("duration_s", 2.0), kw.pop("interval_s", 0.5), clock=clock, sleep=clock.sleep,
+                       progress=Progress(2.0, stream=open("/dev/null", "w")))
+
+
+def test_nvml_samples_are_summarized_and_marked_as_proxies():
+    fake = FakeNVML(readings=[(40, 20, 60.0), (60, 40, 64.0), (80, 60, 68.0), (60, 40, 64.0), (60, 40, 64.0)])
+    collected = _sample(fake)
+    facts = _facts(collected)
+    assert facts["telemetry.compute_utilization"] == pytest.approx(0.6)
+    assert facts["telemetry.bandwidth_utilization"] == pytest.approx(0.4)
+    assert facts["telemetry.memory_used_ratio"] == pytest.approx(64.0 / 80)
+    assert facts["hardware.compute_capability"] == "8.0" and facts["hardware.gpu_count"] == 1
+    compute = collected.facts["telemetry.compute_utilization"][1]
+    assert (compute.source, compute.quality, compute.samples) == ("nvml", "proxy", 5)
+    assert "p95 0.8" in compute.note and "not SM activity" in compute.note
+    assert collected.facts["telemetry.kernel_time_ratio"][1].quality == "measured"
+    assert fake.shut_down
+    advice = _advise(collected)
+    assert "W-PROXY-TELEMETRY" in {w.rule for w in advice.warnings}
+
+
+def test_measured_dcgm_readings_win_over_nvml_proxies():
+    nvml = _sample(FakeNVML(readings=[(91, 73, 5.0)], name="Tesla T4", capability=(7, 5), total_gib=15.0))
+    dcgm = facts_from_scrapes(scrape(str(REAL / "dcgm_exporter_T4_ericsson_ccd.prom")))
+    merged = nvml.merge(dcgm)
+    assert merged.facts["telemetry.compute_utilization"][1].source == "dcgm"
+    assert merged.facts["telemetry.compute_utilization"][0] == pytest.approx(0.156205)
+
+
+@pytest.mark.parametrize("code,message", [(12, "NVML is not available here"), (9, "driver is not loaded")])
+def test_nvml_start_failures_say_what_to_do(code, message):
+    with pytest.raises(KboptError) as caught:
+        _sample(FakeNVML(fail_init=code))
+    assert message in str(caught.value) and "--metrics" in str(caught.value)
+
+
+def test_unsupported_fields_are_skipped_with_a_note():
+    collected = _sample(FakeNVML(power_supported=False))
+    assert "telemetry.power_watts" not in collected.facts
+    assert any("power draw is not supported" in n for n in collected.notes)
+    assert any("MIG mode is not supported" in n for n in collected.notes)
+
+
+def test_a_lost_gpu_keeps_what_was_sampled():
+    collected = _sample(FakeNVML(lose_after=2))
+    assert collected.facts["telemetry.compute_utilization"][1].samples == 2
+    assert any("lost after 2 samples" in n and "partial" in n for n in collected.notes)
+
+
+def test_ctrl_c_keeps_what_was_sampled():
+    collected = _sample(FakeNVML(interrupt_after=3))
+    assert collected.facts["telemetry.compute_utilization"][1].samples == 3
+    assert any("interrupted after 3 samples" in n for n in collected.notes)
+
+
+def test_progress_bar_only_on_a_terminal(capsys):
+    import io
+    quiet = io.StringIO()
+    bar = Progress(1.0, stream=quiet)
+    bar.update(0.5, 1)
+    bar.close()
+    assert quiet.getvalue() == ""
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    shown = Terminal()
+    bar = Progress(1.0, stream=shown)
+    bar.update(0.5, 1)
+    assert "sampling NVML [###############" in shown.getvalue()
+
+
+# ------------------------------------------------------------------ the command
+
+
+def test_collect_then_advise_shows_provenance(run_cli, tmp_path):
+    out = tmp_path / "run.json"
+    code, _, err = run_cli("collect", "--no-nvml", "--metrics", str(REAL / "dcgm_exporter_T4_ericsson_ccd.prom"),
+                           "--workload", str(REAL / "azure_llm_2023_conv_first2000.csv"), "--model", "llama-3-8b",
+                           "-o", str(out))
+    assert code == 0, err
+    facts = load_facts(out)
+    assert facts.provenance["telemetry.compute_utilization"].metric == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+    assert facts.provenance["model.num_layers"].source == "catalog:llama-3-8b"
+    code, text, _ = run_cli("advise", "--facts", str(out))
+    assert code == 0
+    assert "(dcgm DCGM_FI_PROF_GR_ENGINE_ACTIVE, measured, 1 sample" in text
+    assert "trace:azure_llm_2023_conv_first2000.csv" in text
+
+
+def test_advise_collect_in_one_step(run_cli):
+    code, out, _ = run_cli("advise", "--collect", "--no-nvml", "--format", "json",
+                           "--metrics", str(REAL / "dcgm_exporter_A100_loaded_mig_nvdocs.prom"))
+    advice = json.loads(out)
+    assert code == 0 and advice["bottleneck"] == "compute_capacity"
+    assert advice["facts"]["telemetry.compute_utilization"]["origin"] == "dcgm"
+
+
+def test_collect_without_any_usable_source_is_exit_2(run_cli, monkeypatch):
+    from kbopt.kb.collectors import nvml
+    monkeypatch.setattr(nvml, "load_pynvml", lambda: FakeNVML(fail_init=12))
+    code, out, err = run_cli("collect")
+    assert code == 2 and out == ""
+    assert "NVML is not available here" in err and "--metrics" in err and "--workload" in err
+
+
+def test_collect_skips_nvml_with_a_note_when_other_sources_exist(run_cli, monkeypatch, tmp_path):
+    from kbopt.kb.collectors import nvml
+    monkeypatch.setattr(nvml, "load_pynvml", lambda: FakeNVML(fail_init=12))
+    code, out, err = run_cli("collect", "--workload", str(REAL / "azure_llm_2023_code_first2000.csv"))
+    assert code == 0 and "NVML skipped" in err
+    assert json.loads(out)["workload"]["max_seq_len"] == 7574
+
+
+def test_collect_uses_nvml_when_available(run_cli, monkeypatch):
+    from kbopt.kb.collectors import nvml
+    fake = FakeNVML(readings=[(55, 30, 70.0)])
+    monkeypatch.setattr(nvml, "load_pynvml", lambda: fake)
+    code, out, _ = run_cli("collect", "--duration", "0.05", "--interval", "0.01")
+    document = json.loads(out)
+    assert code == 0 and document["hardware"]["gpu_name"] == "NVIDIA A100-SXM4-80GB"
+    assert document["provenance"]["telemetry.compute_utilization"]["quality"] == "proxy"
+
+
+def test_model_from_a_hugging_face_config(run_cli, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"_name_or_path": "Qwen/Qwen2.5-7B-Instruct", "num_hidden_layers": 28,
+                                  "num_attention_heads": 28, "num_key_value_heads": 4, "hidden_size": 3584,
+                                  "torch_dtype": "bfloat16"}))
+    code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
+    model = json.loads(out)["model"]
+    assert code == 0 and model == {"head_dim": 128, "name": "Qwen/Qwen2.5-7B-Instruct", "num_kv_heads": 4,
+                                   "num_layers": 28, "weight_dtype": "bf16"}
+    code, _, err = run_cli("collect", "--no-nvml", "--model", "gpt-5")
+    assert code == 2 and "not in the model catalog" in err
