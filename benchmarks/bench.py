@@ -5,12 +5,16 @@
 (a) cold `kbopt advise` wall time against `python -c pass` (and against importing the
     dependencies alone, the floor kbopt cannot go under);
 (b) evaluations per second in-process on the built-in rules, for both evaluators;
-(c) per-evaluation time for synthetic packs of 50, 500 and 2,000 rules (distinct thresholds).
-Targets (issue 2): cold advise <= 250 ms; >= 2,000 evaluations/s per core; 2,000 rules <= 15 ms.
+(c) per-evaluation time for synthetic packs of 50, 500 and 2,000 rules (distinct thresholds);
+(d) collect's own overhead per NVML sample, with a fake NVML module, against the NVML calls alone;
+(e) summarizing a 1,000,000-request trace (Azure format): time, and peak memory against 100,000.
+Targets: cold advise <= 250 ms; >= 2,000 evaluations/s per core; 2,000 rules <= 15 ms;
+1,000,000-request trace < 3 s with memory bounded (streamed).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import subprocess
@@ -101,6 +105,68 @@ def scaling(sizes: list[int], evaluations: int) -> None:
               f"({per['durable'] / per['reference']:.1f}x){verdict}")
 
 
+def nvml_overhead(samples: int) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fake_nvml import FakeClock, FakeNVML
+
+    from kbopt.kb.collectors.nvml import Progress, sample_nvml
+
+    fake = FakeNVML(readings=[(55, 30, 70.0)])
+    handle = fake.nvmlDeviceGetHandleByIndex(0)
+    start = time.perf_counter()
+    for _ in range(samples):        # the calls one sample makes, and nothing else
+        fake.nvmlDeviceGetUtilizationRates(handle)
+        fake.nvmlDeviceGetMemoryInfo(handle)
+        fake.nvmlDeviceGetPowerUsage(handle)
+        fake.nvmlDeviceGetClockInfo(handle, fake.NVML_CLOCK_SM)
+    calls = (time.perf_counter() - start) / samples
+    fake = FakeNVML(readings=[(55, 30, 70.0)])
+    clock = FakeClock()
+    with open(os.devnull, "w") as quiet:
+        start = time.perf_counter()
+        sample_nvml(fake, 0, duration_s=samples * 0.5 - 0.25, interval_s=0.5, clock=clock, sleep=clock.sleep,
+                    progress=Progress(1, stream=quiet))
+    whole = (time.perf_counter() - start) / samples
+    print(f"(d) NVML sampling, {samples} samples with a fake NVML module:")
+    print(f"    the NVML calls alone {calls * 1e6:6.1f} us/sample; kbopt's sampling {whole * 1e6:6.1f} us/sample; "
+          f"overhead {(whole - calls) * 1e6:5.1f} us/sample (at the default 0.5 s interval: "
+          f"{(whole - calls) / 0.5 * 100:.4f}% of one core)")
+
+
+_TRACE_CHILD = """
+import resource, sys, time
+from kbopt.kb.collectors.traces import TraceOptions, summarize_trace
+start = time.perf_counter()
+summarize_trace(sys.argv[1], TraceOptions())
+print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def trace_scaling(rows: int) -> None:
+    import tempfile
+    rng = random.Random(7)
+    results = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for count in (rows // 10, rows):
+            path = Path(folder) / f"trace{count}.csv"
+            with open(path, "w") as handle:
+                handle.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+                t = 0.0
+                for _ in range(count):
+                    t += rng.expovariate(40)
+                    day, rest = divmod(t, 86400)
+                    handle.write(f"2023-11-{16 + int(day):02d} {int(rest // 3600):02d}:{int(rest // 60 % 60):02d}:"
+                                 f"{rest % 60:010.7f},{rng.randint(10, 8000)},{rng.randint(1, 800)}\n")
+            output = subprocess.run([sys.executable, "-c", _TRACE_CHILD, str(path)], capture_output=True,
+                                    text=True, check=True).stdout.split()
+            results[count] = (float(output[0]), int(output[1]) / 1024)
+    small, large = results[rows // 10], results[rows]
+    print(f"(e) trace summary (Azure CSV), in a fresh process:")
+    print(f"    {rows // 10:>9,} requests {small[0]:5.2f} s, peak RSS {small[1]:6.1f} MiB")
+    print(f"    {rows:>9,} requests {large[0]:5.2f} s, peak RSS {large[1]:6.1f} MiB   "
+          f"(target < 3 s: {'met' if large[0] < 3 else 'NOT met'}; memory x{large[1] / small[1]:.2f} for 10x the rows)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer runs (for a smoke test)")
@@ -108,6 +174,8 @@ def main() -> None:
     cold_start(runs=3 if args.quick else 15)
     throughput(seconds=0.3 if args.quick else 2.0)
     scaling([50, 500] if args.quick else [50, 500, 2000], evaluations=20 if args.quick else 200)
+    nvml_overhead(samples=200 if args.quick else 5000)
+    trace_scaling(rows=20_000 if args.quick else 1_000_000)
 
 
 if __name__ == "__main__":
