@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kbopt.engine import expr
 from kbopt.engine.advice import Advice
 from kbopt.engine.advisor import advise
 from kbopt.engine.rule import Example, Pack, Rule
@@ -18,6 +19,8 @@ class ExampleResult:
     location: str
     evaluator: str
     failures: tuple[str, ...]
+    leaves: tuple[bool | None, ...] = ()    # each comparison of the rule's condition, on this example
+
 
     @property
     def ok(self) -> bool:
@@ -31,7 +34,33 @@ def check_example(rule: Rule, example: Example, pack: Pack, evaluator: str) -> E
     except FactsError as error:
         return ExampleResult(rule.id, example.name, location, evaluator, (f"the example's {error}",))
     advice = advise(facts, pack, evaluator)
-    return ExampleResult(rule.id, example.name, location, evaluator, tuple(expectation_failures(rule, example, advice)))
+    values = {**facts.engine_values(), **advice.derived}
+
+    def lookup(path):
+        if path in values:
+            return expr.KNOWN, values[path]
+        return (expr.ABSENT, None) if path.startswith("derived.") else (expr.MISSING, None)
+    leaves = tuple(expr.evaluate(leaf, lookup) for leaf in condition_leaves(rule.when))
+    return ExampleResult(rule.id, example.name, location, evaluator, tuple(expectation_failures(rule, example, advice)),
+                         leaves)
+
+
+def condition_leaves(node) -> list:
+    """The comparisons of a condition, in order (for coverage: each seen true and false?)."""
+    if isinstance(node, (expr.And, expr.Or)):
+        return [leaf for item in node.items for leaf in condition_leaves(item)]
+    if isinstance(node, expr.Not):
+        return condition_leaves(node.item)
+    return [node]
+
+
+def leaf_coverage(results: list[ExampleResult]) -> tuple[int, int]:
+    """(comparisons seen both true and false across their rule's examples, all comparisons)."""
+    seen: dict[tuple[str, int], set] = {}
+    for result in results:
+        for index, outcome in enumerate(result.leaves):
+            seen.setdefault((result.rule, index), set()).add(outcome)
+    return sum(1 for outcomes in seen.values() if {True, False} <= outcomes), len(seen)
 
 
 def expectation_failures(rule: Rule, example: Example, advice: Advice) -> list[str]:

@@ -619,3 +619,38 @@ def fmt(value: Any, quote: bool = False) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(fmt(v, quote) for v in value) + "]"
     return str(value)
+
+
+_WORDS = {"<": "is below", "<=": "is at most", ">": "is above", ">=": "is at least", "==": "is", "!=": "is not"}
+
+
+def describe(node) -> str:
+    """A condition in words: `telemetry.memory_used_ratio is above 0.9 (capacity_threshold)`."""
+    def side(n):
+        if isinstance(n, Fact):
+            return n.path
+        if isinstance(n, Const):
+            return fmt(n.value, quote=isinstance(n.value, str)) + (f" ({n.parameter})" if n.parameter else "")
+        return render(n)
+
+    if isinstance(node, And):
+        return " and ".join(_group(i, describe(i)) for i in node.items)
+    if isinstance(node, Or):
+        return "either " + " or ".join(_group(i, describe(i)) for i in node.items)
+    if isinstance(node, Not):
+        return f"it is not so that {describe(node.item)}"
+    if isinstance(node, Cmp):
+        if node.op == "==" and node.right == Const(True):
+            return f"{side(node.left)} holds"
+        if node.op == "==" and node.right == Const(False):
+            return f"{side(node.left)} does not hold"
+        return f"{side(node.left)} {_WORDS[node.op]} {side(node.right)}"
+    if isinstance(node, OneOf):
+        return f"{node.fact.path} is {'none' if node.negated else 'one'} of {', '.join(fmt(v, True) for v in node.values)}"
+    if isinstance(node, Contains):
+        return f"{node.fact.path} {'does not include' if node.negated else 'includes'} {fmt(node.item, True)}"
+    if isinstance(node, Known):
+        return f"{node.fact.path} is {'not given' if node.negated else 'known'}"
+    if isinstance(node, Needs):
+        return f"{node.fact.path} is known"
+    return render(node)

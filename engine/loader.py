@@ -143,7 +143,8 @@ class _RuleBuilder:
         return Rule(id=d["id"], title=d["title"], layer=d["layer"], when_text=" ".join(d["when"].split()),
                     when=when, fire_condition=fire_condition, then=then, because=" ".join(d["because"].split()),
                     sources=sources, parameters=parameters, examples=examples, notes=d.get("notes"),
-                    tags=tuple(d.get("tags", ())), file=self.file, line=_line(self.lines, ("id",)), pack=self.pack)
+                    tags=tuple(d.get("tags", ())), file=self.file, line=_line(self.lines, ("id",)), pack=self.pack,
+                    overrides=bool(d.get("overrides", False)))
 
     def conclusion(self, item, path, values):
         kind, body = next(iter(item.items()))
@@ -311,7 +312,11 @@ def builtin_parameters() -> dict[str, Parameter]:
 
 
 def load_pack(extra_dirs: Iterable[str | Path] = ()) -> Pack:
-    """The built-in rules, then each extra directory's (same layout: <layer>/<id>.yaml)."""
+    """The built-in rules, then each extra directory's (same layout: <layer>/<id>.yaml).
+
+    A later pack may replace a rule of the same id (the rule says `overrides: true`) or disable
+    one (disable.yaml: `disable: [{id: ..., why: ...}]`); anything else with a taken id is an error.
+    """
     vocabulary = load_vocabulary()
     digest = hashlib.sha256()
     rules: list[Rule] = []
@@ -327,14 +332,41 @@ def load_pack(extra_dirs: Iterable[str | Path] = ()) -> Pack:
                 raise RuleError(f"{shown}/parameters.yaml", None, f"parameter {clash[0]!r} is already defined by another pack")
             shared.update(extra)
         files = _rule_files(root)
-        if pack != "builtin" and not files:
+        disabled = _disabled(Path(root), shown) if pack != "builtin" else {}
+        if pack != "builtin" and not files and not disabled:
             raise RuleError(str(root), None, "no rule files found", "rules live in <dir>/<layer>/<id>.yaml, layers: " + ", ".join(LAYERS))
+        for rule_id, (line, why) in disabled.items():
+            if not any(r.id == rule_id for r in rules):
+                raise RuleError(f"{shown}/disable.yaml", line, f"cannot disable {rule_id}: no earlier pack has it")
+            rules = [r for r in rules if r.id != rule_id]
+            digest.update(f"disable {rule_id}".encode())
         for layer, file in files:
             text = _read_text(file, f"{shown}/{layer}/{file.name}")
             digest.update(file.name.encode() + b"\0" + text.encode())
-            rules.append(load_rule_text(text, f"{shown}/{layer}/{file.name}", layer, pack, vocabulary, shared))
+            rule = load_rule_text(text, f"{shown}/{layer}/{file.name}", layer, pack, vocabulary, shared)
+            taken = next((i for i, r in enumerate(rules) if r.id == rule.id), None)
+            if taken is None:
+                if rule.overrides:
+                    raise RuleError(rule.file, rule.line, f"{rule.id} says `overrides: true` but no earlier pack has it")
+                rules.append(rule)
+            elif rule.overrides and rules[taken].pack != pack:
+                rules[taken] = rule          # in the place of the rule it replaces
+            else:
+                raise RuleError(rule.file, rule.line, f"duplicate rule id {rule.id}",
+                                f"first defined in {rules[taken].location}; to replace it, add `overrides: true`")
     digest.update(repr(sorted((p.name, p.value) for p in shared.values())).encode())
     return build_pack(rules, digest.hexdigest()[:12])
+
+
+def _disabled(root: Path, shown: str) -> dict[str, tuple[int, str]]:
+    path = root / "disable.yaml"
+    if not path.is_file():
+        return {}
+    data, lines = _read_yaml(_read_text(path), f"{shown}/disable.yaml")
+    entries = data.get("disable") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and set(e) == {"id", "why"} for e in entries):
+        raise RuleError(f"{shown}/disable.yaml", 1, "expected `disable: [{id: RULE-ID, why: reason}, ...]`")
+    return {e["id"]: (_line(lines, ("disable", i)), e["why"]) for i, e in enumerate(entries)}
 
 
 def build_pack(rules: list[Rule], version: str) -> Pack:

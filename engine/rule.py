@@ -117,6 +117,7 @@ class Rule:
     file: str = ""
     line: int = 1
     pack: str = "builtin"
+    overrides: bool = False
 
     @cached_property
     def derives(self) -> tuple[str, ...]:

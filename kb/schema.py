@@ -88,6 +88,7 @@ RULE_SCHEMA: dict[str, Any] = {
         "title": {"type": "string", "minLength": 3},
         "layer": {"enum": ["diagnosis", "compute", "storage", "scheduling"]},
         "tags": {"type": "array", "items": {"type": "string"}},
+        "overrides": {"type": "boolean", "description": "this rule replaces a rule of the same id from an earlier pack"},
         "when": {**_EXPR, "description": "condition over facts, e.g. telemetry.memory_used_ratio > 0.9"},
         "parameters": {
             "type": "object",

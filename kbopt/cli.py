@@ -65,7 +65,23 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--layer", choices=("diagnosis", "compute", "storage", "scheduling"))
     _pack_options(listing, engine=False)
     test = rule_commands.add_parser("test", help="run every rule's inline examples (on both evaluators where durable_rules imports)")
+    test.add_argument("paths", nargs="*", metavar="PATH", help="rule packs to test with the built-in one (default: the built-in pack)")
     _pack_options(test, engine=False)
+    lint = rule_commands.add_parser("lint", help="static checks: file:line, the offending text and a hint; exit 2 on errors")
+    lint.add_argument("paths", nargs="*", metavar="PATH", help="rule packs to lint, layered over the built-in one")
+    show = rule_commands.add_parser("show", help="one rule: condition in words, parameters, examples, source, file:line")
+    show.add_argument("rule_id", metavar="RULE_ID")
+    _pack_options(show, engine=False)
+    docs = rule_commands.add_parser("docs", help="write one Markdown page per rule and an index")
+    docs.add_argument("-o", "--output", required=True, metavar="DIR")
+    _pack_options(docs, engine=False)
+    new = rule_commands.add_parser("new", help="scaffold a rule file with its required parts")
+    new.add_argument("layer", choices=("diagnosis", "compute", "storage", "scheduling"))
+    new.add_argument("name", help="the rule id, e.g. S-CHUNKED-PREFILL (written as <dir>/<layer>/<id>.yaml)")
+    new.add_argument("--dir", default=".", help="the pack directory (default: the current one)")
+    graph = rule_commands.add_parser("graph", help="which rule feeds which, and the strategy conflict graph")
+    graph.add_argument("--format", choices=("dot", "json"), default="dot")
+    _pack_options(graph, engine=False)
     return parser
 
 
@@ -247,7 +263,23 @@ def _schema(args) -> int:
 
 def _rules(args) -> int:
     from kbopt.engine.loader import load_pack
-    pack = load_pack(args.rules)
+    if args.rules_command == "lint":
+        return _lint(args)
+    if args.rules_command == "new":
+        from kbopt.engine.authoring import scaffold
+        print(f"wrote {scaffold(args.dir, args.layer, args.name)}")
+        return EXIT_OK
+    pack = load_pack(list(args.rules) + list(getattr(args, "paths", []) or []))
+    if args.rules_command in ("show", "docs", "graph"):
+        from kbopt.engine import authoring
+        if args.rules_command == "show":
+            sys.stdout.write(authoring.show(pack, args.rule_id))
+        elif args.rules_command == "docs":
+            written = authoring.write_docs(pack, Path(args.output))
+            print(f"wrote {written} pages under {args.output}")
+        else:
+            sys.stdout.write(authoring.graph_text(pack, args.format))
+        return EXIT_OK
     if args.rules_command == "list":
         for rule in pack.rules:
             if args.layer in (None, rule.layer):
@@ -261,11 +293,25 @@ def _rules(args) -> int:
     for result in failed:
         for failure in result.failures:
             print(f"FAIL {result.rule} / {result.example!r} ({result.evaluator}) at {result.location}: {failure}")
+    from kbopt.engine.examples import leaf_coverage
     decided_both = [r.id for r in pack.rules if {True, False} <= {e.fires for e in r.examples}]
+    both_ways, leaves = leaf_coverage(results)
+    print(f"coverage: {len(decided_both)}/{len(pack.rules)} rules have an example that fires and one decided false; "
+          f"{both_ways}/{leaves} comparisons are seen both true and false")
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed "
-          f"({sum(len(r.examples) for r in pack.rules)} examples x {len(evaluators)} evaluator(s); "
-          f"{len(decided_both)}/{len(pack.rules)} rules have an example that fires and one decided false)")
+          f"({sum(len(r.examples) for r in pack.rules)} examples x {len(evaluators)} evaluator(s))")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _lint(args) -> int:
+    from kbopt.engine.lint import lint_paths
+    findings, checked = lint_paths(list(args.paths))
+    for finding in findings:
+        print(finding.render())
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = sum(f.severity == "warning" for f in findings)
+    print(f"{errors} error(s), {warnings} warning(s) in {checked} rule(s)")
+    return EXIT_BAD_INPUT if errors else EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

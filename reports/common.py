@@ -77,5 +77,7 @@ def bottleneck_evidence(advice: Advice) -> list[tuple[Firing, Check]]:
     """The comparisons on input facts that decided the bottleneck, through derived facts."""
     if not advice.bottleneck_rule:
         return []
-    return [(firing, check) for _, firing in chain(advice, [advice.bottleneck_rule])
-            for check in firing.checks if check.fact in advice.facts]
+    out = [(firing, check) for _, firing in chain(advice, [advice.bottleneck_rule])
+           for check in firing.checks if check.fact in advice.facts]
+    compared = {check.fact for _, check in out if check.op != "known"}
+    return [(f, c) for f, c in out if not (c.op == "known" and c.fact in compared)]   # `known(x) and x == ..`

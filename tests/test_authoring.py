@@ -1,0 +1,125 @@
+"""Rule authoring: lint, show, docs, new, graph, custom packs that override or disable rules."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+EXAMPLE = str(HERE.parent / "examples" / "capacity-a100-chat.json")
+LINT_SNAPSHOT = HERE / "golden" / "lint.txt"
+
+
+def test_builtin_pack_lints_clean(run_cli):
+    code, out, _ = run_cli("rules", "lint")
+    assert code == 0 and out.strip().endswith("0 error(s), 0 warning(s) in 67 rule(s)")
+
+
+def test_lint_findings_match_the_snapshot(run_cli, monkeypatch):
+    monkeypatch.chdir(HERE.parent)
+    code, out, _ = run_cli("rules", "lint", "tests/lint_pack")
+    if os.environ.get("KBOPT_UPDATE_SNAPSHOTS"):
+        LINT_SNAPSHOT.write_text(out)
+    assert code == 2
+    assert out == LINT_SNAPSHOT.read_text(), "lint output changed; rerun with KBOPT_UPDATE_SNAPSHOTS=1 if intended"
+    for code_ in ("K101", "K102", "K201", "K202", "K401"):
+        assert f"[{code_}]" in out
+
+
+def test_lint_reports_every_broken_file_not_just_the_first(run_cli, tmp_path):
+    layer = tmp_path / "pack" / "diagnosis"
+    layer.mkdir(parents=True)
+    for source, rule_id in (("unknown-fact.yaml", "X-UNKNOWN-FACT"), ("ratio-threshold.yaml", "X-RATIO")):
+        text = (HERE / "broken_rules" / source).read_text().replace("X-BROKEN-RULE", rule_id)
+        (layer / f"{rule_id.lower()}.yaml").write_text(text)
+    code, out, _ = run_cli("rules", "lint", str(tmp_path / "pack"))
+    assert code == 2 and out.count("error[K000]") == 2
+    assert "x-unknown-fact.yaml:4: error[K000]: when: unknown fact 'telemetry.memory_use_ratio'" in out
+    assert "| when: telemetry.memory_use_ratio > 0.9" in out
+    assert "= help: did you mean 'telemetry.memory_used_ratio'?" in out
+
+
+def test_show_explains_a_rule_in_words(run_cli):
+    code, out, _ = run_cli("rules", "show", "d-capacity-memory-full")
+    assert code == 0
+    assert "In words: telemetry.memory_used_ratio is above 0.9 (capacity_threshold) and (either " \
+           "workload.memory_preallocated is not given or workload.memory_preallocated does not hold)." in out
+    assert "| `capacity_threshold` | 0.9 |" in out and "rules/diagnosis/d-capacity-memory-full.yaml:1" in out
+    code, _, err = run_cli("rules", "show", "D-CAPACITY-MEMORY-FUL")
+    assert code == 2 and "did you mean D-CAPACITY-MEMORY-FULL" in err
+
+
+def test_docs_one_page_per_rule_and_an_index(run_cli, tmp_path):
+    code, out, _ = run_cli("rules", "docs", "-o", str(tmp_path / "docs"))
+    pages = sorted(p.name for p in (tmp_path / "docs").iterdir())
+    assert code == 0 and len(pages) == 68 and "index.md" in pages
+    assert "[D-BOTTLENECK-CAPACITY](D-BOTTLENECK-CAPACITY.md)" in (tmp_path / "docs" / "index.md").read_text()
+
+
+def test_new_scaffolds_a_rule_that_loads_and_lint_flags_its_todos(run_cli, tmp_path):
+    code, out, _ = run_cli("rules", "new", "storage", "s-my-first-rule", "--dir", str(tmp_path))
+    path = tmp_path / "storage" / "s-my-first-rule.yaml"
+    assert code == 0 and path.is_file()
+    code, out, _ = run_cli("rules", "lint", str(tmp_path))
+    assert "S-MY-FIRST-RULE" not in out or "K303" in out
+    assert "warning[K303]" in out and code == 0
+    code, _, err = run_cli("rules", "new", "storage", "s-my-first-rule", "--dir", str(tmp_path))
+    assert code == 2 and "exists already" in err
+
+
+def test_graph_links_facts_rules_and_strategies(run_cli):
+    code, out, _ = run_cli("rules", "graph", "--format", "json")
+    graph = json.loads(out)
+    edges = {(e["from"], e["to"], e["kind"]) for e in graph["edges"]}
+    assert ("D-CAPACITY-MEMORY-FULL", "derived.capacity_binding", "derives") in edges
+    assert ("derived.capacity_binding", "D-BOTTLENECK-CAPACITY", "feeds") in edges
+    assert ("S-PAGED-KV-CAPACITY", "paged_kv_cache", "recommends") in edges
+    assert ("paged_kv_cache", "static_kv_preallocation", "excludes") in edges
+    code, dot, _ = run_cli("rules", "graph")
+    assert dot.startswith("digraph kbopt {") and '"R-FP8-NEEDS-TENSOR-CORES" -> "quantization[fp8]"' in dot
+
+
+def _pack(tmp_path, files: dict[str, str]) -> str:
+    root = tmp_path / "pack"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return str(root)
+
+
+def test_a_pack_may_override_a_builtin_rule_explicitly(run_cli, tmp_path):
+    original = (HERE.parent / "rules" / "diagnosis" / "d-capacity-memory-full.yaml").read_text()
+    stricter = original.replace("telemetry.memory_used_ratio > capacity_threshold", "telemetry.memory_used_ratio > 0.95")
+    pack = _pack(tmp_path, {"diagnosis/d-capacity-memory-full.yaml": stricter})
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "--rules", pack)
+    assert code == 2 and "duplicate rule id D-CAPACITY-MEMORY-FULL" in err and "overrides: true" in err
+    (Path(pack) / "diagnosis" / "d-capacity-memory-full.yaml").write_text("overrides: true\n" + stricter)
+    code, out, err = run_cli("advise", "--facts", EXAMPLE, "--rules", pack, "--format", "json")
+    assert code == 0, err
+    advice = json.loads(out)
+    assert advice["bottleneck"] != "memory_capacity"        # 0.93 is no longer over the threshold
+
+
+def test_a_pack_may_disable_a_builtin_rule(run_cli, tmp_path):
+    pack = _pack(tmp_path, {"disable.yaml": "disable:\n  - {id: R-FP8-NEEDS-TENSOR-CORES, why: testing}\n"})
+    code, out, _ = run_cli("advise", "--facts", EXAMPLE, "--rules", pack, "--format", "json")
+    advice = json.loads(out)
+    assert code == 0 and "R-FP8-NEEDS-TENSOR-CORES" not in {f["rule"] for f in advice["fired"]}
+    pack2 = _pack(tmp_path / "b", {"disable.yaml": "disable:\n  - {id: R-NOT-A-RULE, why: testing}\n"})
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "--rules", pack2)
+    assert code == 2 and "cannot disable R-NOT-A-RULE" in err
+
+
+def test_the_worked_example_pack_lints_tests_and_advises(run_cli):
+    pack = str(HERE.parent / "examples" / "packs" / "vllm-tuning")
+    code, out, _ = run_cli("rules", "lint", pack)
+    assert code == 0 and "0 error(s)" in out
+    code, out, _ = run_cli("rules", "test", pack)
+    assert code == 0 and ", 0 failed" in out
+    facts = str(HERE.parent / "examples" / "packs" / "vllm-tuning" / "vllm-h100-chat.json")
+    code, out, _ = run_cli("advise", "--facts", facts, "--rules", pack, "--format", "json")
+    advice = json.loads(out)
+    assert code == 0
+    fired = {f["rule"] for f in advice["fired"]}
+    assert {"V-CHUNKED-PREFILL-BUDGET", "V-FP8-KV-CACHE"} <= fired
