@@ -33,6 +33,10 @@ class Provenance:
             parts.append(f"over {self.window_s:g} s")
         return ", ".join(parts)
 
+    def detail(self) -> str:
+        """short(), then the note: for facts tables."""
+        return self.short() + (f" — {self.note}" if self.note else "")
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"source": self.source, "quality": self.quality}
         for name in ("metric", "samples", "window_s", "note"):

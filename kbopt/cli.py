@@ -19,7 +19,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="kbopt",
         description="Explained, rule-based advice on LLM inference optimizations.",
         epilog="Exit codes: 0 done; 1 rule examples failed (rules test) or internal error; "
-               "2 bad input or bad rules (the message names the JSON path or the rule file and line).")
+               "2 bad input or bad rules (the message names the JSON path or the rule file and line); "
+               "130 interrupted (Ctrl-C) before anything was written.")
     parser.add_argument("--version", action="version", version=f"kbopt {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -331,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     except BrokenPipeError:
         return EXIT_OK
+    except KeyboardInterrupt:
+        print("kbopt: interrupted; nothing was written", file=sys.stderr)
+        return 130
     except Exception as error:   # a bug, not bad input: say so without a wall of traceback
         if os.environ.get("KBOPT_DEBUG"):
             raise

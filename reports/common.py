@@ -6,6 +6,14 @@ from kbopt.engine.explain import Check
 from kbopt.engine.expr import fmt
 
 
+_BIDI = dict.fromkeys(map(ord, "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"))
+
+
+def safe_text(text: str) -> str:
+    """Input strings without bidirectional controls, which could make a report read backwards."""
+    return text.translate({code: f"<U+{code:04X}>" for code in _BIDI}) if any(ord(c) in _BIDI for c in text) else text
+
+
 def firings(advice: Advice) -> dict[str, Firing]:
     return {f.rule: f for f in advice.fired}
 
@@ -53,7 +61,15 @@ def params_text(params: dict) -> str:
     return " ".join(f"{k}={fmt(v)}" for k, v in params.items())
 
 
+def origin_detail(advice: Advice, path: str) -> str:
+    """Where a fact came from, with the collector's note (percentiles, windows, caveats)."""
+    provenance = advice.provenance.get(path)
+    return provenance.detail() if provenance else origin_text(advice, path)
+
+
 def origin_text(advice: Advice, path: str) -> str:
+    if path.startswith("quality."):
+        return "provenance"
     if path in advice.facts:
         provenance = advice.provenance.get(path)
         return provenance.short() if provenance else "input"

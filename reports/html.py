@@ -7,8 +7,8 @@ from kbopt.engine.advice import Advice
 from kbopt.engine.compare import Comparison
 from kbopt.engine.explain import Check
 from kbopt.engine.expr import fmt
-from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, firings, origin_text,
-                                  params_text)
+from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, firings, origin_detail,
+                                  origin_text, params_text, safe_text)
 from kbopt.reports.graph_layout import layout
 
 
@@ -37,6 +37,8 @@ def _environment():
                       autoescape=select_autoescape(default=True, default_for_string=True),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(fmt=fmt, check_text=check_text, params_text=params_text)
+    # Every rendered string passes here: drop bidirectional controls before escaping.
+    env.finalize = lambda value: safe_text(value) if isinstance(value, str) else value
     env.globals.update(gauge=gauge)
     return env
 
@@ -49,6 +51,7 @@ def render_html(advice: Advice, comparison: Comparison | None = None) -> str:
         by_rule=firings(advice),
         chain=lambda rule_ids: chain(advice, rule_ids),
         origin=lambda path: origin_text(advice, path),
+        origin_detail=lambda path: origin_detail(advice, path),
         collect=facts_to_collect(advice),
         evidence=bottleneck_evidence(advice),
         picture=layout(advice),

@@ -4,16 +4,19 @@ from __future__ import annotations
 from kbopt.engine.advice import Advice
 from kbopt.engine.compare import Comparison
 from kbopt.engine.expr import fmt
-from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_text,
-                                  params_text, rejection_label)
+from kbopt.reports.common import safe_text
+from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_detail,
+                                  origin_text, params_text, rejection_label)
 
 
 def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Text for a table cell or a line: no table breaks, and no raw HTML (Markdown would render it)."""
+    return safe_text(str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") \
+        .replace("|", "\\|").replace("\n", " ")
 
 
 def _code(text: str) -> str:
-    return "`" + str(text).replace("`", "'") + "`"
+    return "`" + safe_text(str(text)).replace("`", "'") + "`"
 
 
 def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str:
@@ -64,7 +67,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
         out += ["", "## Derived facts", "", "| fact | value | rule |", "|---|---|---|"]
         out += [f"| `{p}` | {_cell(fmt(v))} | `{made_by.get(p, '?')}` |" for p, v in advice.derived.items()]
     out += ["", "## Facts", "", "| fact | value | origin |", "|---|---|---|"]
-    out += [f"| `{p}` | {_cell(fmt(v))} | {_cell(origin_text(advice, p))} |" for p, v in advice.facts.items()]
+    out += [f"| `{p}` | {_cell(fmt(v))} | {_cell(origin_detail(advice, p))} |" for p, v in advice.facts.items()]
     out += ["", f"## Rules fired ({len(advice.fired)})", "", "| rule | title | source | file |", "|---|---|---|---|"]
     out += [f"| `{f.rule}` | {_cell(f.title)} | {_cell(', '.join(f.source))} | `{f.location}`"
             f"{'' if f.pack == 'builtin' else ' (pack ' + _cell(f.pack) + ')'} |" for f in advice.fired]

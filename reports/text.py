@@ -5,8 +5,8 @@ import textwrap
 
 from kbopt.engine.advice import Advice
 from kbopt.engine.expr import fmt
-from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, firings, origin_text,
-                                  params_text, rejection_label)
+from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_detail,
+                                  origin_text, params_text, rejection_label)
 
 WIDTH = 100
 
@@ -67,7 +67,7 @@ def render_text(advice: Advice) -> str:
     lines.append("")
     lines.append("Facts")
     for path, value in advice.facts.items():
-        lines.append(f"  {path} = {fmt(value)}  ({origin_text(advice, path)})")
+        lines.extend(_wrap(f"{path} = {fmt(value)}  ({origin_detail(advice, path)})", "  "))
     if advice.derived:
         lines.append("")
         lines.append("Derived facts")

@@ -101,3 +101,24 @@ def test_markdown_carries_the_graph(pack):
     page = render(_advice(pack), "md")
     assert "## Conflict graph" in page
     assert "| `veto:R-FP8-NEEDS-TENSOR-CORES` | vetoes | `quantization[fp8]` | R-FP8-NEEDS-TENSOR-CORES |" in page
+
+
+def test_bidirectional_controls_cannot_reverse_the_page(pack):
+    facts = facts_from_document({"hardware": {"gpu_name": "A\u202eBC"}, "telemetry": {"memory_used_ratio": 0.95}}, "x")
+    advice = advise(facts, pack, "reference")
+    for fmt in ("html", "md"):
+        page = render(advice, fmt)
+        assert "\u202e" not in page and "<U+202E>" in page.replace("&lt;", "<").replace("&gt;", ">")
+
+
+def test_markdown_escapes_html_in_input_strings(pack):
+    facts = facts_from_document({"hardware": {"gpu_name": "<img src=x onerror=alert(1)>"}}, "x")
+    page = render(advise(facts, pack, "reference"), "md")
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_a_what_if_page_says_which_side_it_shows(pack):
+    base = _advice(pack)
+    after = _advice(pack, overrides=["telemetry.memory_used_ratio=0.5"])
+    page = render(after, "html", compare(base, after, "run.json", "run.json with --set"))
+    assert 'id="what-if-banner"' in page and "the advice for <strong>run.json with --set</strong>" in page

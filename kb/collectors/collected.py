@@ -7,8 +7,9 @@ from typing import Any
 from kbopt.kb.provenance import Provenance
 from kbopt.kb.schema import FACTS_FORMAT
 
-# Which reading wins when two sources give the same fact.
+# Which reading wins when two sources give the same fact; on a tie, the finer source.
 QUALITY_RANK = {"measured": 4, "derived": 3, "proxy": 2, "catalog": 1, "user": 0}
+SOURCE_RANK = {"dcgm": 2, "nvml": 1}
 
 
 @dataclass
@@ -23,7 +24,8 @@ class Collected:
         if isinstance(value, float):
             value = round(value, 6)
         current = self.facts.get(path)
-        if current is None or QUALITY_RANK[provenance.quality] > QUALITY_RANK[current[1].quality]:
+        rank = (QUALITY_RANK[provenance.quality], SOURCE_RANK.get(provenance.source, 0))
+        if current is None or rank > (QUALITY_RANK[current[1].quality], SOURCE_RANK.get(current[1].source, 0)):
             self.facts[path] = (value, provenance)
 
     def merge(self, other: "Collected") -> "Collected":

@@ -38,10 +38,22 @@ def _from_config(path: Path) -> Collected:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise KboptError(f"--model {path}: not a readable config.json: {error}") from None
+    if not isinstance(config, dict):
+        raise KboptError(f"--model {path}: a config.json is a JSON object")
     if isinstance(config.get("text_config"), dict):      # multimodal configs nest the language model
         config = {**config, **config["text_config"]}
+    try:
+        return _shape(path, config)
+    except (TypeError, ValueError, ZeroDivisionError) as error:
+        raise KboptError(f"--model {path}: unexpected values in config.json ({error})") from None
+
+
+def _shape(path: Path, config: dict) -> Collected:
     out = Collected()
     source = lambda field: Provenance(f"config:{path.name}", "measured", metric=field)   # noqa: E731
+    if config.get("kv_lora_rank"):
+        raise KboptError(f"--model {path}: compressed (MLA) attention (kv_lora_rank) is not modelled: the KV cache "
+                         "holds a latent per token, not heads x head_dim; give model.* facts by hand")
     layers, heads = config.get("num_hidden_layers"), config.get("num_attention_heads")
     kv_heads = config.get("num_key_value_heads", heads)
     head_dim = config.get("head_dim") or (config["hidden_size"] // heads if heads and config.get("hidden_size") else None)

@@ -113,7 +113,10 @@ def _static_facts(nvml, handle, count: int, out: Collected) -> None:
     capability = _optional(nvml, lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle), "compute capability", out)
     if capability:
         out.put("hardware.compute_capability", f"{capability[0]}.{capability[1]}", measured("nvmlDeviceGetCudaComputeCapability"))
-    out.put("hardware.gpu_count", count, measured("nvmlDeviceGetCount"))
+    if count > 1:
+        out.notes.append(f"NVML: this host has {count} GPUs; give hardware.gpu_count (GPUs per replica) yourself")
+    else:
+        out.put("hardware.gpu_count", 1, measured("nvmlDeviceGetCount"))
     memory = nvml.nvmlDeviceGetMemoryInfo(handle)
     out.put("hardware.memory_total_gib", memory.total / 2**30, measured("nvmlDeviceGetMemoryInfo.total"))
     mig = _optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle), "MIG mode", out)
@@ -159,13 +162,13 @@ def _sample(nvml, handle, duration_s, interval_s, clock, sleep, progress, out) -
         progress.close()
     if samples == 0:
         raise KboptError("NVML gave no samples before it stopped; nothing to write")
+    series["elapsed"] = Series([clock() - start])
     out.notes.append(f"NVML: {samples} samples over {clock() - start:.1f} s")
     return series
 
 
 def _series_facts(series: dict[str, Series], out: Collected, interval_s: float) -> None:
-    samples = len(series["gpu"].values)
-    window = round(samples * interval_s, 3)
+    window = round(series["elapsed"].values[0], 3)
     def put(path, name, quality, metric, note=""):
         if series[name].values:
             mean, spread = series[name].summary()

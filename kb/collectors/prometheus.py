@@ -109,10 +109,12 @@ def _buckets(first: Scrape, second: Scrape | None, name: str) -> list[tuple[floa
     for labels, value in (second or first).values(f"{name}_bucket"):
         by_bound[float(labels["le"])] = by_bound.get(float(labels["le"]), 0.0) + value
     if second is not None:
+        before: dict[float, float] = {}
         for labels, value in first.values(f"{name}_bucket"):
-            bound = float(labels["le"])
-            if bound in by_bound and by_bound[bound] >= value:
-                by_bound[bound] -= value
+            before[float(labels["le"])] = before.get(float(labels["le"]), 0.0) + value
+        # A restart resets every bucket: then the second scrape's totals are the window's.
+        if all(by_bound.get(bound, 0.0) >= count for bound, count in before.items()):
+            by_bound = {bound: count - before.get(bound, 0.0) for bound, count in by_bound.items()}
     return list(by_bound.items())
 
 
@@ -122,17 +124,40 @@ def _window(first: Scrape, second: Scrape | None, window_s: float | None) -> tup
     return 2, window_s, f"over {window_s:g} s between two scrapes" if window_s else "between two scrapes"
 
 
-def _mean_gauge(first: Scrape, second: Scrape | None, name: str, scale: float = 1.0, **match) -> float | None:
-    readings = [sum(v for _, v in s.values(name, **match)) for s in (first, second) if s and s.values(name, **match)]
+def _mean_gauge(first: Scrape, second: Scrape | None, name: str, scale: float = 1.0, ratio: bool = False,
+                **match) -> float | None:
+    """A gauge over the window: per scrape, the sum over its series (engines, ranks) for counts, or
+    their mean for ratios (two engines at 50% KV usage are not at 100%); then the mean of scrapes."""
+    readings = []
+    for s in (first, second):
+        rows = [v for _, v in s.values(name, **match)] if s else []
+        if rows:
+            readings.append(sum(rows) / len(rows) if ratio else sum(rows))
     return sum(readings) / len(readings) * scale if readings else None
 
 
 # ------------------------------------------------------------------ dcgm-exporter
 
 
-def _dcgm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
+def _one_gpu(scrape: Scrape, gpu: int | None, out: Collected) -> Scrape:
+    """The DCGM series of one GPU (`--gpu`) when the exporter reports several."""
+    gpus = sorted({labels["gpu"] for rows in scrape.samples.values() for labels, _ in rows
+                   if "gpu" in labels and "GPU_I_ID" not in labels})
+    if len(gpus) <= 1:
+        return scrape
+    chosen = str(gpu if gpu is not None else 0)
+    if chosen not in gpus:
+        raise KboptError(f"--metrics {scrape.source}: no GPU {chosen} in it (it has {', '.join(gpus)}); pass --gpu")
+    out.notes.append(f"{scrape.source}: {len(gpus)} GPUs on this exporter; facts are GPU {chosen}'s (--gpu)")
+    return Scrape(scrape.source, {name: [(l, v) for l, v in rows if l.get("gpu", chosen) == chosen]
+                                  for name, rows in scrape.samples.items()})
+
+
+def _dcgm(first: Scrape, second: Scrape | None, out: Collected, gpu: int | None = None) -> bool:
     if not any(name.startswith("DCGM_FI_") for name in first.samples):
         return False
+    first = _one_gpu(first, gpu, out)
+    second = _one_gpu(second, gpu, Collected()) if second else None
     scrapes = [s for s in (first, second) if s]
 
     def series(name: str) -> tuple[list[float], bool]:
@@ -161,8 +186,8 @@ def _dcgm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
         return False
 
     if not put("telemetry.compute_utilization", "DCGM_FI_PROF_SM_ACTIVE", "measured"):
-        put("telemetry.compute_utilization", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "measured",
-            note="graphics-engine activity; SM_ACTIVE is not exported")
+        put("telemetry.compute_utilization", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "proxy",
+            note="graphics-engine busy time, not SM activity (SM_ACTIVE is not exported); finer than NVML's")
     put("telemetry.bandwidth_utilization", "DCGM_FI_PROF_DRAM_ACTIVE", "measured")
     put("telemetry.tensor_active_ratio", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "measured")
     put("telemetry.kernel_time_ratio", "DCGM_FI_DEV_GPU_UTIL", "measured", scale=0.01,
@@ -182,9 +207,7 @@ def _dcgm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
                 Provenance("dcgm", "measured", metric="DCGM_FI_DEV_FB_USED/(FB_USED+FB_FREE+FB_RESERVED)",
                            samples=len(used)))
         out.put("hardware.memory_total_gib", total / 1024, Provenance("dcgm", "measured", metric="FB_USED+FB_FREE+FB_RESERVED"))
-    gpus = {labels.get("gpu") for labels, _ in first.samples.get("DCGM_FI_DEV_FB_USED", []) if "GPU_I_ID" not in labels}
-    if gpus:
-        out.put("hardware.gpu_count", len(gpus), Provenance("dcgm", "measured", metric="distinct gpu labels"))
+    # (hardware.gpu_count is GPUs per replica, which a node's exporter cannot know.)
     names = {labels["modelName"] for rows in first.samples.values() for labels, _ in rows if labels.get("modelName")}
     if names:
         out.put("hardware.gpu_name", sorted(names)[0], Provenance("dcgm", "measured", metric="modelName label"))
@@ -225,7 +248,7 @@ def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
     found = (second or first).first("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
     if found:
         name = found[0]
-        out.put("telemetry.kv_cache_usage_ratio", _mean_gauge(first, second, name),   # a 0..1 fraction despite its name
+        out.put("telemetry.kv_cache_usage_ratio", _mean_gauge(first, second, name, ratio=True),   # 0..1 despite its name
                 Provenance("vllm", "measured", metric=name, samples=2 if second else 1))
     for path, name in (("workload.requests_running_mean", "vllm:num_requests_running"),
                        ("workload.requests_waiting_mean", "vllm:num_requests_waiting")):
@@ -259,7 +282,7 @@ def _sglang(first: Scrape, second: Scrape | None, out: Collected) -> bool:
     for path, name in (("telemetry.kv_cache_usage_ratio", "sglang:token_usage"),
                        ("workload.requests_running_mean", "sglang:num_running_reqs"),
                        ("workload.requests_waiting_mean", "sglang:num_queue_reqs")):
-        value = _mean_gauge(first, second, name)
+        value = _mean_gauge(first, second, name, ratio=path.startswith("telemetry."))
         if value is not None:
             out.put(path, value, Provenance("sglang", "measured", metric=name, samples=2 if second else 1))
     _latency_p99(first, second, out, "workload.ttft_p99_ms", "sglang:time_to_first_token_seconds", "sglang")
@@ -300,12 +323,13 @@ def _triton_trtllm(first: Scrape, second: Scrape | None, out: Collected) -> bool
     return True
 
 
-MAPPERS = (_dcgm, _vllm, _sglang, _tgi, _triton_trtllm)
+MAPPERS = (_vllm, _sglang, _tgi, _triton_trtllm)
 
 
-def facts_from_scrapes(first: Scrape, second: Scrape | None = None) -> Collected:
+def facts_from_scrapes(first: Scrape, second: Scrape | None = None, gpu: int | None = None) -> Collected:
     out = Collected()
-    recognised = [mapper.__name__.strip("_") for mapper in MAPPERS if mapper(first, second, out)]
+    recognised = (["dcgm"] if _dcgm(first, second, out, gpu) else []) + \
+        [mapper.__name__.strip("_") for mapper in MAPPERS if mapper(first, second, out)]
     if not recognised:
         raise KboptError(f"--metrics {first.source}: no dcgm-exporter, vLLM, SGLang, TGI or Triton metrics in it")
     return out

@@ -33,15 +33,17 @@ def collect(options: CollectOptions, nvml_module=None, sleep=time.sleep) -> Coll
     first_scrapes = {url: scrape(url) for url in urls}
     started = time.monotonic()
     other_sources = bool(options.metrics or options.workloads or options.model)
+    sampled = False
     if options.nvml:
         try:
             module = nvml_module or nvml_collector.load_pynvml()
             out.merge(nvml_collector.sample_nvml(module, options.gpu, options.duration_s, options.interval_s))
+            sampled = True
         except KboptError as error:
             if not other_sources:
                 raise
             out.notes.append(f"NVML skipped: {error}")
-    elif urls:
+    if urls and not sampled:
         # Two scrapes of an endpoint give rates and quantiles over the window between them.
         progress = nvml_collector.Progress(options.duration_s)
         while (elapsed := time.monotonic() - started) < options.duration_s:
@@ -51,9 +53,9 @@ def collect(options: CollectOptions, nvml_module=None, sleep=time.sleep) -> Coll
     window = time.monotonic() - started
     for url, first in first_scrapes.items():
         second = scrape(url) if window > 0 else None
-        out.merge(_with_window(facts_from_scrapes(first, second), window))
+        out.merge(_with_window(facts_from_scrapes(first, second, gpu=options.gpu), window))
     for path in files:
-        out.merge(facts_from_scrapes(scrape(path)))
+        out.merge(facts_from_scrapes(scrape(path), gpu=options.gpu))
     for path in options.workloads:
         out.merge(summarize_trace(path, options.trace))
     if options.model:

@@ -51,6 +51,7 @@ class TraceSummary:
     concurrency_peak: int = 0
     with_duration: int = 0
     unsorted: bool = False
+    earliest: float | None = None
 
     def add(self, t: float | None, tokens: int, duration: float | None = None) -> None:
         self.n += 1
@@ -64,9 +65,10 @@ class TraceSummary:
         if t is None:
             return
         if self.first_t is None:
-            self.first_t = t
+            self.first_t = self.earliest = t
         elif t < self.last_t:
             self.unsorted = True
+            self.earliest = min(self.earliest, t)
         self.last_t = t if self.last_t is None else max(self.last_t, t)
         index = int((t - self.first_t) // self.options.window_s)
         self.windows[index] = self.windows.get(index, 0) + 1
@@ -92,7 +94,8 @@ class TraceSummary:
         out = Collected()
         if self.n == 0:
             raise KboptError(f"--workload {source}: no requests in it")
-        span = (self.last_t - self.first_t) if self.first_t is not None else None
+        earliest = self.earliest if self.earliest is not None else self.first_t
+        span = (self.last_t - earliest) if self.first_t is not None else None
         def prov(note=None, metric_=metric, samples=self.n):
             return Provenance(f"trace:{source}", "measured", metric=metric_, samples=samples,
                               window_s=round(span, 3) if span else None, note=note)
@@ -105,18 +108,20 @@ class TraceSummary:
                 prov(note=f"share longer than {self.options.long_threshold} tokens (--long-threshold)"))
         if span and span > 0:
             out.put("workload.arrival_rate_per_s", self.n / span, prov(metric_="arrivals / trace span"))
-            if span >= 2 * self.options.window_s:
+            if self.unsorted:
+                out.notes.append(f"{source}: timestamps are not in order; no peak arrival rate")
+            elif span >= 2 * self.options.window_s:
                 # Only whole windows: the last one is usually cut short by the end of the trace.
                 full = [count for index, count in self.windows.items() if (index + 1) * self.options.window_s <= span]
                 peak = max(full) / self.options.window_s if full else None
                 out.put("workload.arrival_rate_peak_per_s", max(peak, self.n / span) if peak else None,
-                        prov(metric_=f"busiest {self.options.window_s:g} s window (--window)"))
+                        prov(metric_=f"busiest of the aligned {self.options.window_s:g} s windows (--window)"))
             else:
                 out.notes.append(f"{source}: the trace spans {span:.0f} s, under two {self.options.window_s:g} s "
                                  "windows; no peak arrival rate (--window)")
-        if self.unsorted:
+        if self.unsorted and self.with_duration:
             out.notes.append(f"{source}: timestamps are not in order; concurrency was not computed")
-        elif self.with_duration:
+        elif self.with_duration and not self.unsorted:
             note = "requests in flight, sampled at each arrival"
             out.put("workload.concurrency_mean", self.concurrency_sum / self.with_duration, prov(note=note, metric_="start + duration"))
             out.put("workload.concurrency_peak", self.concurrency_peak, prov(note=note, metric_="start + duration"))
@@ -130,6 +135,14 @@ def _minute_start(text: str) -> float:
     """`2023-11-16 18:15` -> seconds since day 1 (the trace's fractional seconds follow it)."""
     day = datetime.date(int(text[:4]), int(text[5:7]), int(text[8:10])).toordinal()
     return day * 86400 + int(text[11:13]) * 3600 + int(text[14:16]) * 60
+
+
+def _offset_seconds(stamp: str) -> float:
+    moment = datetime.datetime.fromisoformat(stamp.strip())
+    offset = moment.utcoffset().total_seconds() if moment.tzinfo else 0.0
+    naive = moment.replace(tzinfo=None)
+    return naive.toordinal() * 86400 + naive.hour * 3600 + naive.minute * 60 + naive.second \
+        + naive.microsecond / 1e6 - offset
 
 
 def _azure(path: Path, summary: TraceSummary) -> str:
@@ -154,8 +167,13 @@ def _azure(path: Path, summary: TraceSummary) -> str:
                 minute = minutes.get(stamp[:16])
                 if minute is None:
                     minute = minutes[stamp[:16]] = _minute_start(stamp)
-                t = minute + float(stamp[17:])
+                try:
+                    t = minute + float(stamp[17:])
+                except ValueError:          # 2024 traces: `2024-05-10 00:00:00.009930+00:00`
+                    t = _offset_seconds(stamp)
                 tokens = int(context) + int(generated)
+                if tokens < 0:
+                    raise ValueError
             except ValueError:
                 if not text.strip():
                     continue
@@ -180,6 +198,7 @@ def _azure(path: Path, summary: TraceSummary) -> str:
     summary.n, summary.long, summary.longest = n, long, longest
     summary.total, summary.total_sq = total, total_sq
     summary.first_t, summary.last_t, summary.unsorted = first_t, last_t, not ordered
+    summary.earliest = min(minutes.values()) if not ordered and minutes else first_t
     return "ContextTokens+GeneratedTokens"
 
 
@@ -228,8 +247,10 @@ def _generic(path: Path, summary: TraceSummary, options: TraceOptions, jsonl: bo
             duration = float(row[columns["duration"]]) * unit if "duration" in columns else None
         except KeyError as error:
             raise KboptError(f"--workload {path}:{line}: no column {error.args[0]!r}") from None
-        except (TypeError, ValueError):
-            raise KboptError(f"--workload {path}:{line}: a mapped column is not a number") from None
+        except (TypeError, ValueError, OverflowError):
+            raise KboptError(f"--workload {path}:{line}: a mapped column is not a finite number") from None
+        if tokens < 0 or (duration is not None and duration < 0):
+            raise KboptError(f"--workload {path}:{line}: a length or duration is negative")
         summary.add(t, tokens, duration)
     return "+".join(columns.get(k, "") for k in ("total",) if k in columns) or f"{columns['prompt']}+{columns['output']}"
 
@@ -237,32 +258,53 @@ def _generic(path: Path, summary: TraceSummary, options: TraceOptions, jsonl: bo
 def _vllm_bench(path: Path, options: TraceOptions) -> Collected:
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise KboptError(f"--workload {path}: not a vllm bench serve result: {error}") from None
+    try:
+        return _vllm_bench_facts(path, result, options)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise KboptError(f"--workload {path}: not a vllm bench serve result ({type(error).__name__}: {error}); "
+                         "expected completed, duration, total_input_tokens, total_output_tokens, p99_ttft_ms, ...") from None
+
+
+def _number(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} is {value!r}, not a non-negative number")
+    return value
+
+
+def _vllm_bench_facts(path: Path, result: dict, options: TraceOptions) -> Collected:
     source = f"trace:{path.name}"
-    completed = result.get("completed") or 0
+    completed = int(_number(result["completed"], "completed"))
     if not completed:
         raise KboptError(f"--workload {path}: no completed requests in this vllm bench serve result")
     out = Collected()
     if isinstance(result.get("input_lens"), list) and isinstance(result.get("output_lens"), list):
         summary = TraceSummary(options)
         for prompt, output in zip(result["input_lens"], result["output_lens"]):
-            summary.add(None, int(prompt) + int(output))
+            summary.add(None, int(_number(prompt, "input_lens[]")) + int(_number(output, "output_lens[]")))
         out.merge(summary.collected(path.name, "input_lens+output_lens (per request)"))
     else:
-        out.put("workload.seq_len_mean", (result["total_input_tokens"] + result["total_output_tokens"]) / completed,
+        total = _number(result["total_input_tokens"], "total_input_tokens") + \
+            _number(result["total_output_tokens"], "total_output_tokens")
+        out.put("workload.seq_len_mean", total / completed,
                 Provenance(source, "measured", metric="(total_input_tokens+total_output_tokens)/completed", samples=completed))
         out.notes.append(f"{path.name}: aggregates only (saved without --save-detailed): no length spread or p99")
-    duration = result.get("duration")
-    if duration:
-        out.put("workload.arrival_rate_per_s", completed / duration,
-                Provenance(source, "measured", metric="completed/duration", samples=completed, window_s=duration))
+    duration = _number(result["duration"], "duration") if result.get("duration") is not None else None
+    rate = result.get("request_rate")
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0:
+        out.put("workload.arrival_rate_per_s", rate, Provenance(source, "user", metric="request_rate",
+                                                                note="the rate the benchmark was asked to send"))
+    elif duration:
+        out.put("workload.arrival_rate_per_s", completed / duration, Provenance(
+            source, "derived", metric="completed/duration", samples=completed, window_s=duration,
+            note="requests sent as fast as possible: this is the served rate, not an arrival rate"))
     if result.get("max_concurrent_requests"):
-        out.put("workload.concurrency_peak", result["max_concurrent_requests"],
+        out.put("workload.concurrency_peak", int(_number(result["max_concurrent_requests"], "max_concurrent_requests")),
                 Provenance(source, "measured", metric="max_concurrent_requests", window_s=duration))
     for path_, key in (("workload.ttft_p99_ms", "p99_ttft_ms"), ("workload.itl_p99_ms", "p99_itl_ms")):
-        if isinstance(result.get(key), (int, float)):
-            out.put(path_, result[key], Provenance(source, "measured", metric=key, samples=completed))
+        if result.get(key) is not None:
+            out.put(path_, _number(result[key], key), Provenance(source, "measured", metric=key, samples=completed))
     if result.get("failed"):
         out.notes.append(f"{path.name}: {result['failed']} of {completed + result['failed']} requests failed")
     return out
