@@ -250,10 +250,14 @@ class DurableEvaluator:
         self._core = durable_rules_engine
         self.pack = pack
         self.rules = pack.by_id()
+        # Only the facts some rule reads are worth serializing and asserting.
+        self.read_paths = frozenset(p for rule in pack.rules for p in expr.facts_of(rule.fire_condition))
+        self.rule_of = {}        # compiled rule name -> rule id
         self.rulesets: list[tuple[int, frozenset[str]]] = []
         self._sids = itertools.count(1)
         prefix = f"kbopt_{pack.version}_{id(self)}"
         for index, compiled in enumerate(compile_pack(pack)):
+            self.rule_of.update((name, name.split("#", 1)[0]) for name in compiled["rules"] if name != MARKER)
             handle = durable_rules_engine.create_ruleset(f"{prefix}_{index}", dumps(compiled["rules"]))
             self.rulesets.append((handle, frozenset(compiled["reads"])))
 
@@ -282,7 +286,8 @@ class DurableEvaluator:
         fired: set[str] = set()
         started = []
         try:
-            pending = [(INPUT, dumps_fact({"sid": sid, "k": INPUT, **nest(values)}, values.values()))]
+            asserted = {p: v for p, v in values.items() if p in self.read_paths}
+            pending = [(INPUT, dumps_fact({"sid": sid, "k": INPUT, **nest(asserted)}, asserted.values()))]
             while pending:
                 carrier, text = pending.pop(0)
                 for handle, reads in self.rulesets:
@@ -291,12 +296,13 @@ class DurableEvaluator:
                     elif carrier not in reads:
                         continue
                     for name in self._assert(handle, text):
-                        rule_id = name.split("#", 1)[0]
-                        if name == MARKER or rule_id in fired:
+                        rule_id = self.rule_of.get(name)
+                        if rule_id is None or rule_id in fired:
                             continue
                         fired.add(rule_id)
                         for path, value in derived.conclude(self.rules[rule_id]):
-                            pending.append((path, dumps_fact({"sid": sid, "k": DERIVED, **nest({path: value})}, [value])))
+                            section, name = path.split(".", 1)
+                            pending.append((path, dumps_fact({"sid": sid, "k": DERIVED, section: {name: value}}, [value])))
         finally:
             for handle in started:
                 self._core.delete_state(handle, sid)
