@@ -222,8 +222,9 @@ def _advise(args) -> int:
     else:
         name = Path(args.facts).name
         read = lambda overrides: load_facts(args.facts, overrides)   # noqa: E731
+    facts = read(args.overrides)        # bad input is reported before anything else is said
     evaluator = _evaluator(args.engine)
-    advice = advise(read(args.overrides), pack, evaluator)
+    advice = advise(facts, pack, evaluator)
     comparison = None
     if args.overrides and args.format in ("html", "md"):
         from kbopt.engine.compare import compare
@@ -240,12 +241,14 @@ def _report(args) -> int:
     from kbopt.reports import render
 
     pack = load_pack(args.rules)
+    base_facts = load_facts(args.facts)
+    other = args.compare or args.facts
+    other_facts = load_facts(other, args.overrides) if (args.compare or args.overrides) else None
     evaluator = _evaluator(args.engine)
-    base = advise(load_facts(args.facts), pack, evaluator)
+    base = advise(base_facts, pack, evaluator)
     comparison, shown = None, base
-    if args.compare or args.overrides:
-        other = args.compare or args.facts
-        shown = advise(load_facts(other, args.overrides), pack, evaluator)
+    if other_facts is not None:
+        shown = advise(other_facts, pack, evaluator)
         label = Path(other).name + (" with --set" if args.overrides else "")
         comparison = compare(base, shown, Path(args.facts).name, label)
     write_output(render(shown, args.format, comparison), args.output)

@@ -107,7 +107,8 @@ def test_conflicting_derivations_name_both_rules_in_pack_order(run_cli, tmp_path
     pack = _pack_with(tmp_path, "x-broken-rule.yaml", text)
     examples = HERE.parent / "examples" / "capacity-a100-chat.json"
     messages = set()
-    for engine in ("reference", "durable"):
+    from kbopt.engine.advisor import available_evaluators
+    for engine in available_evaluators():
         code, _, err = run_cli("advise", "--facts", str(examples), "--rules", str(pack), "--engine", engine)
         assert code == 2
         messages.add(err)
