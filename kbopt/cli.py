@@ -64,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     rule_commands = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
     listing = rule_commands.add_parser("list", help="list the rules, one per line")
     listing.add_argument("--layer", choices=("diagnosis", "compute", "storage", "scheduling"))
+    listing.add_argument("--tag", help="only rules with this tag")
     _pack_options(listing, engine=False)
     test = rule_commands.add_parser("test", help="run every rule's inline examples (on both evaluators where durable_rules imports)")
     test.add_argument("paths", nargs="*", metavar="PATH", help="rule packs to test with the built-in one (default: the built-in pack)")
@@ -87,12 +88,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _pack_options(parser, engine: bool = True) -> None:
-    parser.add_argument("--rules", action="append", default=[], metavar="DIR",
-                        help="extra rule directory laid out as <layer>/<id>.yaml (repeatable)")
+    parser.add_argument("--rules", action="append", default=_configured_packs(), metavar="DIR",
+                        help="extra rule directory laid out as <layer>/<id>.yaml (repeatable; "
+                             "KBOPT_RULES, a list of directories separated by ':', adds packs by default)")
     if engine:
         parser.add_argument("--engine", choices=("auto", "durable", "reference"), default="auto",
                             help="evaluator: durable_rules, or the pure-Python reference "
                                  "(auto: durable_rules where it imports)")
+
+
+def _configured_packs() -> list[str]:
+    """Packs named in the KBOPT_RULES environment entry, layered before any --rules."""
+    return [path for path in os.environ.get("KBOPT_RULES", "").split(os.pathsep) if path]
 
 
 def _collect_options(group) -> None:
@@ -286,7 +293,7 @@ def _rules(args) -> int:
         return EXIT_OK
     if args.rules_command == "list":
         for rule in pack.rules:
-            if args.layer in (None, rule.layer):
+            if args.layer in (None, rule.layer) and (args.tag is None or args.tag in rule.tags):
                 print(f"{rule.id:38} {rule.layer:11} {rule.title}  [{', '.join(rule.sources)}]")
         return EXIT_OK
     from kbopt.engine.advisor import available_evaluators

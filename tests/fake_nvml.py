@@ -97,3 +97,10 @@ class FakeClock:
 
     def sleep(self, seconds):
         self.now += seconds
+
+
+class ThrottledNVML(FakeNVML):
+    """A GPU held at its power cap (throttle reason 0x4, SW power cap) in every sample."""
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle):
+        return 0x4

@@ -496,3 +496,26 @@ def test_ctrl_c_is_one_line_and_exit_130(run_cli, monkeypatch):
     monkeypatch.setattr(run, "collect", interrupted)
     code, out, err = run_cli("collect", "--no-nvml", "--workload", "x")
     assert code == 130 and out == "" and err == "kbopt: interrupted; nothing was written\n"
+
+
+def test_throttling_and_clocks_are_noted():
+    from fake_nvml import ThrottledNVML
+    collected = _sample(ThrottledNVML())
+    assert any("held down" in n and "100% of samples" in n for n in collected.notes)
+    assert any("SM clock mean 1.41e+03" in n for n in collected.notes)
+
+
+def test_tgi_metrics():
+    text = ("# TYPE tgi_queue_size gauge\ntgi_queue_size 12\n"
+            "# TYPE tgi_batch_current_size gauge\ntgi_batch_current_size 30\n")
+    facts = _facts(facts_from_scrapes(parse(text, "tgi")))
+    assert facts["workload.engine"] == "tgi" and facts["workload.memory_preallocated"] is True
+    assert (facts["workload.requests_waiting_mean"], facts["workload.requests_running_mean"]) == (12, 30)
+
+
+def test_packs_from_the_environment(run_cli, monkeypatch):
+    from pathlib import Path as P
+    pack = str(P(__file__).resolve().parents[1] / "examples" / "packs" / "vllm-tuning")
+    monkeypatch.setenv("KBOPT_RULES", pack)
+    code, out, _ = run_cli("rules", "list", "--layer", "storage")
+    assert code == 0 and "V-FP8-KV-CACHE" in out

@@ -16,6 +16,7 @@ from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
 from kbopt.kb.provenance import Provenance
 
+IDLE_REASONS = 0x1 | 0x2     # GPU idle, application clocks setting: not a slowdown under load
 NO_NVML_HINT = ("pass --metrics with a dcgm-exporter endpoint or dump (and/or an engine's /metrics) "
                 "and --workload with a request trace, or run `kbopt collect` on the GPU host")
 
@@ -125,8 +126,8 @@ def _static_facts(nvml, handle, count: int, out: Collected) -> None:
 
 
 def _sample(nvml, handle, duration_s, interval_s, clock, sleep, progress, out) -> dict[str, Series]:
-    series: dict[str, Series] = {name: Series() for name in ("gpu", "memory", "used", "power", "sm_clock")}
-    supported = {"power": True, "sm_clock": True}
+    series: dict[str, Series] = {name: Series() for name in ("gpu", "memory", "used", "power", "sm_clock", "throttled")}
+    supported = {"power": True, "sm_clock": True, "throttled": hasattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons")}
     start = clock()
     samples = 0
     try:
@@ -138,9 +139,12 @@ def _sample(nvml, handle, duration_s, interval_s, clock, sleep, progress, out) -
                 series["memory"].values.append(rates.memory / 100)
                 series["used"].values.append(memory.used / memory.total)
                 for name, call in (("power", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000),
-                                   ("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))):
+                                   ("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
+                                   ("throttled", lambda: float(bool(
+                                       nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle) & ~IDLE_REASONS)))):
                     if supported[name]:
-                        value = _optional(nvml, call, {"power": "power draw", "sm_clock": "SM clock"}[name], out)
+                        value = _optional(nvml, call, {"power": "power draw", "sm_clock": "SM clock",
+                                                       "throttled": "clock throttle reasons"}[name], out)
                         if value is None:
                             supported[name] = False
                         else:
@@ -181,6 +185,12 @@ def _series_facts(series: dict[str, Series], out: Collected, interval_s: float) 
         "; share of time memory was read or written, not DRAM bandwidth")
     put("telemetry.memory_used_ratio", "used", "measured", "nvmlDeviceGetMemoryInfo.used/total")
     put("telemetry.power_watts", "power", "measured", "nvmlDeviceGetPowerUsage")
+    if series["sm_clock"].values:
+        out.notes.append(f"NVML: SM clock {series['sm_clock'].summary()[1]} MHz")
+    throttled = series["throttled"].values
+    if throttled and any(throttled):
+        out.notes.append(f"NVML: clocks were held down (power, thermal or reliability limits) in "
+                         f"{sum(throttled) / len(throttled):.0%} of samples; utilization figures understate demand")
 
 
 def load_pynvml():
