@@ -99,7 +99,7 @@ class Advice:
             ],
             "rejected": [{"id": r.id, **({"params": r.params} if r.params else {}), "because": list(r.because),
                           "reason": r.reason} for r in self.rejected],
-            "fired": [{"rule": f.rule, "facts": f.facts,
+            "fired": [{"rule": f.rule, **({"pack": f.pack} if f.pack != "builtin" else {}), "facts": f.facts,
                        "checks": [_check(c) for c in f.checks],
                        **({"derived": f.derived} if f.derived else {})} for f in self.fired],
             "not_evaluated": [{"rule": n.rule, "missing": list(n.missing)} for n in self.not_evaluated],

@@ -125,26 +125,35 @@ parameters:
     why: TODO say where the number comes from (a measurement, a document) or delete this block
 then:
   # derive | recommend | reject | caveat | require | mitigate | warn (see README, "Rules")
-  - caveat: {{strategy: op_fusion, text: "TODO what a person should know"}}
+  - {conclusion}
 because: TODO why, with the facts that matter in braces, e.g. {{workload.max_seq_len}} tokens
 source: TODO seed K… or a public reference (URL)
 examples:
   - name: TODO a case where it fires
-    facts: {{}}
+    facts: {{workload: {{max_seq_len: 2048}}}}
     fires: true
   - name: TODO a case where it does not
-    facts: {{}}
+    facts: {{workload: {{max_seq_len: 1}}}}
     fires: false
 """
+CONCLUSIONS = {
+    "diagnosis": 'warn: "TODO what a person should know"',
+    "compute": 'caveat: {strategy: op_fusion, text: "TODO what a person should know"}',
+    "storage": 'caveat: {strategy: paged_kv_cache, text: "TODO what a person should know"}',
+    "scheduling": 'caveat: {strategy: continuous_batching, text: "TODO what a person should know"}',
+}
 
 
-def scaffold(pack_dir: str, layer: str, name: str) -> Path:
+def scaffold(pack_dir: str, layer: str, name: str, builtin: Pack | None = None) -> Path:
     rule_id = name.upper().replace("_", "-")
     if not re.fullmatch(r"[A-Z][A-Z0-9]*(-[A-Z0-9]+)+", rule_id):
         raise KboptError(f"rules new {name}: an id is upper-case words joined by dashes, e.g. S-CHUNKED-PREFILL")
+    if builtin is not None and rule_id in builtin.by_id():
+        raise KboptError(f"rules new {name}: {rule_id} is a built-in rule; to replace it, copy "
+                         f"{builtin.by_id()[rule_id].file} into your pack and add `overrides: true`")
     target = Path(pack_dir) / layer / f"{rule_id.lower()}.yaml"
     if target.exists():
         raise KboptError(f"rules new: {target} exists already")
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(SCAFFOLD.format(id=rule_id, layer=layer), encoding="utf-8")
+    target.write_text(SCAFFOLD.format(id=rule_id, layer=layer, conclusion=CONCLUSIONS[layer]), encoding="utf-8")
     return target

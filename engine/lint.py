@@ -10,6 +10,7 @@ from kbopt.engine.loader import LAYERS, builtin_root, load_pack
 from kbopt.engine.rule import Derive, Pack, Recommend, Reject, Rule
 from kbopt.errors import RuleError
 from kbopt.kb.catalog import seed_claims, strategies
+from kbopt.kb.vocabulary import load_vocabulary
 from kbopt.kb.yamlio import read_yaml
 
 OUTPUT_FACTS = {"derived.bottleneck"}          # read by reports, so never "unused"
@@ -37,18 +38,43 @@ class Finding:
 
 def _retired(paths=()) -> dict[str, str]:
     """Retired ids of the built-in pack and of each custom pack (its own retired.yaml)."""
-    retired = dict(read_yaml(builtin_root().joinpath("retired.yaml").read_text(encoding="utf-8")).get("retired") or {})
+    retired = _retired_entries(read_yaml(builtin_root().joinpath("retired.yaml").read_text(encoding="utf-8")), "rules/retired.yaml")
     for path in paths:
         extra = Path(path, "retired.yaml")
         if extra.is_file():
-            retired.update((read_yaml(extra.read_text(encoding="utf-8")) or {}).get("retired") or {})
+            retired.update(_retired_entries(read_yaml(extra.read_text(encoding="utf-8")), str(extra)))
     return retired
+
+
+def _retired_entries(data, file: str) -> dict[str, str]:
+    """`retired: {ID: reason}` or `retired: [ID, ...]`."""
+    entries = data.get("retired") if isinstance(data, dict) else None
+    if entries is None:
+        return {}
+    if isinstance(entries, list) and all(isinstance(e, str) for e in entries):
+        return {e: "retired" for e in entries}
+    if isinstance(entries, dict) and all(isinstance(k, str) for k in entries):
+        return {k: str(v) for k, v in entries.items()}
+    raise RuleError(file, 1, "expected `retired: {RULE-ID: reason, ...}` or `retired: [RULE-ID, ...]`")
 
 
 # ------------------------------------------------------------------ satisfiability (per fact intervals)
 
 
-def _term_satisfiable(leaves) -> bool:
+def _term_satisfiable(leaves, possible: dict[str, set] | None = None) -> bool:
+    """Can this conjunction hold? `possible` maps a derived fact to the values rules can give it
+    (a fact no rule derives maps to the empty set)."""
+    possible = possible or {}
+    for leaf in leaves:
+        paths = list(expr.facts_of(leaf))
+        if any(p in possible and not possible[p] for p in paths):
+            return False            # needs a derived fact nobody produces
+        if isinstance(leaf, expr.Cmp) and isinstance(leaf.right, expr.Const) and leaf.left.path in possible \
+                and None not in possible[leaf.left.path]:
+            values = possible[leaf.left.path]
+            if not any(expr._COMPARE[leaf.op](v, leaf.right.value) for v in values
+                       if isinstance(v, type(leaf.right.value)) or isinstance(leaf.right.value, (int, float))):
+                return False        # none of the values rules derive satisfies it
     low: dict[str, tuple[float, bool]] = {}
     high: dict[str, tuple[float, bool]] = {}
     allowed: dict[str, set] = {}
@@ -105,8 +131,20 @@ def _terms(node) -> list[list]:
     return expr.to_dnf(expr.to_nnf(node))
 
 
-def can_be_true(node) -> bool:
-    return any(_term_satisfiable(term) for term in _terms(node))
+def can_be_true(node, possible: dict[str, set] | None = None) -> bool:
+    return any(_term_satisfiable(term, possible) for term in _terms(node))
+
+
+def derivable_values(pack: Pack) -> dict[str, set]:
+    """For each derived fact, the values rules can derive (None stands for any: an expression)."""
+    out: dict[str, set] = {path: set() for path in load_vocabulary().facts if path.startswith("derived.")}
+    for rule in pack.rules:
+        if not can_be_true(rule.when):
+            continue
+        for c in rule.then:
+            if isinstance(c, Derive):
+                out[c.path].add(c.value.value if isinstance(c.value, expr.Const) else None)
+    return out
 
 
 def can_be_true_together(a, b) -> bool:
@@ -124,9 +162,11 @@ def lint_pack(pack: Pack, paths=()) -> list[Finding]:
     claims, retired, catalog = seed_claims(), _retired(paths), strategies()
     used = {p for r in pack.rules for node in (r.fire_condition, *_expressions(r)) for p in expr.facts_of(node)
             if p.startswith("derived.")}
+    possible = derivable_values(pack)
     for rule in mine:
-        add = lambda severity, code, message, text=None, hint=None: findings.append(   # noqa: E731
-            Finding(rule.file, rule.line, severity, code, message, text, hint))
+        def add(severity, code, message, text=None, hint=None, key=None, rule=rule):
+            findings.append(Finding(rule.file, rule.lines.get(key, rule.line) if key else rule.line,
+                                    severity, code, message, text, hint))
         if rule.id in retired:
             add("error", "K101", f"{rule.id} is a retired id ({retired[rule.id]})", f"id: {rule.id}",
                 "choose a new id; retired ids are never reused")
@@ -136,28 +176,53 @@ def lint_pack(pack: Pack, paths=()) -> list[Finding]:
                     close = [c for c in claims if c.split(".")[0] == claim.split(".")[0]]
                     add("error", "K102", f"cites {claim}, which the seed does not have", f"source: {source}",
                         (f"claims of that section: {', '.join(close)}" if close else "the seed's claims are K1.1 to K4.6")
-                        + " (kb/seed.yaml)")
+                        + " (kb/seed.yaml)", key="source")
         if not can_be_true(rule.when):
             add("error", "K201", "the condition can never be true", f"when: {rule.when_text}",
-                "two comparisons on one fact exclude each other")
-        for path in sorted({p for p in expr.facts_of(rule.fire_condition) if p.startswith("derived.")}):
-            if path not in pack.producers:
-                add("error", "K202", f"needs {path}, which no rule derives, so it can never fire",
-                    f"when: {rule.when_text}", "add a rule that derives it, or test input facts instead")
+                "in every alternative, two tests contradict each other (a range that is empty, a value that is "
+                "excluded, known and missing together)", key="when")
+        elif not can_be_true(rule.fire_condition, possible):
+            needs = [p for p in dict.fromkeys(expr.facts_of(rule.fire_condition)) if p in possible]
+            add("error", "K202", f"can never fire: no rule derives the values of {', '.join(needs)} it needs",
+                f"when: {rule.when_text}", "add a rule that derives them, or test input facts instead", key="when")
         for path in rule.derives:
             if path not in used and path not in OUTPUT_FACTS:
                 add("warning", "K203", f"derives {path}, which no rule uses", None,
-                    "use it in a condition, or drop the derivation")
+                    "use it in a condition, or drop the derivation", key="then")
         outcomes = {e.fires for e in rule.examples}
         if True not in outcomes:
-            add("warning", "K301", "no example fires the rule", None, "add an example with `fires: true`")
+            add("warning", "K301", "no example fires the rule", None, "add an example with `fires: true`", key="examples")
         if False not in outcomes and "unknown" not in outcomes:
             add("warning", "K302", "no example where the rule does not fire", None,
-                "add one with `fires: false` (decided false) or `fires: unknown` (waits for facts)")
-        if "TODO" in " ".join([rule.title, rule.because, rule.when_text, " ".join(rule.sources)]):
-            add("warning", "K303", "still has TODO placeholders from `kbopt rules new`", None, "fill them in")
+                "add one with `fires: false` (decided false) or `fires: unknown` (waits for facts)", key="examples")
+        if "TODO" in " ".join([rule.title, rule.because, rule.when_text, " ".join(rule.sources)]
+                              + [getattr(c, "text", "") or "" for c in rule.then]):
+            add("error", "K303", "still has TODO placeholders from `kbopt rules new`", None, "fill them in")
+        findings.extend(_example_findings(rule, catalog))
     findings.extend(_ties(pack, mine, catalog))
     return findings
+
+
+def _example_findings(rule: Rule, catalog) -> list[Finding]:
+    """Example facts that are not facts v1, and expectations naming strategies that do not exist."""
+    import difflib
+    from kbopt.errors import FactsError
+    from kbopt.kb.facts import facts_from_document
+    out = []
+    names = set(catalog) | {f"{s}[{v}]" for s, spec in catalog.items() for v in spec.variants}
+    for example in rule.examples:
+        try:
+            facts_from_document(example.facts, "facts")
+        except FactsError as error:
+            out.append(Finding(rule.file, example.line, "error", "K304", f"example {example.name!r}: {error}"))
+        for key in ("chosen", "rejected"):
+            for name in example.expect.get(key, ()):
+                if name not in names:
+                    close = difflib.get_close_matches(name, sorted(names), n=1)
+                    out.append(Finding(rule.file, example.line, "error", "K305",
+                                       f"example {example.name!r} expects {key} {name!r}, which is no strategy",
+                                       None, f"did you mean '{close[0]}'?" if close else "see kb/strategies.yaml"))
+    return out
 
 
 def _expressions(rule: Rule) -> list:
@@ -194,9 +259,10 @@ def _ties(pack: Pack, mine: list[Rule], catalog) -> list[Finding]:
                 continue
             key = (a.id, b.id, ca.key, cb.key)
             if key in seen or not can_be_true_together(a.fire_condition, b.fire_condition):
+                # (derived facts count as free here: two rules may still exclude each other through them)
                 continue
             seen.add(key)
-            rule = a if a.id in mine_ids else b
+            rule = a if a.pack != "builtin" else b
             findings.append(Finding(rule.file, rule.line, "warning", "K401",
                                     f"{a.id} ({ca.key}) and {b.id} ({cb.key}) can fire together, exclude each other "
                                     f"and weigh the same ({ca.weight:g}): the choice falls to their names",
@@ -219,15 +285,13 @@ def _limits(pack: Pack) -> list[Finding]:
 
 
 def _file_errors(paths: list[str]) -> list[Finding]:
-    from kbopt.engine.loader import _read_text, _rule_files, builtin_parameters, load_parameters, load_rule_text
-    shared = dict(builtin_parameters())
+    from kbopt.engine.loader import _read_text, _rule_files, load_rule_text, pack_parameters
+    try:
+        shared = pack_parameters([Path(p) for p in paths])
+    except RuleError as error:
+        return [Finding(error.file, error.line, "error", "K000", error.message, None, error.hint)]
     findings = []
     for root, shown in [(builtin_root(), "rules")] + [(Path(p), p) for p in paths]:
-        if shown != "rules" and Path(root, "parameters.yaml").is_file():
-            try:
-                shared.update(load_parameters(_read_text(Path(root, "parameters.yaml")), f"{shown}/parameters.yaml"))
-            except RuleError as error:
-                findings.append(Finding(error.file, error.line, "error", "K000", error.message, None, error.hint))
         for layer, file in _rule_files(root):
             name = f"{shown}/{layer}/{file.name}"
             try:

@@ -144,7 +144,8 @@ class _RuleBuilder:
                     when=when, fire_condition=fire_condition, then=then, because=" ".join(d["because"].split()),
                     sources=sources, parameters=parameters, examples=examples, notes=d.get("notes"),
                     tags=tuple(d.get("tags", ())), file=self.file, line=_line(self.lines, ("id",)), pack=self.pack,
-                    overrides=bool(d.get("overrides", False)))
+                    overrides=bool(d.get("overrides", False)),
+                    lines={key: _line(self.lines, (key,)) for key in ("when", "then", "because", "source", "examples")})
 
     def conclusion(self, item, path, values):
         kind, body = next(iter(item.items()))
@@ -155,8 +156,8 @@ class _RuleBuilder:
             if spec is None or not spec.derived:
                 hint = self.vocabulary.suggest(target) if spec is None else None
                 self.fail(path + (target,), f"{target!r} is not a derived fact",
-                          f"did you mean '{hint}'?" if hint else
-                          "rules derive only facts declared under `derived:` in kb/vocabulary.yaml; input facts are given")
+                          "rules derive only the facts declared under `derived:` in kb/vocabulary.yaml (a pack cannot "
+                          "declare new ones yet)" + (f"; did you mean '{hint}'?" if hint and spec is None else ""))
             value = self.value(raw, path + (target,), values)
             if isinstance(value, expr.Const):
                 self.check_literal(spec, value.value, path + (target,))
@@ -261,10 +262,12 @@ def load_parameters(text: str, file: str) -> dict[str, Parameter]:
         raise RuleError(file, 1, "expected a mapping `parameters: {name: {value: ..., why: ...}}`")
     out = {}
     for name, entry in entries.items():
-        if not isinstance(entry, dict) or set(entry) != {"value", "why"} or not isinstance(entry["why"], str) \
-                or not isinstance(entry["value"], (int, float, str, bool)):
-            raise RuleError(file, _line(lines, ("parameters", name)), f"parameter {name!r} needs exactly `value` and `why`")
-        out[name] = Parameter(name, entry["value"], " ".join(entry["why"].split()))
+        if not isinstance(entry, dict) or not {"value", "why"} <= set(entry) <= {"value", "why", "overrides"} \
+                or not isinstance(entry["why"], str) or not isinstance(entry["value"], (int, float, str, bool)):
+            raise RuleError(file, _line(lines, ("parameters", name)),
+                            f"parameter {name!r} needs `value` and `why` (and `overrides: true` to retune another pack's)")
+        out[name] = Parameter(name, entry["value"], " ".join(entry["why"].split()), bool(entry.get("overrides")),
+                              _line(lines, ("parameters", name)))
     return out
 
 
@@ -320,20 +323,16 @@ def load_pack(extra_dirs: Iterable[str | Path] = ()) -> Pack:
     vocabulary = load_vocabulary()
     digest = hashlib.sha256()
     rules: list[Rule] = []
-    sources = [("builtin", builtin_root(), "rules")] + [(str(d), Path(d), str(d)) for d in extra_dirs]
-    shared = dict(builtin_parameters())
-    for pack, root, shown in sources:
-        if pack != "builtin" and not Path(root).is_dir():
+    sources = [("builtin", builtin_root(), "rules")] + [(str(d), Path(d), str(d)) for d in dict.fromkeys(extra_dirs)]
+    for pack, root, shown in sources[1:]:
+        if not Path(root).is_dir():
             raise RuleError(str(root), None, "no such rules directory")
-        if pack != "builtin" and Path(root, "parameters.yaml").is_file():
-            extra = load_parameters(_read_text(Path(root, "parameters.yaml")), f"{shown}/parameters.yaml")
-            clash = sorted(set(extra) & set(shared))
-            if clash:
-                raise RuleError(f"{shown}/parameters.yaml", None, f"parameter {clash[0]!r} is already defined by another pack")
-            shared.update(extra)
+    # Parameters first, from every pack, so that a retuned threshold applies to every rule.
+    shared = pack_parameters([Path(root) for _, root, _ in sources[1:]])
+    for pack, root, shown in sources:
         files = _rule_files(root)
         disabled = _disabled(Path(root), shown) if pack != "builtin" else {}
-        if pack != "builtin" and not files and not disabled:
+        if pack != "builtin" and not files and not disabled and not Path(root, "parameters.yaml").is_file():
             raise RuleError(str(root), None, "no rule files found", "rules live in <dir>/<layer>/<id>.yaml, layers: " + ", ".join(LAYERS))
         for rule_id, (line, why) in disabled.items():
             if not any(r.id == rule_id for r in rules):
@@ -356,6 +355,23 @@ def load_pack(extra_dirs: Iterable[str | Path] = ()) -> Pack:
                                 f"first defined in {rules[taken].location}; to replace it, add `overrides: true`")
     digest.update(repr(sorted((p.name, p.value) for p in shared.values())).encode())
     return build_pack(rules, digest.hexdigest()[:12])
+
+
+def pack_parameters(roots: list[Path]) -> dict[str, Parameter]:
+    """Built-in parameters, then each pack's parameters.yaml; retuning one needs `overrides: true`."""
+    shared = dict(builtin_parameters())
+    for root in roots:
+        path = root / "parameters.yaml"
+        if not path.is_file():
+            continue
+        for name, parameter in load_parameters(_read_text(path), str(path)).items():
+            if name in shared and not parameter.overrides:
+                raise RuleError(str(path), parameter.line, f"parameter {name!r} is already defined (value "
+                                f"{shared[name].value!r})", "to retune it for every rule, add `overrides: true`")
+            if name not in shared and parameter.overrides:
+                raise RuleError(str(path), parameter.line, f"parameter {name!r} says `overrides: true` but no earlier pack has it")
+            shared[name] = parameter
+    return shared
 
 
 def _disabled(root: Path, shown: str) -> dict[str, tuple[int, str]]:

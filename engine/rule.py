@@ -88,6 +88,8 @@ class Parameter:
     name: str
     value: Any
     why: str
+    overrides: bool = False        # in a pack's parameters.yaml: retunes an earlier pack's value
+    line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class Rule:
     line: int = 1
     pack: str = "builtin"
     overrides: bool = False
+    lines: dict[str, int] = field(default_factory=dict)   # line of each top-level key, for lint
 
     @cached_property
     def derives(self) -> tuple[str, ...]:

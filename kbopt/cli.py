@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     schema = commands.add_parser("schema", help="print a JSON Schema (for editors)")
     schema.add_argument("which", choices=("facts", "rules"))
 
-    rules = commands.add_parser("rules", help="list or test rules")
+    rules = commands.add_parser("rules", help="rule authoring: list, show, lint, test, docs, new, graph")
     rule_commands = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
     listing = rule_commands.add_parser("list", help="list the rules, one per line")
     listing.add_argument("--layer", choices=("diagnosis", "compute", "storage", "scheduling"))
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     _pack_options(docs, engine=False)
     new = rule_commands.add_parser("new", help="scaffold a rule file with its required parts")
     new.add_argument("layer", choices=("diagnosis", "compute", "storage", "scheduling"))
-    new.add_argument("name", help="the rule id, e.g. S-CHUNKED-PREFILL (written as <dir>/<layer>/<id>.yaml)")
+    new.add_argument("name", help="the rule id, e.g. S-CHUNKED-PREFILL (written as <dir>/<layer>/<id in lower case>.yaml)")
     new.add_argument("--dir", default=".", help="the pack directory (default: the current one)")
     graph = rule_commands.add_parser("graph", help="which rule feeds which, and the strategy conflict graph")
     graph.add_argument("--format", choices=("dot", "json"), default="dot")
@@ -95,6 +95,22 @@ def _pack_options(parser, engine: bool = True) -> None:
         parser.add_argument("--engine", choices=("auto", "durable", "reference"), default="auto",
                             help="evaluator: durable_rules, or the pure-Python reference "
                                  "(auto: durable_rules where it imports)")
+
+
+def load_checked_pack(dirs: list[str]):
+    """The built-in pack with `dirs` layered over it. A custom pack must pass lint's error checks
+    (a rule that can never fire, a retired id, TODOs...), not just load."""
+    from kbopt.engine.loader import load_pack
+    dirs = list(dict.fromkeys(dirs))
+    pack = load_pack(dirs)
+    if dirs:
+        from kbopt.engine.lint import lint_pack
+        errors = [f for f in lint_pack(pack, dirs) if f.severity == "error"]
+        if errors:
+            more = f" ({len(errors) - 1} more: run `kbopt rules lint {' '.join(dirs)}`)" if len(errors) > 1 else ""
+            first = errors[0]
+            raise KboptError(f"{first.file}:{first.line}: {first.message}" + (f" (hint: {first.hint})" if first.hint else "") + more)
+    return pack
 
 
 def _configured_packs() -> list[str]:
@@ -222,7 +238,7 @@ def _advise(args) -> int:
     from kbopt.reports import render
 
     from kbopt.kb.facts import facts_from_document
-    pack = load_pack(args.rules)        # broken rules fail before a long collection
+    pack = load_checked_pack(args.rules)        # broken rules fail before a long collection
     if args.collect:
         document, name = _collected_document(args), "collected facts"
         read = lambda overrides: facts_from_document(document, name, overrides)   # noqa: E731
@@ -247,7 +263,7 @@ def _report(args) -> int:
     from kbopt.kb.facts import load_facts
     from kbopt.reports import render
 
-    pack = load_pack(args.rules)
+    pack = load_checked_pack(args.rules)
     base_facts = load_facts(args.facts)
     other = args.compare or args.facts
     other_facts = load_facts(other, args.overrides) if (args.compare or args.overrides) else None
@@ -278,15 +294,18 @@ def _rules(args) -> int:
         return _lint(args)
     if args.rules_command == "new":
         from kbopt.engine.authoring import scaffold
-        print(f"wrote {scaffold(args.dir, args.layer, args.name)}")
+        print(f"wrote {scaffold(args.dir, args.layer, args.name, load_pack())}")
         return EXIT_OK
-    pack = load_pack(list(args.rules) + list(getattr(args, "paths", []) or []))
+    pack = load_checked_pack(list(args.rules) + list(getattr(args, "paths", []) or []))
     if args.rules_command in ("show", "docs", "graph"):
         from kbopt.engine import authoring
         if args.rules_command == "show":
             sys.stdout.write(authoring.show(pack, args.rule_id))
         elif args.rules_command == "docs":
-            written = authoring.write_docs(pack, Path(args.output))
+            try:
+                written = authoring.write_docs(pack, Path(args.output))
+            except OSError as error:
+                raise KboptError(f"rules docs -o {args.output}: cannot write there: {error.strerror}") from None
             print(f"wrote {written} pages under {args.output}")
         else:
             sys.stdout.write(authoring.graph_text(pack, args.format))
@@ -294,7 +313,8 @@ def _rules(args) -> int:
     if args.rules_command == "list":
         for rule in pack.rules:
             if args.layer in (None, rule.layer) and (args.tag is None or args.tag in rule.tags):
-                print(f"{rule.id:38} {rule.layer:11} {rule.title}  [{', '.join(rule.sources)}]")
+                pack_name = "" if rule.pack == "builtin" else f"  (pack {rule.pack})"
+                print(f"{rule.id:38} {rule.layer:11} {rule.title}  [{', '.join(rule.sources)}]{pack_name}")
         return EXIT_OK
     from kbopt.engine.advisor import available_evaluators
     from kbopt.engine.examples import run_examples
@@ -316,7 +336,7 @@ def _rules(args) -> int:
 
 def _lint(args) -> int:
     from kbopt.engine.lint import lint_paths
-    findings, checked = lint_paths(list(args.paths))
+    findings, checked = lint_paths(list(dict.fromkeys(list(args.paths) or _configured_packs())))
     for finding in findings:
         print(finding.render())
     errors = sum(f.severity == "error" for f in findings)

@@ -62,8 +62,13 @@ def test_new_scaffolds_a_rule_that_loads_and_lint_flags_its_todos(run_cli, tmp_p
     path = tmp_path / "storage" / "s-my-first-rule.yaml"
     assert code == 0 and path.is_file()
     code, out, _ = run_cli("rules", "lint", str(tmp_path))
-    assert "S-MY-FIRST-RULE" not in out or "K303" in out
-    assert "warning[K303]" in out and code == 0
+    assert "error[K303]" in out and code == 2
+    code, out, _ = run_cli("rules", "test", str(tmp_path))
+    assert "S-MY-FIRST-RULE" not in out or "FAIL" not in out      # the scaffold's examples already pass
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "--rules", str(tmp_path))
+    assert code == 2 and "TODO placeholders" in err                # a scaffold is never used as advice
+    code, _, err = run_cli("rules", "new", "storage", "S-PAGED-KV-CAPACITY", "--dir", str(tmp_path))
+    assert code == 2 and "is a built-in rule" in err and "overrides: true" in err
     code, _, err = run_cli("rules", "new", "storage", "s-my-first-rule", "--dir", str(tmp_path))
     assert code == 2 and "exists already" in err
 
@@ -123,3 +128,59 @@ def test_the_worked_example_pack_lints_tests_and_advises(run_cli):
     assert code == 0
     fired = {f["rule"] for f in advice["fired"]}
     assert {"V-CHUNKED-PREFILL-BUDGET", "V-FP8-KV-CACHE"} <= fired
+
+
+def test_advise_refuses_a_pack_that_lint_rejects(run_cli, tmp_path):
+    text = (HERE / "lint_pack" / "diagnosis" / "x-never-true.yaml").read_text()
+    pack = _pack(tmp_path, {"diagnosis/x-never-true.yaml": text})
+    code, out, err = run_cli("advise", "--facts", EXAMPLE, "--rules", pack)
+    assert code == 2 and out == ""
+    assert "x-never-true.yaml:4: the condition can never be true" in err
+
+
+def test_lint_reads_packs_from_the_environment(run_cli, tmp_path, monkeypatch):
+    text = (HERE / "lint_pack" / "diagnosis" / "x-never-true.yaml").read_text()
+    monkeypatch.setenv("KBOPT_RULES", _pack(tmp_path, {"diagnosis/x-never-true.yaml": text}))
+    code, out, _ = run_cli("rules", "lint")
+    assert code == 2 and "K201" in out
+
+
+def test_a_pack_may_retune_a_shared_parameter_explicitly(run_cli, tmp_path):
+    pack = _pack(tmp_path, {"parameters.yaml": "parameters:\n  capacity_threshold: {value: 0.95, why: our SLO leaves headroom}\n"})
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "--rules", pack)
+    assert code == 2 and "already defined" in err and "overrides: true" in err
+    Path(pack, "parameters.yaml").write_text(
+        "parameters:\n  capacity_threshold: {value: 0.95, why: our SLO leaves headroom, overrides: true}\n")
+    code, out, err = run_cli("advise", "--facts", EXAMPLE, "--rules", pack, "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["bottleneck"] != "memory_capacity"       # 0.93 is under the retuned 0.95
+
+
+def test_retired_ids_as_a_list(run_cli, tmp_path):
+    text = (HERE / "lint_pack" / "diagnosis" / "x-old-id.yaml").read_text().replace("seed K99.9", "seed K3.8")
+    pack = _pack(tmp_path, {"diagnosis/x-old-id.yaml": text, "retired.yaml": "retired: [X-OLD-ID]\n"})
+    code, out, _ = run_cli("rules", "lint", pack)
+    assert code == 2 and "X-OLD-ID is a retired id" in out
+
+
+def test_docs_into_a_file_is_exit_2(run_cli, tmp_path):
+    target = tmp_path / "file"
+    target.write_text("")
+    code, _, err = run_cli("rules", "docs", "-o", str(target))
+    assert code == 2 and "cannot write there" in err
+
+
+def test_lint_checks_example_facts_and_expectations(run_cli, tmp_path):
+    text = (HERE / "broken_rules" / "valid.yaml").read_text().replace("X-BROKEN-RULE", "X-EXAMPLES") \
+        .replace("{memory_used_ratio: 0.95}}\n    fires: true", "{memory_used_ratio: 95}}\n    fires: true\n    expect: {chosen: [continous_batching]}")
+    pack = _pack(tmp_path, {"diagnosis/x-examples.yaml": text})
+    code, out, _ = run_cli("rules", "lint", pack)
+    assert code == 2 and "K304" in out and "write 0.95" in out
+    assert "K305" in out and "did you mean 'continuous_batching'?" in out
+
+
+def test_readme_documents_every_fact():
+    readme = (HERE.parent / "README.md").read_text()
+    from kbopt.kb.vocabulary import load_vocabulary
+    missing = [s.path for s in load_vocabulary().facts.values() if s.quality_of is None and f"`{s.path}`" not in readme]
+    assert missing == []
