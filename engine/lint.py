@@ -147,8 +147,39 @@ def derivable_values(pack: Pack) -> dict[str, set]:
     return out
 
 
-def can_be_true_together(a, b) -> bool:
-    return any(_term_satisfiable(x + y) for x in _terms(a) for y in _terms(b))
+def can_be_true_together(a, b, pack: Pack | None = None) -> bool:
+    """Can two conditions hold at once? With a pack, a test on a derived fact is replaced by the
+    conditions of the rules that would derive a fitting value (one level deep)."""
+    terms_a, terms_b = _terms(a), _terms(b)
+    if pack is not None:
+        terms_a, terms_b = _expand(terms_a, pack), _expand(terms_b, pack)
+    return any(_term_satisfiable(x + y) for x in terms_a for y in terms_b)
+
+
+EXPANSION_LIMIT = 64
+
+
+def _expand(terms: list[list], pack: Pack) -> list[list]:
+    rules = pack.by_id()
+    out = []
+    for term in terms:
+        expanded = [[]]
+        for leaf in term:
+            options = [[leaf]]
+            if isinstance(leaf, expr.Cmp) and isinstance(leaf.right, expr.Const) and leaf.left.path in pack.producers:
+                options = []
+                for rule_id in pack.producers[leaf.left.path]:
+                    for c in rules[rule_id].then:
+                        if isinstance(c, Derive) and c.path == leaf.left.path and (
+                                not isinstance(c.value, expr.Const)
+                                or expr._COMPARE[leaf.op](c.value.value, leaf.right.value)):
+                            options.extend([leaf] + producer for producer in _terms(rules[rule_id].when))
+                options = options or [[leaf]]
+            expanded = [prefix + option for prefix in expanded for option in options]
+            if len(expanded) > EXPANSION_LIMIT:
+                return terms          # too many alternatives to weigh: stay coarse
+        out.extend(expanded)
+    return out
 
 
 # ------------------------------------------------------------------ checks
@@ -258,8 +289,7 @@ def _ties(pack: Pack, mine: list[Rule], catalog) -> list[Finding]:
             if not exclusive or _vetoes(a, cb) or _vetoes(b, ca):
                 continue
             key = (a.id, b.id, ca.key, cb.key)
-            if key in seen or not can_be_true_together(a.fire_condition, b.fire_condition):
-                # (derived facts count as free here: two rules may still exclude each other through them)
+            if key in seen or not can_be_true_together(a.fire_condition, b.fire_condition, pack):
                 continue
             seen.add(key)
             rule = a if a.pack != "builtin" else b

@@ -184,3 +184,21 @@ def test_readme_documents_every_fact():
     from kbopt.kb.vocabulary import load_vocabulary
     missing = [s.path for s in load_vocabulary().facts.values() if s.quality_of is None and f"`{s.path}`" not in readme]
     assert missing == []
+
+
+def test_no_tie_warning_when_derived_facts_keep_two_rules_apart(run_cli, tmp_path):
+    # S-PAGED-KV-VARIABLE-LENGTHS needs derived.variable_lengths, which needs max_seq_len > 512.
+    rule = """id: S-STATIC-SHORT
+title: Static slots for short maxima
+layer: storage
+when: workload.max_seq_len <= 512 and workload.task == "generation"
+then:
+  - recommend: {strategy: static_kv_preallocation, weight: 2, params: {slot_tokens: "= workload.max_seq_len"}}
+because: Short sequences ({workload.max_seq_len} tokens) fit static slots.
+source: seed K4.4
+examples:
+  - {name: short, facts: {workload: {max_seq_len: 256, task: generation}}, fires: true}
+  - {name: long, facts: {workload: {max_seq_len: 4096, task: generation}}, fires: false}
+"""
+    code, out, _ = run_cli("rules", "lint", _pack(tmp_path, {"storage/s-static-short.yaml": rule}))
+    assert code == 0 and "K401" not in out
