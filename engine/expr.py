@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from kbopt.kb.vocabulary import QUALITY_PREFIX, FactSpec, Vocabulary
+from kbopt.kb.vocabulary import load_vocabulary as _vocabulary
 
 # ---------------------------------------------------------------- nodes (the engine-neutral form)
 
@@ -117,7 +118,6 @@ _ARITH: dict[str, Callable[[Any, Any], Any]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
     "/": lambda a, b: a / b, "//": lambda a, b: a // b,
 }
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 
 
 MIN_BUCKET = 16      # a bucket edge below this many tokens separates nothing worth separating
@@ -143,7 +143,7 @@ VALUE_FUNCTIONS: dict[str, tuple[Callable, str]] = {
     "ceil": (lambda x: int(math.ceil(x)), "round up to an integer"),
     "pow2ceil": (_pow2ceil, "smallest power of two >= x"),
     "edges": (_edges, "bucket edges: powers of two >= each value below the last, then the last"),
-    "dtype_bytes": (lambda d: DTYPE_BYTES[d], "bytes per element of a dtype name (int4 = 0.5)"),
+    "dtype_bytes": (lambda d: _vocabulary().dtype_bytes[d], "bytes per element of a dtype (kb/vocabulary.yaml)"),
     "coalesce": (None, "first argument whose facts are known"),
 }
 

@@ -86,7 +86,6 @@ def _term_satisfiable(leaves, possible: dict[str, set] | None = None) -> bool:
         elif isinstance(leaf, expr.Needs):
             present.add(leaf.fact.path)
         elif isinstance(leaf, expr.OneOf):
-            target = excluded if leaf.negated else allowed
             if leaf.negated:
                 excluded.setdefault(leaf.fact.path, set()).update(leaf.values)
             else:

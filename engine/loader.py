@@ -41,9 +41,8 @@ def _read_yaml(text: str, file: str) -> tuple[Any, dict[tuple, int]]:
         lines[path] = n.start_mark.line + 1
         if isinstance(n, yaml.MappingNode):
             for key, value in n.value:
-                lines[path + (key.value,)] = key.start_mark.line + 1
                 walk(value, path + (key.value,))
-                lines[path + (key.value,)] = key.start_mark.line + 1
+                lines[path + (key.value,)] = key.start_mark.line + 1   # the key's line, not its value's
         elif isinstance(n, yaml.SequenceNode):
             for index, item in enumerate(n.value):
                 walk(item, path + (index,))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -53,6 +53,7 @@ class FactSpec:
 class Vocabulary:
     facts: dict[str, FactSpec]
     consistency: tuple[dict[str, str], ...] = ()
+    dtype_bytes: dict[str, float] = field(default_factory=dict)
 
     def get(self, path: str) -> FactSpec | None:
         return self.facts.get(path)
@@ -108,4 +109,4 @@ def load_vocabulary() -> Vocabulary:
         quality = QUALITY_PREFIX + path
         facts[quality] = FactSpec(path=quality, type="enum", values=QUALITIES, quality_of=path,
                                   description=f"where {path} came from: {', '.join(QUALITIES)}")
-    return Vocabulary(facts, tuple(raw.get("consistency", ())))
+    return Vocabulary(facts, tuple(raw.get("consistency", ())), dict(raw.get("dtype_bytes", {})))

@@ -296,7 +296,8 @@ def _rules(args) -> int:
         from kbopt.engine.authoring import scaffold
         print(f"wrote {scaffold(args.dir, args.layer, args.name, load_pack())}")
         return EXIT_OK
-    pack = load_checked_pack(list(args.rules) + list(getattr(args, "paths", []) or []))
+    # Authoring commands load packs as they are: `test` must run on a rule still being written.
+    pack = load_pack(list(dict.fromkeys(list(args.rules) + list(getattr(args, "paths", []) or []))))
     if args.rules_command in ("show", "docs", "graph"):
         from kbopt.engine import authoring
         if args.rules_command == "show":

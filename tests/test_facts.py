@@ -168,3 +168,10 @@ def test_gpu_catalog_matches_names_and_agrees_with_the_fp8_rule():
     for gpu in gpus():
         major, minor = map(int, gpu.compute_capability.split("."))
         assert gpu.fp8_tensor_cores == ((major, minor) >= (8, 9)), gpu.id
+
+
+def test_every_dtype_has_a_size():
+    from kbopt.kb.vocabulary import load_vocabulary
+    vocabulary = load_vocabulary()
+    dtypes = set(vocabulary.get("model.weight_dtype").values) | set(vocabulary.get("model.kv_cache_dtype").values)
+    assert dtypes <= set(vocabulary.dtype_bytes)

@@ -252,7 +252,7 @@ def _generic(path: Path, summary: TraceSummary, options: TraceOptions, jsonl: bo
         if tokens < 0 or (duration is not None and duration < 0):
             raise KboptError(f"--workload {path}:{line}: a length or duration is negative")
         summary.add(t, tokens, duration)
-    return "+".join(columns.get(k, "") for k in ("total",) if k in columns) or f"{columns['prompt']}+{columns['output']}"
+    return columns["total"] if "total" in columns else f"{columns['prompt']}+{columns['output']}"
 
 
 def _vllm_bench(path: Path, options: TraceOptions) -> Collected:
