@@ -137,7 +137,9 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
             if strategy == c.strategy and variant in (None, c.variant):
                 texts.append(Caveat(rule_id, text))
                 because.append(rule_id)
-        for source, _, data in sorted(graph.in_edges(key, data=True)):
+        # Several rules may draw the same edge: order by what the edge says, never by its dict.
+        for source, _, data in sorted(graph.in_edges(key, data=True),
+                                      key=lambda e: (e[0], e[2]["kind"], tuple(e[2]["because"]))):
             if data["kind"] == "mitigates" and source in chosen:
                 note = next(m for m in mitigates if m[2] == data["because"][0])
                 mitigation = next((x for x in rules[note[2]].then if isinstance(x, Mitigate)), None)

@@ -33,6 +33,9 @@ class FinalFacts:
         self.fired = set(derivation.fired)
         self.rules = pack.by_id()
         self.status: dict[str, str] = {}
+        self._steps: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._decision: dict[str, bool | None] = {}
+        self._reachable: dict[str, frozenset[str]] = {}
         undecided = {p for p in pack.producers if p not in self.derived}
         for path in undecided:
             self.status[path] = expr.UNKNOWN
@@ -55,19 +58,83 @@ class FinalFacts:
             return self.status.get(path, expr.ABSENT), None
         return expr.MISSING, None
 
-    def missing_inputs(self, rule: Rule, seen: frozenset = frozenset()) -> list[str]:
-        """The input facts that, once known, would decide `rule` (what to collect)."""
-        out: list[str] = []
-        for path in dict.fromkeys(expr.undecided_by(rule.fire_condition, self.lookup)):
-            status, _ = self.lookup(path)
-            if status == expr.MISSING:
-                out.append(path)
-            if status != expr.UNKNOWN:
-                continue
-            for producer in self.pack.producers.get(path, ()):
-                if producer not in seen and expr.evaluate(self.rules[producer].fire_condition, self.lookup) is None:
-                    out.extend(self.missing_inputs(self.rules[producer], seen | {rule.id}))
-        return sorted(set(out))
+    def missing_inputs(self, rule: Rule) -> list[str]:
+        """The input facts that, once known, would decide `rule` (what to collect).
+
+        They are the missing inputs of `rule` and of every rule reachable from it through the
+        undecided producers of the unknown derived facts it reads. Each rule's share is computed
+        once per evaluation, and a cycle of rules shares one set (strongly connected components),
+        so the walk is linear in the pack where a naive recursion is exponential in its chains.
+        """
+        return sorted(self._reachable_missing(rule.id))
+
+    def _step(self, rule_id: str) -> tuple[frozenset[str], tuple[str, ...]]:
+        """The missing inputs `rule_id` reads itself, and the undecided rules it waits on."""
+        step = self._steps.get(rule_id)
+        if step is None:
+            missing: set[str] = set()
+            waits_on: dict[str, None] = {}
+            for path in dict.fromkeys(expr.undecided_by(self.rules[rule_id].fire_condition, self.lookup)):
+                status, _ = self.lookup(path)
+                if status == expr.MISSING:
+                    missing.add(path)
+                elif status == expr.UNKNOWN:
+                    waits_on.update((p, None) for p in self.pack.producers.get(path, ()) if self._undecided(p))
+            step = self._steps[rule_id] = (frozenset(missing), tuple(waits_on))
+        return step
+
+    def _undecided(self, rule_id: str) -> bool:
+        if rule_id not in self._decision:
+            self._decision[rule_id] = expr.evaluate(self.rules[rule_id].fire_condition, self.lookup)
+        return self._decision[rule_id] is None
+
+    def _reachable_missing(self, start: str) -> frozenset[str]:
+        """Union of `_step(r)[0]` over every rule r reachable from `start` (iterative Tarjan)."""
+        done = self._reachable
+        if start in done:
+            return done[start]
+        index: dict[str, int] = {start: 0}
+        low: dict[str, int] = {start: 0}
+        stack, on_stack = [start], {start}
+        work = [(start, iter(self._step(start)[1]))]
+        while work:
+            node, successors = work[-1]
+            for successor in successors:
+                if successor in done:
+                    continue
+                if successor not in index:
+                    index[successor] = low[successor] = len(index)
+                    stack.append(successor)
+                    on_stack.add(successor)
+                    work.append((successor, iter(self._step(successor)[1])))
+                    break
+                if successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    members = set(component)
+                    missing: set[str] = set()
+                    for member in component:
+                        own, waits_on = self._step(member)
+                        missing |= own
+                        for successor in waits_on:
+                            if successor not in members:
+                                missing |= done[successor]
+                    shared = frozenset(missing)
+                    for member in component:
+                        done[member] = shared
+        return done[start]
 
     def witness(self, rule: Rule) -> tuple[dict[str, Any], tuple[Check, ...]]:
         """The fact values that made `rule` fire, and the comparisons that held."""

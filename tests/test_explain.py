@@ -1,0 +1,98 @@
+"""Explaining rules that were not evaluated: the inputs each one waits on, at any pack size."""
+from __future__ import annotations
+
+import random
+
+from kbopt.engine import expr
+from kbopt.engine.advisor import advise
+from kbopt.engine.explain import FinalFacts
+from kbopt.engine.loader import build_pack, load_rule_text
+from kbopt.engine.reference import ReferenceEvaluator
+from kbopt.engine.synthetic import FIELDS, synthetic_pack
+from kbopt.kb.facts import facts_from_document
+
+
+def _naive_missing(final: FinalFacts, rule, seen=frozenset()) -> list[str]:
+    """The walk as first written: recurse through every undecided producer (exponential)."""
+    out = []
+    for path in dict.fromkeys(expr.undecided_by(rule.fire_condition, final.lookup)):
+        status, _ = final.lookup(path)
+        if status == expr.MISSING:
+            out.append(path)
+        if status != expr.UNKNOWN:
+            continue
+        for producer in final.pack.producers.get(path, ()):
+            if producer not in seen and expr.evaluate(final.rules[producer].fire_condition, final.lookup) is None:
+                out.extend(_naive_missing(final, final.rules[producer], seen | {rule.id}))
+    return sorted(set(out))
+
+
+def _final(pack, values):
+    return FinalFacts(pack, values, ReferenceEvaluator(pack).run(values))
+
+
+def _chain_rule(index: int, reads: str, derives: str, field: str) -> str:
+    return (f"id: S-CHAIN-{index:03d}\ntitle: chain {index}\nlayer: diagnosis\n"
+            f"when: {reads} and telemetry.{field} > 0.5\nthen:\n  - derive: {{{derives}: true}}\n"
+            "because: chained rule for the explanation walk\nsource: test\n"
+            "examples:\n  - {name: a, facts: {}, fires: true}\n  - {name: b, facts: {}, fires: false}\n")
+
+
+def test_memoized_walk_matches_the_naive_one_on_cyclic_packs():
+    """Random packs whose rules read and derive the same few facts (cycles included)."""
+    rng = random.Random(5)
+    derived = ("derived.low_gpu_utilization", "derived.queue_timeouts", "derived.fluctuating_load")
+    compared = 0
+    for trial in range(40):
+        rules = [load_rule_text(_chain_rule(i, rng.choice(derived), rng.choice(derived), rng.choice(FIELDS)),
+                                f"chain/s-chain-{i:03d}.yaml", pack="chain") for i in range(rng.randint(3, 9))]
+        pack = build_pack(rules, f"chain{trial}")
+        values = {f"telemetry.{f}": 0.9 for f in FIELDS if rng.random() < 0.4}
+        final = _final(pack, values)
+        for rule in pack.rules:
+            if rule.id not in final.fired and expr.evaluate(rule.fire_condition, final.lookup) is None:
+                assert final.missing_inputs(rule) == _naive_missing(final, rule), (trial, rule.id)
+                compared += 1
+    assert compared > 40
+
+
+def test_memoized_walk_matches_the_naive_one_on_the_synthetic_pack():
+    pack = synthetic_pack(105)       # three rules that read the fact they derive: the naive walk still ends
+    values = {"telemetry.compute_utilization": 0.2}
+    final = _final(pack, values)
+    waiting = [r for r in pack.rules if expr.evaluate(r.fire_condition, final.lookup) is None]
+    assert waiting
+    for rule in waiting:
+        assert final.missing_inputs(rule) == _naive_missing(final, rule)
+
+
+def test_long_chains_are_explained():
+    """420 chained rules (12 self-feeding producers): the naive walk would run for hours."""
+    pack = synthetic_pack(420)
+    facts = facts_from_document({"model": {"params_billion": 8}}, "no telemetry")
+    advice = advise(facts, pack, "reference")
+    missing = {item.rule: item.missing for item in advice.not_evaluated}
+    chained = [r.id for r in pack.rules if "derived.low_gpu_utilization" in r.when_text]
+    assert len(chained) == 60
+    for rule_id in chained:
+        assert missing[rule_id] == tuple(sorted(f"telemetry.{f}" for f in FIELDS))
+    assert len(missing) == len(pack.rules)
+
+
+def test_two_rules_requiring_the_same_thing_of_one_strategy(pack):
+    """Two `require` edges between the same pair of strategies once crashed the explanation."""
+    text = ("id: S-REQUIRE-{n}\ntitle: weight layout needs quantization ({n})\nlayer: compute\n"
+            "when: telemetry.compute_utilization > 0.5\nthen:\n"
+            "  - require: {{strategy: weight_layout, needs: quantization}}\n"
+            "because: weight layout needs quantization in this test\nsource: test\n"
+            "examples:\n  - {{name: a, facts: {{}}, fires: true}}\n  - {{name: b, facts: {{}}, fires: false}}\n")
+    extra = [load_rule_text(text.format(n=n), f"test/compute/s-require-{n}.yaml", pack="test") for n in (1, 2)]
+    both = build_pack(list(pack.rules) + extra, "require-twice")
+    facts = facts_from_document({"hardware": {"gpu_name": "NVIDIA H100 80GB HBM3"},
+                                 "telemetry": {"compute_utilization": 0.95, "bandwidth_utilization": 0.3,
+                                               "memory_used_ratio": 0.5}}, "require")
+    advice = advise(facts, both, "reference")
+    requires = [e for e in advice.graph if e.kind == "requires" and e.source == "weight_layout"]
+    assert [(e.target, e.because) for e in requires] == [
+        ("quantization[fp16]", ("S-REQUIRE-1",)), ("quantization[fp16]", ("S-REQUIRE-2",))]
+    assert {s.key for s in advice.strategies} >= {"weight_layout", "quantization[fp16]"}
