@@ -50,8 +50,9 @@ def cold_start(runs: int) -> None:
 
 
 def throughput(seconds: float) -> None:
-    from kbopt.engine.advisor import advise, make_evaluator
-    from kbopt.engine.loader import load_pack
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.evaluators import make_evaluator
+    from kbopt.engine.pack.loader import load_pack
     from kbopt.kb.facts import load_facts
 
     pack = load_pack()
@@ -80,8 +81,9 @@ def throughput(seconds: float) -> None:
 
 
 def scaling(sizes: list[int], evaluations: int) -> None:
-    from kbopt.engine.advisor import advise, make_evaluator
-    from kbopt.engine.synthetic import random_telemetry, synthetic_pack
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.evaluators import make_evaluator
+    from kbopt.engine.authoring.synthetic import random_telemetry, synthetic_pack
     from kbopt.kb.facts import facts_from_document
 
     print(f"(c) synthetic packs, mean of {evaluations} random fact sets:")

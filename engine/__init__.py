@@ -1,1 +1,3 @@
-"""Rule loading, the intermediate form, evaluators (durable_rules and reference), conflicts, advice."""
+"""The pipeline, one folder a stage: lang (conditions and values) -> pack (rules loaded into the
+intermediate form) -> evaluators (chaining) -> conflicts (the strategy graph) -> advice
+(explanations and the Advice value). authoring/ holds the tools for rule writers."""

@@ -9,7 +9,9 @@ import tempfile
 from pathlib import Path
 
 from kbopt import __version__
+from kbopt.engine.pack.packs import configured_packs, load_checked_pack
 from kbopt.errors import KboptError
+from kbopt.output import write_output
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -88,34 +90,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _pack_options(parser, engine: bool = True) -> None:
-    parser.add_argument("--rules", action="append", default=_configured_packs(), metavar="DIR",
+    parser.add_argument("--rules", action="append", default=configured_packs(), metavar="DIR",
                         help="extra rule directory laid out as <layer>/<id>.yaml (repeatable; "
                              "KBOPT_RULES, a list of directories separated by ':', adds packs by default)")
     if engine:
         parser.add_argument("--engine", choices=("auto", "durable", "reference"), default="auto",
                             help="evaluator: durable_rules, or the pure-Python reference "
                                  "(auto: durable_rules where it imports)")
-
-
-def load_checked_pack(dirs: list[str]):
-    """The built-in pack with `dirs` layered over it. A custom pack must pass lint's error checks
-    (a rule that can never fire, a retired id, TODOs...), not just load."""
-    from kbopt.engine.loader import load_pack
-    dirs = list(dict.fromkeys(dirs))
-    pack = load_pack(dirs)
-    if dirs:
-        from kbopt.engine.lint import lint_pack
-        errors = [f for f in lint_pack(pack, dirs) if f.severity == "error"]
-        if errors:
-            more = f" ({len(errors) - 1} more: run `kbopt rules lint {' '.join(dirs)}`)" if len(errors) > 1 else ""
-            first = errors[0]
-            raise KboptError(f"{first.file}:{first.line}: {first.message}" + (f" (hint: {first.hint})" if first.hint else "") + more)
-    return pack
-
-
-def _configured_packs() -> list[str]:
-    """Packs named in the KBOPT_RULES environment entry, layered before any --rules."""
-    return [path for path in os.environ.get("KBOPT_RULES", "").split(os.pathsep) if path]
 
 
 def _collect_options(group) -> None:
@@ -171,7 +152,7 @@ def _collect(args) -> int:
 
 
 def _evaluator(choice: str) -> str:
-    from kbopt.engine.advisor import durable_available
+    from kbopt.engine.evaluators import durable_available
     if choice == "reference":
         return choice
     problem = durable_available()
@@ -185,55 +166,9 @@ def _evaluator(choice: str) -> str:
     return "reference"
 
 
-def _new_file_mode(target: Path) -> int:
-    try:
-        return target.stat().st_mode & 0o777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-def write_output(text: str, output: str | None) -> None:
-    """Write all or nothing: a temporary file beside the target, renamed into place."""
-    if output is None or output == "-":
-        sys.stdout.write(text)
-        return
-    if not output:
-        raise KboptError("-o: the file name is empty; give a path, or - for standard output")
-    target = Path(output)
-    if target.is_dir():
-        raise KboptError(f"-o {output}: is a directory; give a file name")
-    if target.is_symlink():
-        target = target.resolve()           # replace the file the link points to, keep the link
-    if target.exists() and not target.is_file():
-        # A FIFO, device or socket: write through it, since it cannot be replaced atomically.
-        try:
-            with open(target, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        except OSError as error:
-            raise KboptError(f"-o {output}: cannot write there: {error.strerror}") from None
-        return
-    try:
-        fd, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
-    except OSError as error:
-        raise KboptError(f"-o {output}: cannot write there: {error.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(temporary, _new_file_mode(target))     # mkstemp makes 0600; honour umask instead
-        os.replace(temporary, target)
-    except OSError as error:
-        Path(temporary).unlink(missing_ok=True)
-        raise KboptError(f"-o {output}: cannot write there: {error.strerror}") from None
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def _advise(args) -> int:
-    from kbopt.engine.advisor import advise
-    from kbopt.engine.loader import load_pack
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.pack.loader import load_pack
     from kbopt.kb.facts import load_facts
     from kbopt.reports import render
 
@@ -250,16 +185,16 @@ def _advise(args) -> int:
     advice = advise(facts, pack, evaluator)
     comparison = None
     if args.overrides and args.format in ("html", "md"):
-        from kbopt.engine.compare import compare
+        from kbopt.engine.advice.compare import compare
         comparison = compare(advise(read([]), pack, evaluator), advice, name, "with --set")
     write_output(render(advice, args.format, comparison), args.output)
     return EXIT_OK
 
 
 def _report(args) -> int:
-    from kbopt.engine.advisor import advise
-    from kbopt.engine.compare import compare
-    from kbopt.engine.loader import load_pack
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.compare import compare
+    from kbopt.engine.pack.loader import load_pack
     from kbopt.kb.facts import load_facts
     from kbopt.reports import render
 
@@ -289,17 +224,17 @@ def _schema(args) -> int:
 
 
 def _rules(args) -> int:
-    from kbopt.engine.loader import load_pack
+    from kbopt.engine.pack.loader import load_pack
     if args.rules_command == "lint":
         return _lint(args)
     if args.rules_command == "new":
-        from kbopt.engine.authoring import scaffold
+        from kbopt.engine.authoring.docs import scaffold
         print(f"wrote {scaffold(args.dir, args.layer, args.name, load_pack())}")
         return EXIT_OK
     # Authoring commands load packs as they are: `test` must run on a rule still being written.
     pack = load_pack(list(dict.fromkeys(list(args.rules) + list(getattr(args, "paths", []) or []))))
     if args.rules_command in ("show", "docs", "graph"):
-        from kbopt.engine import authoring
+        from kbopt.engine.authoring import docs as authoring
         if args.rules_command == "show":
             sys.stdout.write(authoring.show(pack, args.rule_id))
         elif args.rules_command == "docs":
@@ -317,15 +252,15 @@ def _rules(args) -> int:
                 pack_name = "" if rule.pack == "builtin" else f"  (pack {rule.pack})"
                 print(f"{rule.id:38} {rule.layer:11} {rule.title}  [{', '.join(rule.sources)}]{pack_name}")
         return EXIT_OK
-    from kbopt.engine.advisor import available_evaluators
-    from kbopt.engine.examples import run_examples
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.engine.authoring.examples import run_examples
     evaluators = available_evaluators()
     results = run_examples(pack, evaluators)
     failed = [r for r in results if not r.ok]
     for result in failed:
         for failure in result.failures:
             print(f"FAIL {result.rule} / {result.example!r} ({result.evaluator}) at {result.location}: {failure}")
-    from kbopt.engine.examples import leaf_coverage
+    from kbopt.engine.authoring.examples import leaf_coverage
     decided_both = [r.id for r in pack.rules if {True, False} <= {e.fires for e in r.examples}]
     both_ways, leaves = leaf_coverage(results)
     print(f"coverage: {len(decided_both)}/{len(pack.rules)} rules have an example that fires and one decided false; "
@@ -336,8 +271,8 @@ def _rules(args) -> int:
 
 
 def _lint(args) -> int:
-    from kbopt.engine.lint import lint_paths
-    findings, checked = lint_paths(list(dict.fromkeys(list(args.paths) or _configured_packs())))
+    from kbopt.engine.authoring.lint import lint_paths
+    findings, checked = lint_paths(list(dict.fromkeys(list(args.paths) or configured_packs())))
     for finding in findings:
         print(finding.render())
     errors = sum(f.severity == "error" for f in findings)

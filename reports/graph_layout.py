@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kbopt.engine.advice import Advice
+from kbopt.engine.advice.model import Advice
 
 CHAR_WIDTH, PADDING, BOX_HEIGHT, ROW_GAP, COLUMN_GAP, MARGIN, ARC_ROOM = 7.2, 18, 30, 80, 22, 16, 40
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from kbopt.cli import main
-from kbopt.engine.advisor import durable_available
-from kbopt.engine.loader import load_pack
+from kbopt.engine.evaluators import durable_available
+from kbopt.engine.pack.loader import load_pack
 
 needs_durable = pytest.mark.skipif(durable_available() is not None,
                                    reason=f"durable_rules does not import here: {durable_available()}")

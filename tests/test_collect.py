@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from fake_nvml import FakeClock, FakeNVML
 
-from kbopt.engine.advisor import advise, available_evaluators
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.evaluators import available_evaluators
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.nvml import Progress, sample_nvml
 from kbopt.kb.collectors.prometheus import facts_from_scrapes, histogram_quantile, parse, scrape
@@ -29,7 +30,7 @@ def _advise(collected):
 
 
 def _pack():
-    from kbopt.engine.loader import load_pack
+    from kbopt.engine.pack.loader import load_pack
     return load_pack()
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbopt.engine.advisor import durable_available
+from kbopt.engine.evaluators import durable_available
 
 pytestmark = pytest.mark.skipif(durable_available() is not None, reason="durable_rules does not import here")
 
@@ -12,10 +12,10 @@ import random
 
 import pytest
 
-from kbopt.engine.advisor import advise
-from kbopt.engine.durable_backend import RULESET_SIZE, DurableEvaluator, compile_pack, dumps
-from kbopt.engine.synthetic import random_telemetry, synthetic_pack
-from kbopt.engine.reference import ReferenceEvaluator
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.evaluators.durable import RULESET_SIZE, DurableEvaluator, compile_pack, dumps
+from kbopt.engine.authoring.synthetic import random_telemetry, synthetic_pack
+from kbopt.engine.evaluators.reference import ReferenceEvaluator
 from kbopt.errors import FactsError
 from kbopt.kb.facts import facts_from_document
 from kbopt.kb.vocabulary import load_vocabulary
@@ -112,6 +112,6 @@ def test_evaluators_agree_on_random_facts(pack):
 
 
 def test_fact_serialization_takes_the_careful_path_only_when_needed():
-    from kbopt.engine.durable_backend import dumps_fact
+    from kbopt.engine.evaluators.durable import dumps_fact
     assert dumps_fact({"a": 0.5, "b": "1e-05"}, [0.5, "1e-05"]) == '{"a":0.5,"b":"1e-05"}'
     assert dumps_fact({"a": 2e-05}, [2e-05]) == '{"a":2.0e-05}'

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from conftest import needs_durable
 
-from kbopt.engine.advisor import advise, available_evaluators
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.evaluators import available_evaluators
 from kbopt.kb.facts import load_facts
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

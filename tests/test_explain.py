@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import random
 
-from kbopt.engine import expr
-from kbopt.engine.advisor import advise
-from kbopt.engine.explain import FinalFacts
-from kbopt.engine.loader import build_pack, load_rule_text
-from kbopt.engine.reference import ReferenceEvaluator
-from kbopt.engine.synthetic import FIELDS, synthetic_pack
+from kbopt.engine.lang import expr
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.advice.explain import FinalFacts
+from kbopt.engine.pack.loader import build_pack, load_rule_text
+from kbopt.engine.evaluators.reference import ReferenceEvaluator
+from kbopt.engine.authoring.synthetic import FIELDS, synthetic_pack
 from kbopt.kb.facts import facts_from_document
 
 

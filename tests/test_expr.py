@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbopt.engine import expr
+from kbopt.engine.lang import expr
 from kbopt.kb.vocabulary import load_vocabulary
 
 VOCABULARY = load_vocabulary()

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from kbopt.engine.ir import pack_to_data
+from kbopt.engine.pack.ir import pack_to_data
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "ir.json"
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kbopt.engine.advisor import advise, available_evaluators
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.evaluators import available_evaluators
 from kbopt.kb.facts import facts_from_document, load_facts
 from kbopt.reports import render
 

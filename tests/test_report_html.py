@@ -4,8 +4,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kbopt.engine.advisor import advise, available_evaluators
-from kbopt.engine.compare import compare
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.engine.advice.compare import compare
 from kbopt.kb.facts import facts_from_document, load_facts
 from kbopt.reports import render
 

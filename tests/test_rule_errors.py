@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kbopt.engine.loader import load_rule_text
+from kbopt.engine.pack.loader import load_rule_text
 from kbopt.errors import RuleError
 
 HERE = Path(__file__).resolve().parent
@@ -71,7 +71,7 @@ def test_duplicate_ids_across_packs(run_cli, tmp_path):
 
 
 def test_invalid_example_facts_fail_that_example_with_its_location(pack):
-    from kbopt.engine.examples import check_example
+    from kbopt.engine.authoring.examples import check_example
     rule = load_rule_text((HERE / "data" / "bad-example-facts.yaml").read_text(), "data/bad-example-facts.yaml")
     result = check_example(rule, rule.examples[0], pack, "reference")
     assert result.location == "data/bad-example-facts.yaml:10"
@@ -107,7 +107,7 @@ def test_conflicting_derivations_name_both_rules_in_pack_order(run_cli, tmp_path
     pack = _pack_with(tmp_path, "x-broken-rule.yaml", text)
     examples = HERE.parent / "examples" / "capacity-a100-chat.json"
     messages = set()
-    from kbopt.engine.advisor import available_evaluators
+    from kbopt.engine.evaluators import available_evaluators
     for engine in available_evaluators():
         code, _, err = run_cli("advise", "--facts", str(examples), "--rules", str(pack), "--engine", engine)
         assert code == 2

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kbopt.engine.advisor import available_evaluators
-from kbopt.engine.examples import check_example
-from kbopt.engine.loader import load_pack
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.engine.authoring.examples import check_example
+from kbopt.engine.pack.loader import load_pack
 from kbopt.kb.catalog import seed_claims
 
 PACK = load_pack()

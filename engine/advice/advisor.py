@@ -4,38 +4,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kbopt.engine import expr
-from kbopt.engine.advice import Advice, Caveat, Edge, Firing, NotEvaluated, Rejection, StrategyAdvice
+from kbopt.engine.lang import expr
+from kbopt.engine.advice.model import Advice, Caveat, Edge, Firing, NotEvaluated, Rejection, StrategyAdvice
+from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
-from kbopt.engine.explain import FinalFacts
-from kbopt.engine.rule import Caveat as CaveatConclusion
-from kbopt.engine.rule import Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
+from kbopt.engine.advice.explain import FinalFacts
+from kbopt.engine.pack.rule import Caveat as CaveatConclusion
+from kbopt.engine.pack.rule import Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
 from kbopt.kb.catalog import strategies
 from kbopt.kb.facts import Facts
-
-EVALUATORS = ("durable", "reference")
-
-
-def durable_available() -> str | None:
-    """None when durable_rules' core imports here, else why not (e.g. on Python 3.13)."""
-    try:
-        import durable_rules_engine  # noqa: F401
-    except ImportError as error:
-        return str(error)
-    return None
-
-
-def available_evaluators() -> tuple[str, ...]:
-    return EVALUATORS if durable_available() is None else ("reference",)
-
-
-def make_evaluator(pack: Pack, name: str = "durable"):
-    if name == "reference":
-        from kbopt.engine.reference import ReferenceEvaluator
-        return ReferenceEvaluator(pack)
-    from kbopt.engine.durable_backend import DurableEvaluator
-    return DurableEvaluator(pack)
-
 
 def fill_because(rule: Rule, lookup) -> str:
     """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in."""

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kbopt.engine import expr
-from kbopt.engine.advice import Advice
-from kbopt.engine.advisor import advise
-from kbopt.engine.rule import Example, Pack, Rule
+from kbopt.engine.lang import expr
+from kbopt.engine.advice.model import Advice
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.pack.rule import Example, Pack, Rule
 from kbopt.errors import FactsError
 from kbopt.kb.catalog import strategies
 from kbopt.kb.facts import facts_from_document

@@ -5,8 +5,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kbopt.engine import expr
-from kbopt.engine.rule import Derive, Pack, Rule
+from kbopt.engine.lang import expr
+from kbopt.engine.pack.rule import Derive, Pack, Rule
 from kbopt.errors import EvaluationError
 from kbopt.kb.vocabulary import load_vocabulary
 

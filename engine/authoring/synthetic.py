@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import random
 
-from kbopt.engine.loader import build_pack, load_rule_text
-from kbopt.engine.rule import Pack
+from kbopt.engine.pack.loader import build_pack, load_rule_text
+from kbopt.engine.pack.rule import Pack
 
 FIELDS = ("compute_utilization", "bandwidth_utilization", "memory_used_ratio")
 

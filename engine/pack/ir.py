@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields, is_dataclass
 from typing import Any
 
-from kbopt.engine.rule import Pack, Rule
+from kbopt.engine.pack.rule import Pack, Rule
 
 
 def node_to_data(node: Any) -> Any:

@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbopt.engine.explain import Check
+from kbopt.engine.advice.explain import Check
 from kbopt.kb.provenance import Provenance
 
 ADVICE_FORMAT = "advice/1"

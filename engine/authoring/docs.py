@@ -7,8 +7,8 @@ from pathlib import Path
 
 import networkx as nx
 
-from kbopt.engine import expr
-from kbopt.engine.rule import Caveat, Derive, Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
+from kbopt.engine.lang import expr
+from kbopt.engine.pack.rule import Caveat, Derive, Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
 from kbopt.errors import KboptError
 from kbopt.kb.catalog import strategies
 

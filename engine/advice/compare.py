@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kbopt.engine.advice import Advice
+from kbopt.engine.advice.model import Advice
 
 _GONE = "(absent)"
 

@@ -9,8 +9,8 @@ from typing import Any, Iterable
 
 import yaml
 
-from kbopt.engine import expr
-from kbopt.engine.rule import (LAYERS, Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject,
+from kbopt.engine.lang import expr
+from kbopt.engine.pack.rule import (LAYERS, Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject,
                                Require, Rule, Warn)
 from kbopt.errors import RuleError
 from kbopt.kb.catalog import strategies

@@ -20,9 +20,9 @@ import math
 from functools import lru_cache
 from typing import Any
 
-from kbopt.engine import expr
-from kbopt.engine.derivation import Derivation, DerivedFacts, finish
-from kbopt.engine.rule import Pack, Rule
+from kbopt.engine.lang import expr
+from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
+from kbopt.engine.pack.rule import Pack, Rule
 
 RULESET_SIZE = 60          # compiled rules testing one kind of fact, per ruleset (64 is the limit; +1 marker)
 RULESET_MAX = 240          # compiled rules per ruleset in all, well below the 512-entry test table

@@ -5,9 +5,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbopt.engine import expr
-from kbopt.engine.loader import LAYERS, builtin_root, load_pack
-from kbopt.engine.rule import Derive, Pack, Recommend, Reject, Rule
+from kbopt.engine.lang import expr
+from kbopt.engine.pack.loader import LAYERS, builtin_root, load_pack
+from kbopt.engine.pack.rule import Derive, Pack, Recommend, Reject, Rule
 from kbopt.errors import RuleError
 from kbopt.kb.catalog import seed_claims, strategies
 from kbopt.kb.vocabulary import load_vocabulary
@@ -300,7 +300,7 @@ def _ties(pack: Pack, mine: list[Rule], catalog) -> list[Finding]:
 
 
 def _limits(pack: Pack) -> list[Finding]:
-    from kbopt.engine.durable_backend import RULESET_SIZE, compile_pack
+    from kbopt.engine.evaluators.durable import RULESET_SIZE, compile_pack
     try:
         rulesets = compile_pack(pack)
     except expr.ExprError as error:
@@ -314,7 +314,7 @@ def _limits(pack: Pack) -> list[Finding]:
 
 
 def _file_errors(paths: list[str]) -> list[Finding]:
-    from kbopt.engine.loader import _read_text, _rule_files, load_rule_text, pack_parameters
+    from kbopt.engine.pack.loader import _read_text, _rule_files, load_rule_text, pack_parameters
     try:
         shared = pack_parameters([Path(p) for p in paths])
     except RuleError as error:

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kbopt.engine import expr
-from kbopt.engine.derivation import Derivation
-from kbopt.engine.rule import Pack, Rule
+from kbopt.engine.lang import expr
+from kbopt.engine.evaluators.derivation import Derivation
+from kbopt.engine.pack.rule import Pack, Rule
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbopt.engine import expr
-from kbopt.engine.derivation import Derivation, DerivedFacts, finish
-from kbopt.engine.rule import Pack
+from kbopt.engine.lang import expr
+from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
+from kbopt.engine.pack.rule import Pack
 
 
 class ReferenceEvaluator:

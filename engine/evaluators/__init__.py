@@ -1,0 +1,49 @@
+"""Evaluators: chain a pack's rules over the facts to a fix-point and report a Derivation.
+
+Every backend meets the `Evaluator` protocol and registers here by name; the CLI, the advisor and
+the tests choose one through `make_evaluator`, so a new backend touches this module alone.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from kbopt.engine.evaluators.derivation import Derivation
+from kbopt.engine.pack.rule import Pack
+
+
+class Evaluator(Protocol):
+    name: str
+
+    def run(self, values: dict[str, Any]) -> Derivation: ...
+
+
+def _reference(pack: Pack) -> Evaluator:
+    from kbopt.engine.evaluators.reference import ReferenceEvaluator
+    return ReferenceEvaluator(pack)
+
+
+def _durable(pack: Pack) -> Evaluator:
+    from kbopt.engine.evaluators.durable import DurableEvaluator
+    return DurableEvaluator(pack)
+
+
+# name -> factory; the first is the default where it is available
+_REGISTRY: dict[str, Callable[[Pack], Evaluator]] = {"durable": _durable, "reference": _reference}
+EVALUATORS = tuple(_REGISTRY)
+
+
+def durable_available() -> str | None:
+    """None when durable_rules' core imports here, else why not (e.g. on Python 3.13)."""
+    try:
+        import durable_rules_engine  # noqa: F401
+    except ImportError as error:
+        return str(error)
+    return None
+
+
+def available_evaluators() -> tuple[str, ...]:
+    return EVALUATORS if durable_available() is None else ("reference",)
+
+
+def make_evaluator(pack: Pack, name: str = "durable") -> Evaluator:
+    return _REGISTRY[name](pack)
