@@ -14,10 +14,11 @@ Every candidate left out gets the rules and the reason that removed it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import networkx as nx
 
+from kbopt.engine.pack.rule import Drawn, Mitigate, Reject, Require, StrategyRef
 from kbopt.kb.catalog import strategies
 
 CATALOG = "kb:strategies"
@@ -49,19 +50,17 @@ class Resolution:
     graph: nx.MultiDiGraph
 
 
-def build_graph(candidates: dict[str, Candidate], vetoes: list[tuple[str, str | None, str, str]],
-                requires: list[tuple[str, str | None, str, str]], mitigates: list[tuple[str, str, str]]) -> nx.MultiDiGraph:
-    """vetoes: (strategy, variant, rule, reason); requires: (strategy, variant, needs, rule);
-    mitigates: (strategy, by, rule)."""
+def build_graph(candidates: dict[str, Candidate], vetoes: Sequence[Drawn[Reject]],
+                requires: Sequence[Drawn[Require]], mitigates: Sequence[Drawn[Mitigate]]) -> nx.MultiDiGraph:
     catalog = strategies()
     graph = nx.MultiDiGraph()
     for key in sorted(candidates):
         c = candidates[key]
         graph.add_node(key, kind="candidate", strategy=c.strategy, weight=c.weight)
 
-    def matching(strategy, variant):
-        return [k for k in sorted(candidates) if candidates[k].strategy == strategy
-                and (variant is None or candidates[k].variant == variant)]
+    def matching(strategy: str, variant: str | None) -> list[str]:
+        wanted = StrategyRef(strategy, variant)
+        return [k for k in sorted(candidates) if wanted.matches(candidates[k].strategy, candidates[k].variant)]
 
     keys = sorted(candidates)
     for i, a in enumerate(keys):
@@ -70,23 +69,23 @@ def build_graph(candidates: dict[str, Candidate], vetoes: list[tuple[str, str | 
             if ca.strategy == cb.strategy or cb.strategy in catalog[ca.strategy].excludes \
                     or ca.strategy in catalog[cb.strategy].excludes:
                 graph.add_edge(a, b, kind="excludes", because=(CATALOG,))
-    for strategy, variant, needs, rule in requires:
-        needed_strategy, _, needed_variant = needs.rstrip("]").partition("[")
-        for source in matching(strategy, variant):
-            targets = matching(needed_strategy, needed_variant or None) or [needs]
-            for target in targets:
+    for drawn in requires:
+        require = drawn.conclusion
+        needed = StrategyRef.parse(require.needs)
+        for source in matching(require.strategy, require.variant):
+            for target in matching(needed.strategy, needed.variant) or [require.needs]:
                 if target not in graph:
-                    graph.add_node(target, kind="absent", strategy=needed_strategy, weight=0.0)
-                graph.add_edge(source, target, kind="requires", because=(rule,))
-    for strategy, by, rule in mitigates:
-        for target in matching(strategy, None):
-            for source in matching(by, None):
-                graph.add_edge(source, target, kind="mitigates", because=(rule,))
-    for strategy, variant, rule, reason in vetoes:
-        for target in matching(strategy, variant):
-            node = f"veto:{rule}"
-            graph.add_node(node, kind="veto", rule=rule)
-            graph.add_edge(node, target, kind="vetoes", because=(rule,), reason=reason)
+                    graph.add_node(target, kind="absent", strategy=needed.strategy, weight=0.0)
+                graph.add_edge(source, target, kind="requires", because=(drawn.rule,))
+    for drawn in mitigates:
+        for target in matching(drawn.conclusion.strategy, None):
+            for source in matching(drawn.conclusion.by, None):
+                graph.add_edge(source, target, kind="mitigates", because=(drawn.rule,))
+    for drawn in vetoes:
+        for target in matching(drawn.conclusion.strategy, drawn.conclusion.variant):
+            node = f"veto:{drawn.rule}"
+            graph.add_node(node, kind="veto", rule=drawn.rule)
+            graph.add_edge(node, target, kind="vetoes", because=(drawn.rule,), reason=drawn.conclusion.reason)
     return graph
 
 

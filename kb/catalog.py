@@ -5,8 +5,14 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Literal, get_args
 
 from kbopt.kb.yamlio import read_yaml
+
+# The methodology's four layers, in the order advice is read: what limits the GPU, then what to
+# change in the math, in memory, in scheduling. Rules and strategies each belong to one.
+Layer = Literal["diagnosis", "compute", "storage", "scheduling"]
+LAYERS: tuple[Layer, ...] = get_args(Layer)
 
 
 def _load(name: str):

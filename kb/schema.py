@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kbopt.kb.catalog import LAYERS
 from kbopt.kb.vocabulary import QUALITIES, FactSpec, Vocabulary, load_vocabulary
 
 FACTS_FORMAT = "facts/1"
@@ -86,7 +87,7 @@ RULE_SCHEMA: dict[str, Any] = {
         "id": {"type": "string", "pattern": "^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$",
                "description": "stable id, e.g. S-PAGED-KV-CAPACITY"},
         "title": {"type": "string", "minLength": 3},
-        "layer": {"enum": ["diagnosis", "compute", "storage", "scheduling"]},
+        "layer": {"enum": list(LAYERS)},
         "tags": {"type": "array", "items": {"type": "string"}},
         "overrides": {"type": "boolean", "description": "this rule replaces a rule of the same id from an earlier pack"},
         "when": {**_EXPR, "description": "condition over facts, e.g. telemetry.memory_used_ratio > 0.9"},

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from kbopt import __version__
+from kbopt.engine.pack.rule import LAYERS
 from kbopt.engine.pack.packs import configured_packs, load_checked_pack
 from kbopt.errors import KboptError
 from kbopt.output import write_output
@@ -65,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     rules = commands.add_parser("rules", help="rule authoring: list, show, lint, test, docs, new, graph")
     rule_commands = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
     listing = rule_commands.add_parser("list", help="list the rules, one per line")
-    listing.add_argument("--layer", choices=("diagnosis", "compute", "storage", "scheduling"))
+    listing.add_argument("--layer", choices=LAYERS)
     listing.add_argument("--tag", help="only rules with this tag")
     _pack_options(listing, engine=False)
     test = rule_commands.add_parser("test", help="run every rule's inline examples (on both evaluators where durable_rules imports)")
@@ -80,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     docs.add_argument("-o", "--output", required=True, metavar="DIR")
     _pack_options(docs, engine=False)
     new = rule_commands.add_parser("new", help="scaffold a rule file with its required parts")
-    new.add_argument("layer", choices=("diagnosis", "compute", "storage", "scheduling"))
+    new.add_argument("layer", choices=LAYERS)
     new.add_argument("name", help="the rule id, e.g. S-CHUNKED-PREFILL (written as <dir>/<layer>/<id in lower case>.yaml)")
     new.add_argument("--dir", default=".", help="the pack directory (default: the current one)")
     graph = rule_commands.add_parser("graph", help="which rule feeds which, and the strategy conflict graph")

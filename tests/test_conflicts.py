@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
+from kbopt.engine.pack.rule import Drawn, Mitigate, Reject, Require, StrategyRef
 
 
 def _candidates(*specs):
     out = {}
     for key, weight, rule in specs:
-        strategy, _, variant = key.rstrip("]").partition("[")
-        out[key] = Candidate(key, strategy, variant or None, weight, [rule])
+        ref = StrategyRef.parse(key)
+        out[key] = Candidate(key, ref.strategy, ref.variant, weight, [rule])
     return out
 
 
@@ -29,7 +30,7 @@ def test_variants_of_one_strategy_exclude_each_other():
 
 def test_veto_beats_any_weight_and_cites_its_rule():
     candidates = _candidates(("quantization[fp8]", 9, "A"), ("quantization[int8]", 1, "B"))
-    graph = build_graph(candidates, [("quantization", "fp8", "VETO", "no FP8 tensor cores")], [], [])
+    graph = build_graph(candidates, [Drawn("VETO", Reject("quantization", "fp8", "no FP8 tensor cores"))], [], [])
     result = resolve(graph, candidates)
     assert result.chosen == ("quantization[int8]",)
     assert result.left_out[0].because == ("VETO",) and result.left_out[0].reason == "no FP8 tensor cores"
@@ -37,8 +38,8 @@ def test_veto_beats_any_weight_and_cites_its_rule():
 
 def test_a_rejected_requirement_takes_its_dependants_along():
     candidates = _candidates(("quantization[int8]", 3, "A"), ("mixed_precision", 2, "B"), ("op_fusion", 2, "C"))
-    graph = build_graph(candidates, [("mixed_precision", None, "V", "no 16-bit allowed")],
-                        [("quantization", "int8", "mixed_precision", "R")], [])
+    graph = build_graph(candidates, [Drawn("V", Reject("mixed_precision", None, "no 16-bit allowed"))],
+                        [Drawn("R", Require("quantization", "int8", "mixed_precision"))], [])
     result = resolve(graph, candidates)
     assert result.chosen == ("op_fusion",)
     left = {l.key: l for l in result.left_out}
@@ -62,14 +63,14 @@ def test_resolution_does_not_depend_on_insertion_order():
     results = set()
     for ordering in (specs, list(reversed(specs)), specs[2:] + specs[:2]):
         candidates = _candidates(*ordering)
-        graph = build_graph(candidates, [], [("quantization", None, "mixed_precision", "R")], [])
+        graph = build_graph(candidates, [], [Drawn("R", Require("quantization", None, "mixed_precision"))], [])
         results.add(resolve(graph, candidates).chosen)
     assert results == {("quantization[fp8]", "paged_kv_cache", "mixed_precision")}
 
 
 def test_mitigation_is_an_edge_not_a_constraint():
     candidates = _candidates(("continuous_batching", 3, "A"), ("length_bucketing", 2, "B"))
-    graph = build_graph(candidates, [], [], [("continuous_batching", "length_bucketing", "B")])
+    graph = build_graph(candidates, [], [], [Drawn("B", Mitigate("continuous_batching", "length_bucketing"))])
     result = resolve(graph, candidates)
     assert set(result.chosen) == {"continuous_batching", "length_bucketing"}
     assert [(u, v, d["kind"]) for u, v, d in graph.edges(data=True)] == \

@@ -5,12 +5,11 @@ import re
 from typing import Any
 
 from kbopt.engine.lang import expr
-from kbopt.engine.advice.model import Advice, Caveat, Edge, Firing, NotEvaluated, Rejection, StrategyAdvice
+from kbopt.engine.advice.model import Advice, Edge, Firing, NotEvaluated, Rejection, RuleNote, StrategyAdvice
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.advice.explain import FinalFacts
-from kbopt.engine.pack.rule import Caveat as CaveatConclusion
-from kbopt.engine.pack.rule import Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
+from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn
 from kbopt.kb.catalog import strategies
 from kbopt.kb.facts import Facts
 
@@ -60,7 +59,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         if rule.id not in final.fired and expr.evaluate(rule.fire_condition, final.lookup) is None)
 
     strategies_out, rejected, edges = _settle(pack, derivation.fired, final)
-    warnings = tuple(Caveat(rule_id, conclusion.text) for rule_id in derivation.fired
+    warnings = tuple(RuleNote(rule_id, conclusion.text) for rule_id in derivation.fired
                      for conclusion in rules[rule_id].then if isinstance(conclusion, Warn))
     bottleneck = final.derived.get("derived.bottleneck", "unknown")
     bottleneck_missing = tuple(sorted({path for rule_id in pack.producers.get("derived.bottleneck", ())
@@ -76,11 +75,10 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
 def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
     rules = pack.by_id()
     candidates: dict[str, Candidate] = {}
-    vetoes, requires, mitigates, caveats = [], [], [], []
     order = {rule_id: index for index, rule_id in enumerate(fired)}
-    recommendations = sorted(((rule_id, c) for rule_id in fired for c in rules[rule_id].then if isinstance(c, Recommend)),
-                             key=lambda rc: (-rc[1].weight, order[rc[0]]))
-    for rule_id, conclusion in recommendations:     # strongest rule first: its parameters and gain win
+    recommendations = sorted(_drawn(fired, rules, Recommend), key=lambda d: (-d.conclusion.weight, order[d.rule]))
+    for drawn in recommendations:     # strongest rule first: its parameters and gain win
+        rule_id, conclusion = drawn.rule, drawn.conclusion
         c = candidates.setdefault(conclusion.key, Candidate(conclusion.key, conclusion.strategy, conclusion.variant))
         c.weight = max(c.weight, conclusion.weight)
         c.rules.append(rule_id)
@@ -89,16 +87,10 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
             c.params.setdefault(name, (node, rule_id))
     for candidate in candidates.values():
         candidate.rules.sort(key=order.get)
-    for rule_id in fired:
-        for conclusion in rules[rule_id].then:
-            if isinstance(conclusion, Reject):
-                vetoes.append((conclusion.strategy, conclusion.variant, rule_id, conclusion.reason))
-            elif isinstance(conclusion, Require):
-                requires.append((conclusion.strategy, conclusion.variant, conclusion.needs, rule_id))
-            elif isinstance(conclusion, Mitigate):
-                mitigates.append((conclusion.strategy, conclusion.by, rule_id))
-            elif isinstance(conclusion, CaveatConclusion):
-                caveats.append((conclusion.strategy, conclusion.variant, rule_id, conclusion.text))
+    vetoes = _drawn(fired, rules, Reject)
+    requires = _drawn(fired, rules, Require)
+    mitigates = _drawn(fired, rules, Mitigate)
+    caveats = _drawn(fired, rules, Caveat)
     graph = build_graph(candidates, vetoes, requires, mitigates)
     resolution = resolve(graph, candidates)
     catalog = strategies()
@@ -110,17 +102,17 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
         params, notes = _params(c, final, catalog[c.strategy])
         because = list(c.rules)
         texts = []
-        for strategy, variant, rule_id, text in caveats:
-            if strategy == c.strategy and variant in (None, c.variant):
-                texts.append(Caveat(rule_id, text))
-                because.append(rule_id)
+        for drawn in caveats:
+            if StrategyRef(drawn.conclusion.strategy, drawn.conclusion.variant).matches(c.strategy, c.variant):
+                texts.append(RuleNote(drawn.rule, drawn.conclusion.text))
+                because.append(drawn.rule)
         # Several rules may draw the same edge: order by what the edge says, never by its dict.
         for source, _, data in sorted(graph.in_edges(key, data=True),
                                       key=lambda e: (e[0], e[2]["kind"], tuple(e[2]["because"]))):
             if data["kind"] == "mitigates" and source in chosen:
-                note = next(m for m in mitigates if m[2] == data["because"][0])
-                mitigation = next((x for x in rules[note[2]].then if isinstance(x, Mitigate)), None)
-                texts.append(Caveat(note[2], f"mitigated by {source}" + (f": {mitigation.text}" if mitigation and mitigation.text else "")))
+                note = next(m for m in mitigates if m.rule == data["because"][0])
+                mitigation = next((x for x in rules[note.rule].then if isinstance(x, Mitigate)), None)
+                texts.append(RuleNote(note.rule, f"mitigated by {source}" + (f": {mitigation.text}" if mitigation and mitigation.text else "")))
         texts.extend(notes)
         out.append(StrategyAdvice(
             id=c.strategy, layer=catalog[c.strategy].layer, title=catalog[c.strategy].title, params=params,
@@ -137,11 +129,16 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
     return tuple(out), tuple(rejected), edges
 
 
-def _params(candidate: Candidate, final: FinalFacts, strategy) -> tuple[dict[str, Any], list[Caveat]]:
+def _drawn(fired: tuple[str, ...], rules: dict[str, Rule], kind: type[C]) -> list[Drawn[C]]:
+    """Every conclusion of `kind` the fired rules drew, in firing order."""
+    return [Drawn(rule_id, c) for rule_id in fired for c in rules[rule_id].then if isinstance(c, kind)]
+
+
+def _params(candidate: Candidate, final: FinalFacts, strategy) -> tuple[dict[str, Any], list[RuleNote]]:
     """Evaluate each parameter on the final facts; say so when facts were missing or the value
     falls outside the parameter's range (then it is not given)."""
     params: dict[str, Any] = {}
-    notes: list[Caveat] = []
+    notes: list[RuleNote] = []
     for name, (node, rule_id) in candidate.params.items():
         looked_up_unknown: list[str] = []
 
@@ -153,16 +150,16 @@ def _params(candidate: Candidate, final: FinalFacts, strategy) -> tuple[dict[str
         try:
             params[name] = expr.value_of(node, lookup)
         except expr.Missing as missing:
-            notes.append(Caveat(rule_id, f"{name} not computed: needs {', '.join(dict.fromkeys(missing.paths))}"))
+            notes.append(RuleNote(rule_id, f"{name} not computed: needs {', '.join(dict.fromkeys(missing.paths))}"))
             continue
         problem = strategy.params[name].violated_by(params[name])
         if problem:
             used = ", ".join(f"{p}={expr.fmt(final.lookup(p)[1])}" for p in expr.unique_facts(node)
                              if final.lookup(p)[0] == expr.KNOWN)
-            notes.append(Caveat(rule_id, f"{name} not given: it computes to {expr.fmt(params.pop(name))}, "
+            notes.append(RuleNote(rule_id, f"{name} not given: it computes to {expr.fmt(params.pop(name))}, "
                                          f"{problem}" + (f" (from {used})" if used else "")))
             continue
         if looked_up_unknown:
-            notes.append(Caveat(rule_id, f"{name}={expr.fmt(params[name])} is a default: "
+            notes.append(RuleNote(rule_id, f"{name}={expr.fmt(params[name])} is a default: "
                                          f"{', '.join(dict.fromkeys(looked_up_unknown))} not known"))
     return params, notes

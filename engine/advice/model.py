@@ -12,7 +12,8 @@ ADVICE_FORMAT = "advice/1"
 
 
 @dataclass(frozen=True)
-class Caveat:
+class RuleNote:
+    """A line of advice text and the rule behind it: a strategy's caveat, or a warning."""
     rule: str
     text: str
 
@@ -24,7 +25,7 @@ class StrategyAdvice:
     title: str
     params: dict[str, Any]
     because: tuple[str, ...]
-    caveats: tuple[Caveat, ...] = ()
+    caveats: tuple[RuleNote, ...] = ()
     gain: str | None = None
     weight: float = 0.0
     recommended_by: tuple[str, ...] = ()   # the subset of `because` that recommended it
@@ -84,7 +85,7 @@ class Advice:
     derived: dict[str, Any]
     graph: tuple[Edge, ...]
     pack_version: str
-    warnings: tuple[Caveat, ...] = ()
+    warnings: tuple[RuleNote, ...] = ()
     bottleneck_missing: tuple[str, ...] = ()   # input facts the bottleneck rules wait on, when unknown
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import networkx as nx
 
 from kbopt.engine.lang import expr
-from kbopt.engine.pack.rule import Caveat, Derive, Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
+from kbopt.engine.pack.rule import LAYERS, Caveat, Derive, Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
 from kbopt.errors import KboptError
 from kbopt.kb.catalog import strategies
 
@@ -61,7 +61,7 @@ def show(pack: Pack, rule_id: str) -> str:
 def write_docs(pack: Pack, folder: Path) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     index = ["# kbopt rules", "", f"Rule pack `{pack.version}`, {len(pack.rules)} rules.", ""]
-    for layer in ("diagnosis", "compute", "storage", "scheduling"):
+    for layer in LAYERS:
         rules = [r for r in pack.rules if r.layer == layer]
         index += [f"## {layer}", "", "| rule | title | source |", "|---|---|---|"]
         index += [f"| [{r.id}]({r.id}.md) | {r.title} | {', '.join(r.sources)} |" for r in rules]

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 import yaml
 
 from kbopt.engine.lang import expr
-from kbopt.engine.pack.rule import (LAYERS, Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject,
+from kbopt.engine.pack.rule import (LAYERS, StrategyRef, Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject,
                                Require, Rule, Warn)
 from kbopt.errors import RuleError
 from kbopt.kb.catalog import strategies
@@ -186,8 +186,8 @@ class _RuleBuilder:
                 return Reject(body["strategy"], body.get("variant"), " ".join(body["reason"].split()))
             if kind == "caveat":
                 return Caveat(body["strategy"], body.get("variant"), " ".join(body["text"].split()))
-            needs, _, needs_variant = body["needs"].rstrip("]").partition("[")
-            self.strategy(needs, needs_variant or None, path + ("needs",))
+            needed = StrategyRef.parse(body["needs"])
+            self.strategy(needed.strategy, needed.variant, path + ("needs",))
             return Require(body["strategy"], body.get("variant"), body["needs"])
         self.strategy(body["strategy"], None, path + ("strategy",))
         self.strategy(body["by"], None, path + ("by",))

@@ -3,14 +3,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-LAYERS = ("diagnosis", "compute", "storage", "scheduling")
+from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules are read by layer)
 
 
 def candidate_key(strategy: str, variant: str | None = None) -> str:
     """Node name of a candidate strategy: `op_fusion`, `quantization[int8]`."""
     return f"{strategy}[{variant}]" if variant else strategy
+
+
+@dataclass(frozen=True)
+class StrategyRef:
+    """A strategy, or one variant of it: the one spelling of `quantization[int8]` once parsed."""
+    strategy: str
+    variant: str | None = None
+
+    @classmethod
+    def parse(cls, key: str) -> StrategyRef:
+        strategy, _, variant = key.rstrip("]").partition("[")
+        return cls(strategy, variant or None)
+
+    @property
+    def key(self) -> str:
+        return candidate_key(self.strategy, self.variant)
+
+    def matches(self, strategy: str, variant: str | None) -> bool:
+        """True for `strategy` itself (no variant asked) or for the variant asked."""
+        return strategy == self.strategy and (self.variant is None or variant == self.variant)
 
 
 @dataclass(frozen=True)
@@ -81,6 +101,14 @@ class Warn:
 
 
 Conclusion = Derive | Recommend | Reject | Caveat | Require | Mitigate | Warn
+C = TypeVar("C", Derive, Recommend, Reject, Caveat, Require, Mitigate, Warn)
+
+
+@dataclass(frozen=True)
+class Drawn(Generic[C]):
+    """A conclusion together with the fired rule that drew it."""
+    rule: str
+    conclusion: C
 
 
 @dataclass(frozen=True)
@@ -105,7 +133,7 @@ class Example:
 class Rule:
     id: str
     title: str
-    layer: str
+    layer: Layer
     when_text: str
     when: Any                      # condition node, as written
     fire_condition: Any            # `when` and Needs() of every fact a derived value is computed from
