@@ -14,12 +14,12 @@ Every candidate left out gets the rules and the reason that removed it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import networkx as nx
 
 from kbopt.engine.pack.rule import Drawn, Mitigate, Reject, Require, StrategyRef
-from kbopt.kb.catalog import strategies
+from kbopt.kb.catalog import Strategy
 
 CATALOG = "kb:strategies"
 EXACT_LIMIT = 22          # candidates above this are resolved greedily (still deterministic)
@@ -51,8 +51,8 @@ class Resolution:
 
 
 def build_graph(candidates: dict[str, Candidate], vetoes: Sequence[Drawn[Reject]],
-                requires: Sequence[Drawn[Require]], mitigates: Sequence[Drawn[Mitigate]]) -> nx.MultiDiGraph:
-    catalog = strategies()
+                requires: Sequence[Drawn[Require]], mitigates: Sequence[Drawn[Mitigate]],
+                catalog: Mapping[str, Strategy]) -> nx.MultiDiGraph:
     graph = nx.MultiDiGraph()
     for key in sorted(candidates):
         c = candidates[key]

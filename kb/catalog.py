@@ -69,10 +69,8 @@ def gpus() -> tuple[Gpu, ...]:
 
 
 def match_gpu(name: str) -> Gpu | None:
-    for gpu in gpus():
-        if re.search(gpu.match, name, re.IGNORECASE):
-            return gpu
-    return None
+    from kbopt.kb.knowledge import builtin_knowledge
+    return builtin_knowledge().match_gpu(name)
 
 
 @lru_cache(maxsize=1)

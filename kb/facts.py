@@ -33,10 +33,10 @@ class Facts:
     values: dict[str, Any]
     provenance: dict[str, Provenance] = field(default_factory=dict)
 
-    def engine_values(self) -> dict[str, Any]:
+    def engine_values(self, vocabulary: Vocabulary | None = None) -> dict[str, Any]:
         """Values as the evaluators compare them: versions become numbers (8.9), and each fact's
         quality is readable as `quality.<path>`."""
-        vocabulary = load_vocabulary()
+        vocabulary = vocabulary or load_vocabulary()
         out = {}
         for path, value in self.values.items():
             spec = vocabulary.get(path)

@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
+from kbopt.kb.knowledge import builtin_knowledge
 from kbopt.engine.pack.rule import Drawn, Mitigate, Reject, Require, StrategyRef
+
+
+def _graph(candidates, vetoes, requires, mitigates):
+    return build_graph(candidates, vetoes, requires, mitigates, builtin_knowledge().strategies)
 
 
 def _candidates(*specs):
@@ -15,7 +20,7 @@ def _candidates(*specs):
 
 def test_catalog_exclusion_keeps_the_heavier_strategy():
     candidates = _candidates(("paged_kv_cache", 3, "A"), ("static_kv_preallocation", 2, "B"))
-    result = resolve(build_graph(candidates, [], [], []), candidates)
+    result = resolve(_graph(candidates, [], [], []), candidates)
     assert result.chosen == ("paged_kv_cache",)
     (left,) = result.left_out
     assert left.key == "static_kv_preallocation" and left.because == ("A",)
@@ -24,13 +29,13 @@ def test_catalog_exclusion_keeps_the_heavier_strategy():
 
 def test_variants_of_one_strategy_exclude_each_other():
     candidates = _candidates(("quantization[int8]", 3, "A"), ("quantization[fp8]", 3.5, "B"))
-    result = resolve(build_graph(candidates, [], [], []), candidates)
+    result = resolve(_graph(candidates, [], [], []), candidates)
     assert result.chosen == ("quantization[fp8]",)
 
 
 def test_veto_beats_any_weight_and_cites_its_rule():
     candidates = _candidates(("quantization[fp8]", 9, "A"), ("quantization[int8]", 1, "B"))
-    graph = build_graph(candidates, [Drawn("VETO", Reject("quantization", "fp8", "no FP8 tensor cores"))], [], [])
+    graph = _graph(candidates, [Drawn("VETO", Reject("quantization", "fp8", "no FP8 tensor cores"))], [], [])
     result = resolve(graph, candidates)
     assert result.chosen == ("quantization[int8]",)
     assert result.left_out[0].because == ("VETO",) and result.left_out[0].reason == "no FP8 tensor cores"
@@ -38,7 +43,7 @@ def test_veto_beats_any_weight_and_cites_its_rule():
 
 def test_a_rejected_requirement_takes_its_dependants_along():
     candidates = _candidates(("quantization[int8]", 3, "A"), ("mixed_precision", 2, "B"), ("op_fusion", 2, "C"))
-    graph = build_graph(candidates, [Drawn("V", Reject("mixed_precision", None, "no 16-bit allowed"))],
+    graph = _graph(candidates, [Drawn("V", Reject("mixed_precision", None, "no 16-bit allowed"))],
                         [Drawn("R", Require("quantization", "int8", "mixed_precision"))], [])
     result = resolve(graph, candidates)
     assert result.chosen == ("op_fusion",)
@@ -50,7 +55,7 @@ def test_a_rejected_requirement_takes_its_dependants_along():
 def test_best_total_weight_not_greedy():
     # Greedy would take X (5) and lose Y and Z (4 + 4); the best compatible set is {Y, Z}.
     candidates = _candidates(("paged_kv_cache", 5, "X"), ("static_kv_preallocation", 4, "Y"), ("op_fusion", 4, "Z"))
-    graph = build_graph(candidates, [], [], [])
+    graph = _graph(candidates, [], [], [])
     graph.add_edge("op_fusion", "paged_kv_cache", kind="excludes", because=("TEST",))
     result = resolve(graph, candidates)
     assert set(result.chosen) == {"static_kv_preallocation", "op_fusion"}
@@ -63,14 +68,14 @@ def test_resolution_does_not_depend_on_insertion_order():
     results = set()
     for ordering in (specs, list(reversed(specs)), specs[2:] + specs[:2]):
         candidates = _candidates(*ordering)
-        graph = build_graph(candidates, [], [Drawn("R", Require("quantization", None, "mixed_precision"))], [])
+        graph = _graph(candidates, [], [Drawn("R", Require("quantization", None, "mixed_precision"))], [])
         results.add(resolve(graph, candidates).chosen)
     assert results == {("quantization[fp8]", "paged_kv_cache", "mixed_precision")}
 
 
 def test_mitigation_is_an_edge_not_a_constraint():
     candidates = _candidates(("continuous_batching", 3, "A"), ("length_bucketing", 2, "B"))
-    graph = build_graph(candidates, [], [], [Drawn("B", Mitigate("continuous_batching", "length_bucketing"))])
+    graph = _graph(candidates, [], [], [Drawn("B", Mitigate("continuous_batching", "length_bucketing"))])
     result = resolve(graph, candidates)
     assert set(result.chosen) == {"continuous_batching", "length_bucketing"}
     assert [(u, v, d["kind"]) for u, v, d in graph.edges(data=True)] == \

@@ -10,7 +10,6 @@ from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn
-from kbopt.kb.catalog import strategies
 from kbopt.kb.facts import Facts
 
 def fill_because(rule: Rule, lookup) -> str:
@@ -36,7 +35,7 @@ def fill_because(rule: Rule, lookup) -> str:
 
 
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
-    inputs = facts.engine_values()
+    inputs = facts.engine_values(pack.kb.vocabulary)
     derivation = make_evaluator(pack, evaluator).run(inputs)
     final = FinalFacts(pack, inputs, derivation)
     rules = pack.by_id()
@@ -91,9 +90,9 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
     requires = _drawn(fired, rules, Require)
     mitigates = _drawn(fired, rules, Mitigate)
     caveats = _drawn(fired, rules, Caveat)
-    graph = build_graph(candidates, vetoes, requires, mitigates)
+    catalog = pack.kb.strategies
+    graph = build_graph(candidates, vetoes, requires, mitigates, catalog)
     resolution = resolve(graph, candidates)
-    catalog = strategies()
     chosen = set(resolution.chosen)
 
     out = []

@@ -8,7 +8,6 @@ from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.pack.rule import Example, Pack, Rule
 from kbopt.errors import FactsError
-from kbopt.kb.catalog import strategies
 from kbopt.kb.facts import facts_from_document
 
 
@@ -34,7 +33,7 @@ def check_example(rule: Rule, example: Example, pack: Pack, evaluator: str) -> E
     except FactsError as error:
         return ExampleResult(rule.id, example.name, location, evaluator, (f"the example's {error}",))
     advice = advise(facts, pack, evaluator)
-    values = {**facts.engine_values(), **advice.derived}
+    values = {**facts.engine_values(pack.kb.vocabulary), **advice.derived}
 
     def lookup(path):
         if path in values:
@@ -80,11 +79,11 @@ def expectation_failures(rule: Rule, example: Example, advice: Advice) -> list[s
         found = advice.derived.get(path, "(not derived)")
         if found != value:
             failures.append(f"expected {path} = {value!r}, found {found!r}")
-    chosen = {_label(s.id, s.params) for s in advice.strategies} | {s.id for s in advice.strategies}
+    chosen = {s.key for s in advice.strategies} | {s.id for s in advice.strategies}
     for key in expect.get("chosen", ()):
         if key not in chosen:
             failures.append(f"expected {key} among the strategies, found {sorted(chosen)}")
-    rejected = {_label(r.id, r.params) for r in advice.rejected} | {r.id for r in advice.rejected}
+    rejected = {r.key for r in advice.rejected} | {r.id for r in advice.rejected}
     for key in expect.get("rejected", ()):
         if key not in rejected:
             failures.append(f"expected {key} rejected, found rejected {sorted(rejected)}")
@@ -96,11 +95,6 @@ def expectation_failures(rule: Rule, example: Example, advice: Advice) -> list[s
             if got != value:
                 failures.append(f"expected {strategy}.{name} = {value!r}, found {got!r}")
     return failures
-
-
-def _label(strategy: str, params: dict) -> str:
-    variant = strategies()[strategy].variant
-    return f"{strategy}[{params[variant]}]" if variant and variant in params else strategy
 
 
 def run_examples(pack: Pack, evaluators=("durable", "reference")) -> list[ExampleResult]:

@@ -8,7 +8,7 @@ from typing import Any
 from kbopt.engine.lang import expr
 from kbopt.engine.pack.rule import Derive, Pack, Rule
 from kbopt.errors import EvaluationError
-from kbopt.kb.vocabulary import load_vocabulary
+from kbopt.kb.vocabulary import Vocabulary
 
 
 @dataclass(frozen=True)
@@ -20,9 +20,10 @@ class Derivation:
 class DerivedFacts:
     """Derived facts as chaining adds them; the same fact may not get two values."""
 
-    def __init__(self, inputs: dict[str, Any], order: dict[str, int] | None = None):
+    def __init__(self, inputs: dict[str, Any], pack: Pack):
         self.inputs = inputs
-        self.order = order or {}          # rule id -> position in the pack, for stable messages
+        self.vocabulary = pack.kb.vocabulary
+        self.order = pack.order          # rule id -> position in the pack, for stable messages
         self.values: dict[str, tuple[Any, str]] = {}
 
     def lookup(self, path: str):
@@ -47,7 +48,7 @@ class DerivedFacts:
             except (ArithmeticError, ValueError, TypeError) as error:
                 raise EvaluationError(f"rule {rule.id} ({rule.location}) cannot compute {conclusion.path}: "
                                       f"{error} (from {self._inputs_of(conclusion.value)})") from None
-            problem = value_problem(conclusion.path, value)
+            problem = value_problem(self.vocabulary, conclusion.path, value)
             if problem:
                 raise EvaluationError(f"rule {rule.id} ({rule.location}) computes {conclusion.path} = "
                                       f"{expr.fmt(value)}: {problem} (from {self._inputs_of(conclusion.value)})")
@@ -68,9 +69,9 @@ class DerivedFacts:
                          if self.lookup(p)[0] == expr.KNOWN) or "constants"
 
 
-def value_problem(path: str, value: Any) -> str | None:
+def value_problem(vocabulary: Vocabulary, path: str, value: Any) -> str | None:
     """Why a derived value does not fit its declared type, or None."""
-    spec = load_vocabulary().get(path)
+    spec = vocabulary.get(path)
     if spec.type == "bool":
         return None if isinstance(value, bool) else "not true or false"
     if spec.type == "enum":

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from functools import lru_cache
 from typing import Any
 
 from kbopt.engine.lang import expr
@@ -60,15 +59,8 @@ def dumps_fact(fact: dict[str, Any], flat_values) -> str:
     return json.dumps(fact, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-@lru_cache(maxsize=1)
-def _list_facts() -> dict[str, tuple[str, ...]]:
-    from kbopt.kb.vocabulary import load_vocabulary
-    return {spec.path: spec.values for spec in load_vocabulary().facts.values() if spec.type == "list"}
-
-
-def nest(flat: dict[str, Any]) -> dict[str, Any]:
+def nest(flat: dict[str, Any], list_facts: dict[str, tuple[str, ...]]) -> dict[str, Any]:
     """{"a.b": 1} -> {"a": {"b": 1}}; lists become membership maps ({"fp8": true, ...})."""
-    list_facts = _list_facts()
     out: dict[str, Any] = {}
     for path, value in flat.items():
         if path in list_facts:
@@ -186,8 +178,7 @@ def compile_pack(pack: Pack) -> list[dict[str, Any]]:
     Returns one entry per ruleset: {"rules": {name: definition}, "reads": facts it consumes}.
     Compiled rule names are `<rule id>#<alternative>`.
     """
-    from kbopt.kb.vocabulary import load_vocabulary
-    vocabulary = load_vocabulary()
+    vocabulary = pack.kb.vocabulary
     compiled = []
     for rule in pack.rules:
         for index, definition in enumerate(compile_rule(rule, vocabulary)):
@@ -251,6 +242,7 @@ class DurableEvaluator:
         self.pack = pack
         self.rules = pack.by_id()
         # Only the facts some rule reads are worth serializing and asserting.
+        self.list_facts = {spec.path: spec.values for spec in pack.kb.vocabulary.facts.values() if spec.type == "list"}
         self.read_paths = frozenset(p for rule in pack.rules for p in expr.facts_of(rule.fire_condition))
         self.rule_of = {}        # compiled rule name -> rule id
         self.rulesets: list[tuple[int, frozenset[str]]] = []
@@ -282,12 +274,12 @@ class DurableEvaluator:
 
     def run(self, values: dict[str, Any]) -> Derivation:
         sid = str(next(self._sids))
-        derived = DerivedFacts(values, self.pack.order)
+        derived = DerivedFacts(values, self.pack)
         fired: set[str] = set()
         started = []
         try:
             asserted = {p: v for p, v in values.items() if p in self.read_paths}
-            pending = [(INPUT, dumps_fact({"sid": sid, "k": INPUT, **nest(asserted)}, asserted.values()))]
+            pending = [(INPUT, dumps_fact({"sid": sid, "k": INPUT, **nest(asserted, self.list_facts)}, asserted.values()))]
             while pending:
                 carrier, text = pending.pop(0)
                 for handle, reads in self.rulesets:

@@ -19,7 +19,7 @@ class ReferenceEvaluator:
         self.pack = pack
 
     def run(self, values: dict[str, Any]) -> Derivation:
-        derived = DerivedFacts(values, self.pack.order)
+        derived = DerivedFacts(values, self.pack)
         fired: set[str] = set()
         changed = True
         while changed:

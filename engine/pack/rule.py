@@ -6,6 +6,7 @@ from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules are read by layer)
+from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
 
 
 def candidate_key(strategy: str, variant: str | None = None) -> str:
@@ -164,6 +165,7 @@ class Pack:
     rules: tuple[Rule, ...]
     version: str                   # content hash of the rule files
     producers: dict[str, tuple[str, ...]] = field(default_factory=dict)   # derived fact -> rule ids
+    kb: KnowledgeBase = field(default_factory=builtin_knowledge)          # what the rules were checked against
 
     def by_id(self) -> dict[str, Rule]:
         return self._by_id
