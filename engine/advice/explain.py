@@ -6,6 +6,7 @@ from typing import Any
 
 from kbopt.engine.lang import expr
 from kbopt.engine.evaluators.derivation import Derivation
+from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.rule import Pack, Rule
 
 
@@ -89,51 +90,21 @@ class FinalFacts:
         return self._decision[rule_id] is None
 
     def _reachable_missing(self, start: str) -> frozenset[str]:
-        """Union of `_step(r)[0]` over every rule r reachable from `start` (iterative Tarjan)."""
+        """Union of `_step(r)[0]` over every rule r reachable from `start`: components come
+        sinks first, so each one's successors outside it are already done."""
         done = self._reachable
-        if start in done:
-            return done[start]
-        index: dict[str, int] = {start: 0}
-        low: dict[str, int] = {start: 0}
-        stack, on_stack = [start], {start}
-        work = [(start, iter(self._step(start)[1]))]
-        while work:
-            node, successors = work[-1]
-            for successor in successors:
-                if successor in done:
-                    continue
-                if successor not in index:
-                    index[successor] = low[successor] = len(index)
-                    stack.append(successor)
-                    on_stack.add(successor)
-                    work.append((successor, iter(self._step(successor)[1])))
-                    break
-                if successor in on_stack:
-                    low[node] = min(low[node], index[successor])
-            else:
-                work.pop()
-                if work:
-                    parent = work[-1][0]
-                    low[parent] = min(low[parent], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    members = set(component)
-                    missing: set[str] = set()
-                    for member in component:
-                        own, waits_on = self._step(member)
-                        missing |= own
-                        for successor in waits_on:
-                            if successor not in members:
-                                missing |= done[successor]
-                    shared = frozenset(missing)
-                    for member in component:
-                        done[member] = shared
+        for component in strongly_connected([start], lambda rule_id: self._step(rule_id)[1], finished=done):
+            members = set(component)
+            missing: set[str] = set()
+            for member in component:
+                own, waits_on = self._step(member)
+                missing |= own
+                for successor in waits_on:
+                    if successor not in members:
+                        missing |= done[successor]
+            shared = frozenset(missing)
+            for member in component:
+                done[member] = shared
         return done[start]
 
     def witness(self, rule: Rule) -> tuple[dict[str, Any], tuple[Check, ...]]:
