@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kbopt import __version__
 from kbopt.engine.pack.packs import configured_packs, load_checked_pack
-from kbopt.errors import KboptError
+from kbopt.errors import KboptError, RuleError
 from kbopt.output import write_output
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -271,10 +271,10 @@ def _rules(args) -> int:
 
 
 def _lint(args) -> int:
+    from kbopt.diagnostics import render_all
     from kbopt.engine.authoring.lint import lint_paths
     findings, checked = lint_paths(list(dict.fromkeys(list(args.paths) or configured_packs())))
-    for finding in findings:
-        print(finding.render())
+    sys.stdout.write(render_all(findings))
     errors = sum(f.severity == "error" for f in findings)
     warnings = sum(f.severity == "warning" for f in findings)
     print(f"{errors} error(s), {warnings} warning(s) in {checked} rule(s)")
@@ -293,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "schema":
             return _schema(args)
         return _rules(args)
+    except RuleError as error:         # the rendered diagnostic says "error[L...]" itself
+        print(f"kbopt: {error}", file=sys.stderr)
+        return error.exit_code
     except KboptError as error:
         print(f"kbopt: error: {error}", file=sys.stderr)
         return error.exit_code
