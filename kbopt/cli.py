@@ -71,7 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     test = rule_commands.add_parser("test", help="run every rule's inline examples (on both evaluators where durable_rules imports)")
     test.add_argument("paths", nargs="*", metavar="PATH", help="rule packs to test with the built-in one (default: the built-in pack)")
     _pack_options(test, engine=False)
-    lint = rule_commands.add_parser("lint", help="static checks: file:line, the offending text and a hint; exit 2 on errors")
+    lint = rule_commands.add_parser("lint", help="static checks: file:line, the offending text and a hint; exit 2 on errors",
+                                  description="Static checks on rule packs. Each finding has a stable code (L001, L201, ...), "
+                                              "explained in docs/lint-codes.md; exit 2 when any is an error.")
     lint.add_argument("paths", nargs="*", metavar="PATH", help="rule packs to lint, layered over the built-in one")
     show = rule_commands.add_parser("show", help="one rule: condition in words, parameters, examples, source, file:line")
     show.add_argument("rule_id", metavar="RULE_ID")

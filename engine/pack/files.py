@@ -64,7 +64,7 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
         data = loader.construct_document(node)
     except DuplicateKey as error:
         problems.append(diagnostic("L003", file, error.line, f"duplicate key {error.key!r}", snippet=snippet(text, error.line),
-                                   help="a later copy would silently replace the first"))
+                                   column=error.column, help="a later copy would silently replace the first"))
         return None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
