@@ -9,9 +9,9 @@ SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # builds plain data
 
 
 class DuplicateKey(ValueError):
-    def __init__(self, key: str, line: int):
+    def __init__(self, key: str, line: int, column: int | None = None):
         super().__init__(f"line {line}: duplicate key {key!r}")
-        self.key, self.line = key, line
+        self.key, self.line, self.column = key, line, column
 
 
 def check_duplicate_keys(node) -> None:
@@ -20,7 +20,7 @@ def check_duplicate_keys(node) -> None:
         seen = set()
         for key, value in node.value:
             if key.value in seen:
-                raise DuplicateKey(key.value, key.start_mark.line + 1)
+                raise DuplicateKey(key.value, key.start_mark.line + 1, key.start_mark.column + 1)
             seen.add(key.value)
             check_duplicate_keys(value)
     elif isinstance(node, yaml.SequenceNode):

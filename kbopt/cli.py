@@ -11,7 +11,7 @@ from pathlib import Path
 from kbopt import __version__
 from kbopt.engine.pack.rule import LAYERS
 from kbopt.engine.pack.packs import configured_packs, load_checked_pack
-from kbopt.errors import KboptError
+from kbopt.errors import KboptError, RuleError
 from kbopt.output import write_output
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -72,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     test = rule_commands.add_parser("test", help="run every rule's inline examples (on both evaluators where durable_rules imports)")
     test.add_argument("paths", nargs="*", metavar="PATH", help="rule packs to test with the built-in one (default: the built-in pack)")
     _pack_options(test, engine=False)
-    lint = rule_commands.add_parser("lint", help="static checks: file:line, the offending text and a hint; exit 2 on errors")
+    lint = rule_commands.add_parser("lint", help="static checks: file:line, the offending text and a hint; exit 2 on errors",
+                                  description="Static checks on rule packs. Each finding has a stable code (L001, L201, ...), "
+                                              "explained in docs/lint-codes.md; exit 2 when any is an error.")
     lint.add_argument("paths", nargs="*", metavar="PATH", help="rule packs to lint, layered over the built-in one")
     show = rule_commands.add_parser("show", help="one rule: condition in words, parameters, examples, source, file:line")
     show.add_argument("rule_id", metavar="RULE_ID")
@@ -272,10 +274,10 @@ def _rules(args) -> int:
 
 
 def _lint(args) -> int:
+    from kbopt.diagnostics import render_all
     from kbopt.engine.authoring.lint import lint_paths
     findings, checked = lint_paths(list(dict.fromkeys(list(args.paths) or configured_packs())))
-    for finding in findings:
-        print(finding.render())
+    sys.stdout.write(render_all(findings))
     errors = sum(f.severity == "error" for f in findings)
     warnings = sum(f.severity == "warning" for f in findings)
     print(f"{errors} error(s), {warnings} warning(s) in {checked} rule(s)")
@@ -294,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "schema":
             return _schema(args)
         return _rules(args)
+    except RuleError as error:         # the rendered diagnostic says "error[L...]" itself
+        print(f"kbopt: {error}", file=sys.stderr)
+        return error.exit_code
     except KboptError as error:
         print(f"kbopt: error: {error}", file=sys.stderr)
         return error.exit_code

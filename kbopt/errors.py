@@ -1,6 +1,10 @@
 """One exception per failure kind; the CLI turns each into a one-paragraph message and exit 2."""
 from __future__ import annotations
 
+from typing import Sequence
+
+from kbopt.diagnostics import Diagnostic, render
+
 
 class KboptError(Exception):
     """Bad input the user can fix. `str(error)` is the whole message."""
@@ -13,12 +17,16 @@ class FactsError(KboptError):
 
 
 class RuleError(KboptError):
-    """A rule file that cannot be loaded; names the file and line."""
+    """A rule pack that cannot be used: carries every Diagnostic found, says the first and counts the rest."""
 
-    def __init__(self, file: str, line: int | None, message: str, hint: str | None = None):
-        self.file, self.line, self.message, self.hint = file, line, message, hint
-        where = f"{file}:{line}" if line else file
-        super().__init__(f"{where}: {message}" + (f" (hint: {hint})" if hint else ""))
+    def __init__(self, diagnostics: Sequence[Diagnostic], more: str | None = None):
+        self.diagnostics = tuple(diagnostics)
+        first = self.diagnostics[0]
+        self.file, self.line, self.message, self.hint = first.file, first.line, first.message, first.help
+        text = render(first)
+        if len(self.diagnostics) > 1:
+            text += f"\n{len(self.diagnostics) - 1} more error(s)" + (f": {more}" if more else "")
+        super().__init__(text)
 
 
 class EvaluationError(KboptError):

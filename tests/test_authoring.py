@@ -23,7 +23,7 @@ def test_lint_findings_match_the_snapshot(run_cli, monkeypatch):
         LINT_SNAPSHOT.write_text(out)
     assert code == 2
     assert out == LINT_SNAPSHOT.read_text(), "lint output changed; rerun with KBOPT_UPDATE_SNAPSHOTS=1 if intended"
-    for code_ in ("K101", "K102", "K201", "K202", "K401"):
+    for code_ in ("L101", "L102", "L201", "L202", "L401"):
         assert f"[{code_}]" in out
 
 
@@ -34,10 +34,11 @@ def test_lint_reports_every_broken_file_not_just_the_first(run_cli, tmp_path):
         text = (HERE / "broken_rules" / source).read_text().replace("X-BROKEN-RULE", rule_id)
         (layer / f"{rule_id.lower()}.yaml").write_text(text)
     code, out, _ = run_cli("rules", "lint", str(tmp_path / "pack"))
-    assert code == 2 and out.count("error[K000]") == 2
-    assert "x-unknown-fact.yaml:4: error[K000]: when: unknown fact 'telemetry.memory_use_ratio'" in out
-    assert "| when: telemetry.memory_use_ratio > 0.9" in out
+    assert code == 2 and out.count("error[L005]") == 2
+    assert "error[L005]: when: unknown fact 'telemetry.memory_use_ratio'\n  --> " in out
+    assert "x-unknown-fact.yaml:4:1\n4 | when: telemetry.memory_use_ratio > 0.9" in out
     assert "= help: did you mean 'telemetry.memory_used_ratio'?" in out
+    assert out.rstrip().endswith("2 error(s), 0 warning(s) in 0 rule(s)")
 
 
 def test_show_explains_a_rule_in_words(run_cli):
@@ -62,7 +63,7 @@ def test_new_scaffolds_a_rule_that_loads_and_lint_flags_its_todos(run_cli, tmp_p
     path = tmp_path / "storage" / "s-my-first-rule.yaml"
     assert code == 0 and path.is_file()
     code, out, _ = run_cli("rules", "lint", str(tmp_path))
-    assert "error[K303]" in out and code == 2
+    assert "error[L303]" in out and code == 2
     code, out, _ = run_cli("rules", "test", str(tmp_path))
     assert code == 0 and ", 0 failed" in out                       # the scaffold's examples already run
     code, _, err = run_cli("advise", "--facts", EXAMPLE, "--rules", str(tmp_path))
@@ -135,14 +136,15 @@ def test_advise_refuses_a_pack_that_lint_rejects(run_cli, tmp_path):
     pack = _pack(tmp_path, {"diagnosis/x-never-true.yaml": text})
     code, out, err = run_cli("advise", "--facts", EXAMPLE, "--rules", pack)
     assert code == 2 and out == ""
-    assert "x-never-true.yaml:4: the condition can never be true" in err
+    assert err.startswith("kbopt: error[L201]: the condition can never be true\n")
+    assert "x-never-true.yaml:4\n" in err
 
 
 def test_lint_reads_packs_from_the_environment(run_cli, tmp_path, monkeypatch):
     text = (HERE / "lint_pack" / "diagnosis" / "x-never-true.yaml").read_text()
     monkeypatch.setenv("KBOPT_RULES", _pack(tmp_path, {"diagnosis/x-never-true.yaml": text}))
     code, out, _ = run_cli("rules", "lint")
-    assert code == 2 and "K201" in out
+    assert code == 2 and "L201" in out
 
 
 def test_a_pack_may_retune_a_shared_parameter_explicitly(run_cli, tmp_path):
@@ -175,8 +177,8 @@ def test_lint_checks_example_facts_and_expectations(run_cli, tmp_path):
         .replace("{memory_used_ratio: 0.95}}\n    fires: true", "{memory_used_ratio: 95}}\n    fires: true\n    expect: {chosen: [continous_batching]}")
     pack = _pack(tmp_path, {"diagnosis/x-examples.yaml": text})
     code, out, _ = run_cli("rules", "lint", pack)
-    assert code == 2 and "K304" in out and "write 0.95" in out
-    assert "K305" in out and "did you mean 'continuous_batching'?" in out
+    assert code == 2 and "L304" in out and "write 0.95" in out
+    assert "L305" in out and "did you mean 'continuous_batching'?" in out
 
 
 def test_readme_documents_every_fact():
@@ -201,4 +203,4 @@ examples:
   - {name: long, facts: {workload: {max_seq_len: 4096, task: generation}}, fires: false}
 """
     code, out, _ = run_cli("rules", "lint", _pack(tmp_path, {"storage/s-static-short.yaml": rule}))
-    assert code == 0 and "K401" not in out
+    assert code == 0 and "L401" not in out

@@ -1,61 +1,19 @@
-"""Static checks on rule packs, each finding with file:line, the offending text and a hint."""
+"""Static checks on a loaded rule pack, each a Diagnostic with a code from kbopt.codes."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from pathlib import Path
+from typing import Mapping
 
+from kbopt.codes import diagnostic
+from kbopt.diagnostics import Diagnostic
 from kbopt.engine.lang import expr
-from kbopt.engine.pack.loader import LAYERS, builtin_root, load_pack
+from kbopt.engine.pack.files import Retired
+from kbopt.engine.pack.loader import read_pack
 from kbopt.engine.pack.rule import Derive, Pack, Recommend, Reject, Rule
-from kbopt.errors import RuleError
 from kbopt.kb.catalog import seed_claims, strategies
 from kbopt.kb.vocabulary import load_vocabulary
-from kbopt.kb.yamlio import read_yaml
 
 OUTPUT_FACTS = {"derived.bottleneck"}          # read by reports, so never "unused"
-
-
-@dataclass(frozen=True)
-class Finding:
-    file: str
-    line: int | None
-    severity: str          # error | warning | info
-    code: str
-    message: str
-    text: str | None = None
-    hint: str | None = None
-
-    def render(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line else self.file
-        out = f"{where}: {self.severity}[{self.code}]: {self.message}"
-        if self.text:
-            out += f"\n    | {self.text}"
-        if self.hint:
-            out += f"\n    = help: {self.hint}"
-        return out
-
-
-def _retired(paths=()) -> dict[str, str]:
-    """Retired ids of the built-in pack and of each custom pack (its own retired.yaml)."""
-    retired = _retired_entries(read_yaml(builtin_root().joinpath("retired.yaml").read_text(encoding="utf-8")), "rules/retired.yaml")
-    for path in paths:
-        extra = Path(path, "retired.yaml")
-        if extra.is_file():
-            retired.update(_retired_entries(read_yaml(extra.read_text(encoding="utf-8")), str(extra)))
-    return retired
-
-
-def _retired_entries(data, file: str) -> dict[str, str]:
-    """`retired: {ID: reason}` or `retired: [ID, ...]`."""
-    entries = data.get("retired") if isinstance(data, dict) else None
-    if entries is None:
-        return {}
-    if isinstance(entries, list) and all(isinstance(e, str) for e in entries):
-        return {e: "retired" for e in entries}
-    if isinstance(entries, dict) and all(isinstance(k, str) for k in entries):
-        return {k: str(v) for k, v in entries.items()}
-    raise RuleError(file, 1, "expected `retired: {RULE-ID: reason, ...}` or `retired: [RULE-ID, ...]`")
 
 
 # ------------------------------------------------------------------ satisfiability (per fact intervals)
@@ -184,56 +142,59 @@ def _expand(terms: list[list], pack: Pack) -> list[list]:
 # ------------------------------------------------------------------ checks
 
 
-def lint_pack(pack: Pack, paths=()) -> list[Finding]:
+def lint_pack(pack: Pack, retired: Mapping[str, Retired] | None = None, errors_only: bool = False) -> list[Diagnostic]:
     """Findings on every rule of `pack` (a custom pack can break a built-in rule, e.g. by
-    disabling the rule that derives what it needs)."""
-    findings: list[Finding] = []
+    disabling the rule that derives what it needs). `errors_only` skips the checks that can only
+    warn, the pairwise tie check among them: advise refuses on errors and would drop the rest."""
+    findings: list[Diagnostic] = []
     mine = list(pack.rules)
-    claims, retired, catalog = seed_claims(), _retired(paths), strategies()
+    claims, retired, catalog = seed_claims(), retired or {}, strategies()
     used = {p for r in pack.rules for node in (r.fire_condition, *_expressions(r)) for p in expr.facts_of(node)
             if p.startswith("derived.")}
     possible = derivable_values(pack)
     for rule in mine:
-        def add(severity, code, message, text=None, hint=None, key=None, rule=rule):
-            findings.append(Finding(rule.file, rule.lines.get(key, rule.line) if key else rule.line,
-                                    severity, code, message, text, hint))
+        def add(code, message, snippet=None, help=None, key=None, rule=rule):
+            findings.append(diagnostic(code, rule.file, rule.lines.get(key, rule.line) if key else rule.line,
+                                       message, snippet=snippet, help=help))
         if rule.id in retired:
-            add("error", "K101", f"{rule.id} is a retired id ({retired[rule.id]})", f"id: {rule.id}",
-                "choose a new id; retired ids are never reused")
+            add("L101", f"{rule.id} is a retired id ({retired[rule.id].reason})", f"id: {rule.id}",
+                f"choose a new id; retired ids are never reused (retired at {retired[rule.id].location})")
         for source in rule.sources:
             for claim in re.findall(r"seed (K\d+(?:\.\d+)?)", source):
                 if claim not in claims:
                     close = [c for c in claims if c.split(".")[0] == claim.split(".")[0]]
-                    add("error", "K102", f"cites {claim}, which the seed does not have", f"source: {source}",
+                    add("L102", f"cites {claim}, which the seed does not have", f"source: {source}",
                         (f"claims of that section: {', '.join(close)}" if close else "the seed's claims are K1.1 to K4.6")
                         + " (kb/seed.yaml)", key="source")
         if not can_be_true(rule.when):
-            add("error", "K201", "the condition can never be true", f"when: {rule.when_text}",
+            add("L201", "the condition can never be true", f"when: {rule.when_text}",
                 "in every alternative, two tests contradict each other (a range that is empty, a value that is "
                 "excluded, known and missing together)", key="when")
         elif not can_be_true(rule.fire_condition, possible):
             needs = [p for p in dict.fromkeys(expr.facts_of(rule.fire_condition)) if p in possible]
-            add("error", "K202", f"can never fire: no rule derives the values of {', '.join(needs)} it needs",
+            add("L202", f"can never fire: no rule derives the values of {', '.join(needs)} it needs",
                 f"when: {rule.when_text}", "add a rule that derives them, or test input facts instead", key="when")
-        for path in rule.derives:
-            if path not in used and path not in OUTPUT_FACTS:
-                add("warning", "K203", f"derives {path}, which no rule uses", None,
-                    "use it in a condition, or drop the derivation", key="then")
-        outcomes = {e.fires for e in rule.examples}
-        if True not in outcomes:
-            add("warning", "K301", "no example fires the rule", None, "add an example with `fires: true`", key="examples")
-        if False not in outcomes and "unknown" not in outcomes:
-            add("warning", "K302", "no example where the rule does not fire", None,
-                "add one with `fires: false` (decided false) or `fires: unknown` (waits for facts)", key="examples")
+        if not errors_only:
+            for path in rule.derives:
+                if path not in used and path not in OUTPUT_FACTS:
+                    add("L203", f"derives {path}, which no rule uses", None,
+                        "use it in a condition, or drop the derivation", key="then")
+            outcomes = {e.fires for e in rule.examples}
+            if True not in outcomes:
+                add("L301", "no example fires the rule", None, "add an example with `fires: true`", key="examples")
+            if False not in outcomes and "unknown" not in outcomes:
+                add("L302", "no example where the rule does not fire", None,
+                    "add one with `fires: false` (decided false) or `fires: unknown` (waits for facts)", key="examples")
         if "TODO" in " ".join([rule.title, rule.because, rule.when_text, " ".join(rule.sources)]
                               + [getattr(c, "text", "") or "" for c in rule.then]):
-            add("error", "K303", "still has TODO placeholders from `kbopt rules new`", None, "fill them in")
+            add("L303", "still has TODO placeholders from `kbopt rules new`", None, "fill them in")
         findings.extend(_example_findings(rule, catalog))
-    findings.extend(_ties(pack, mine, catalog))
+    if not errors_only:
+        findings.extend(_ties(pack, mine, catalog))
     return findings
 
 
-def _example_findings(rule: Rule, catalog) -> list[Finding]:
+def _example_findings(rule: Rule, catalog) -> list[Diagnostic]:
     """Example facts that are not facts v1, and expectations naming strategies that do not exist."""
     import difflib
     from kbopt.errors import FactsError
@@ -244,14 +205,14 @@ def _example_findings(rule: Rule, catalog) -> list[Finding]:
         try:
             facts_from_document(example.facts, "facts")
         except FactsError as error:
-            out.append(Finding(rule.file, example.line, "error", "K304", f"example {example.name!r}: {error}"))
+            out.append(diagnostic("L304", rule.file, example.line, f"example {example.name!r}: {error}"))
         for key in ("chosen", "rejected"):
             for name in example.expect.get(key, ()):
                 if name not in names:
                     close = difflib.get_close_matches(name, sorted(names), n=1)
-                    out.append(Finding(rule.file, example.line, "error", "K305",
-                                       f"example {example.name!r} expects {key} {name!r}, which is no strategy",
-                                       None, f"did you mean '{close[0]}'?" if close else "see kb/strategies.yaml"))
+                    out.append(diagnostic("L305", rule.file, example.line,
+                                          f"example {example.name!r} expects {key} {name!r}, which is no strategy",
+                                          help=f"did you mean '{close[0]}'?" if close else "see kb/strategies.yaml"))
     return out
 
 
@@ -272,7 +233,7 @@ def _vetoes(rule: Rule, recommend: Recommend) -> bool:
                for c in rule.then)
 
 
-def _ties(pack: Pack, mine: list[Rule], catalog) -> list[Finding]:
+def _ties(pack: Pack, mine: list[Rule], catalog) -> list[Diagnostic]:
     """Two rules that can fire together and recommend exclusive candidates at the same weight:
     the conflict graph then decides by name, which is no declared resolution."""
     findings = []
@@ -292,67 +253,32 @@ def _ties(pack: Pack, mine: list[Rule], catalog) -> list[Finding]:
                 continue
             seen.add(key)
             rule = a if a.pack != "builtin" else b
-            findings.append(Finding(rule.file, rule.line, "warning", "K401",
-                                    f"{a.id} ({ca.key}) and {b.id} ({cb.key}) can fire together, exclude each other "
-                                    f"and weigh the same ({ca.weight:g}): the choice falls to their names",
-                                    None, "give one a higher weight, or make their conditions exclusive"))
+            findings.append(diagnostic("L401", rule.file, rule.line,
+                                       f"{a.id} ({ca.key}) and {b.id} ({cb.key}) can fire together, exclude each other "
+                                       f"and weigh the same ({ca.weight:g}): the choice falls to their names",
+                                       help="give one a higher weight, or make their conditions exclusive"))
     return findings
 
 
-def _limits(pack: Pack) -> list[Finding]:
+def _limits(pack: Pack) -> list[Diagnostic]:
     from kbopt.engine.evaluators.durable import RULESET_SIZE, compile_pack
     try:
         rulesets = compile_pack(pack)
     except expr.ExprError as error:
-        return [Finding("(pack)", None, "error", "K501", error.message, None, error.hint)]
+        return [diagnostic("L501", "(pack)", None, error.message, help=error.hint)]
     if len(rulesets) > 1:
         sizes = ", ".join(str(len(r["rules"]) - 1) for r in rulesets)
-        return [Finding("(pack)", None, "info", "K502",
-                        f"compiled into {len(rulesets)} durable_rules rulesets ({sizes} compiled rules), so that no "
-                        f"fact meets more than {RULESET_SIZE} conditions of one (durable_rules allows 64)")]
+        return [diagnostic("L502", "(pack)", None,
+                           f"compiled into {len(rulesets)} durable_rules rulesets ({sizes} compiled rules), so that no "
+                           f"fact meets more than {RULESET_SIZE} conditions of one (durable_rules allows 64)")]
     return []
 
 
-def _file_errors(paths: list[str]) -> list[Finding]:
-    from kbopt.engine.pack.loader import _read_text, _rule_files, load_rule_text, pack_parameters
-    try:
-        shared = pack_parameters([Path(p) for p in paths])
-    except RuleError as error:
-        return [Finding(error.file, error.line, "error", "K000", error.message, None, error.hint)]
-    findings = []
-    for root, shown in [(builtin_root(), "rules")] + [(Path(p), p) for p in paths]:
-        for layer, file in _rule_files(root):
-            name = f"{shown}/{layer}/{file.name}"
-            try:
-                load_rule_text(_read_text(file, name), name, layer, shown, shared=shared)
-            except RuleError as error:
-                findings.append(Finding(error.file, error.line, "error", "K000", error.message,
-                                        _offending_line(file, error.line), error.hint))
-    return findings
-
-
-def _offending_line(file, line: int | None) -> str | None:
-    try:
-        return file.read_text(encoding="utf-8").splitlines()[line - 1].strip() if line else None
-    except (OSError, UnicodeDecodeError, IndexError):
-        return None
-
-
-def lint_paths(paths: list[str]) -> tuple[list[Finding], int]:
+def lint_paths(paths: list[str]) -> tuple[list[Diagnostic], int]:
     """Lint custom packs (layered over the built-in one), or the built-in pack when none given.
-    Returns the findings and how many rules were checked."""
-    files_findings: list[Finding] = []
-    for path in paths:
-        if not Path(path).is_dir():
-            files_findings.append(Finding(path, None, "error", "K001", "not a rules directory",
-                                          None, "a pack is a directory: <dir>/<layer>/<id>.yaml, layers: " + ", ".join(LAYERS)))
-    if files_findings:
-        return files_findings, 0
-    files_findings = _file_errors(paths)      # every broken file, not just the first
-    if files_findings:
-        return files_findings, 0
-    try:
-        pack = load_pack(paths)
-    except RuleError as error:
-        return [Finding(error.file, error.line, "error", "K000", error.message, None, error.hint)], 0
-    return lint_pack(pack, paths) + _limits(pack), len(pack.rules)
+    Returns the findings and how many rules were checked: the loader's problems alone when the
+    packs do not load (lint cannot reason about rules that are not there)."""
+    loaded = read_pack(paths)
+    if loaded.diagnostics:
+        return list(loaded.diagnostics), 0
+    return lint_pack(loaded.pack, loaded.retired) + _limits(loaded.pack), len(loaded.pack.rules)

@@ -1,64 +1,26 @@
-"""Load rule files: YAML (safely, keeping line numbers) -> schema check -> typed Rule values."""
+"""Load packs: the files engine.pack.files reads -> schema check -> typed Rule values, every problem
+of every file collected as a Diagnostic in one pass."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
-import yaml
-
+from kbopt.codes import diagnostic
+from kbopt.diagnostics import Diagnostic
 from kbopt.engine.lang import expr
-from kbopt.engine.pack.rule import (LAYERS, StrategyRef, Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject,
-                               Require, Rule, Warn)
+from kbopt.engine.pack import files
+from kbopt.engine.pack.files import Document, PackDir, Retired
+from kbopt.engine.pack.rule import (Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject, Require, Rule,
+                                    StrategyRef, Warn)
 from kbopt.errors import RuleError
 from kbopt.kb.catalog import strategies
 from kbopt.kb.vocabulary import Vocabulary, load_vocabulary
-from kbopt.kb.yamlio import DuplicateKey, SafeLoader, check_duplicate_keys
 
 
-
-def _read_yaml(text: str, file: str) -> tuple[Any, dict[tuple, int]]:
-    """Parse YAML safely; return the data and the 1-based line of every key and list item."""
-    loader = SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            raise RuleError(file, 1, "the rule file is empty")
-        check_duplicate_keys(node)
-        data = loader.construct_document(node)
-    except DuplicateKey as error:
-        raise RuleError(file, error.line, f"duplicate key {error.key!r}", "a later copy would silently replace the first") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        raise RuleError(file, mark.line + 1 if mark else None, f"not valid YAML: {getattr(error, 'problem', error)}") from None
-    finally:
-        loader.dispose()
-    lines: dict[tuple, int] = {}
-
-    def walk(n, path):
-        lines[path] = n.start_mark.line + 1
-        if isinstance(n, yaml.MappingNode):
-            for key, value in n.value:
-                walk(value, path + (key.value,))
-                lines[path + (key.value,)] = key.start_mark.line + 1   # the key's line, not its value's
-        elif isinstance(n, yaml.SequenceNode):
-            for index, item in enumerate(n.value):
-                walk(item, path + (index,))
-
-    walk(node, ())
-    return data, lines
-
-
-def _line(lines: dict[tuple, int], path: Iterable) -> int:
-    path = tuple(path)
-    while path and path not in lines:
-        path = path[:-1]
-    return lines.get(path, 1)
-
-
-def _schema_error(error, lines, file) -> RuleError:
+def _schema_error(error, doc: Document) -> Diagnostic:
     path = list(error.absolute_path)
     where = "/".join(str(p) for p in path) or "(top level)"
     if error.validator == "additionalProperties":
@@ -67,27 +29,42 @@ def _schema_error(error, lines, file) -> RuleError:
         known = sorted(error.schema.get("properties", {}))
         close = difflib.get_close_matches(unknown[0], known, n=1) if unknown else []
         hint = f"did you mean '{close[0]}'?" if close else f"allowed here: {', '.join(known)}"
-        return RuleError(file, _line(lines, path + [unknown[0]] if unknown else path),
-                         f"unknown key {unknown[0]!r} in {where}", hint)
+        return doc.at(path + [unknown[0]] if unknown else path, "L004", f"unknown key {unknown[0]!r} in {where}", hint)
     if error.validator == "minItems":
         extra = " (one that fires and one that does not)" if path == ["examples"] else ""
-        return RuleError(file, _line(lines, path), f"{where}: needs at least {error.validator_value} "
-                         f"item(s), has {len(error.instance)}{extra}")
+        return doc.at(path, "L004", f"{where}: needs at least {error.validator_value} "
+                      f"item(s), has {len(error.instance)}{extra}")
     if error.validator == "required":
-        return RuleError(file, _line(lines, path), f"{where}: {error.message}",
-                         "a rule needs id, title, layer, when, then, because, source and examples")
-    return RuleError(file, _line(lines, path), f"{where}: {error.message}")
+        return doc.at(path, "L004", f"{where}: {error.message}",
+                      "a rule needs id, title, layer, when, then, because, source and examples")
+    return doc.at(path, "L004", f"{where}: {error.message}")
+
+
+class _Failed(Exception):
+    """One part of a rule that does not compile; the builder records it and checks the next part."""
+
+    def __init__(self, diagnostic: Diagnostic):
+        self.diagnostic = diagnostic
 
 
 class _RuleBuilder:
-    def __init__(self, data: dict, lines: dict[tuple, int], file: str, layer_dir: str | None,
-                 vocabulary: Vocabulary, pack: str, shared: dict[str, Parameter]):
-        self.data, self.lines, self.file, self.layer_dir = data, lines, file, layer_dir
+    def __init__(self, doc: Document, layer_dir: str | None, vocabulary: Vocabulary, pack: str,
+                 shared: dict[str, Parameter]):
+        self.doc, self.data, self.file, self.layer_dir = doc, doc.data, doc.file, layer_dir
         self.vocabulary, self.pack, self.shared = vocabulary, pack, shared
         self.catalog = strategies()
+        self.problems: list[Diagnostic] = []
 
-    def fail(self, path, message, hint=None):
-        raise RuleError(self.file, _line(self.lines, path), message, hint)
+    def fail(self, path, message, hint=None, code="L005"):
+        raise _Failed(self.doc.at(path, code, message, hint))
+
+    def check(self, step):
+        """Run one independent part of the build; a failure is recorded so the next part still runs."""
+        try:
+            return step()
+        except _Failed as failure:
+            self.problems.append(failure.diagnostic)
+            return None
 
     def expression(self, text, path, kind, parameters):
         parse = expr.parse_condition if kind == "condition" else expr.parse_value
@@ -113,22 +90,19 @@ class _RuleBuilder:
             self.fail(path, f"{name} has no variant {variant!r}",
                       "variants: " + ", ".join(spec.variants) if spec.variants else f"{name} has no variants")
 
-    def build(self) -> Rule:
+    def build(self) -> Rule | None:
         d = self.data
-        if self.layer_dir and d["layer"] != self.layer_dir:
-            self.fail(("layer",), f"layer {d['layer']!r} but the file is under rules/{self.layer_dir}/",
-                      "move the file or fix the layer")
-        stem = Path(self.file).stem
-        if self.layer_dir and stem.upper() != d["id"]:
-            self.fail(("id",), f"id {d['id']!r} does not match the file name {stem!r}", f"name the file {d['id'].lower()}.yaml")
+        self.check(self.place)
         local = tuple(Parameter(name, p["value"], p["why"]) for name, p in (d.get("parameters") or {}).items())
         for parameter in local:
-            if parameter.name in self.shared:
-                self.fail(("parameters", parameter.name), f"parameter {parameter.name!r} is already a pack parameter",
-                          "use the pack's value (rules/parameters.yaml) or choose another name")
+            self.check(lambda parameter=parameter: self.fresh(parameter))
         values = {**{name: p.value for name, p in self.shared.items()}, **{p.name: p.value for p in local}}
-        when = self.expression(d["when"], ("when",), "condition", values)
-        then = tuple(self.conclusion(item, ("then", i), values) for i, item in enumerate(d["then"]))
+        when = self.check(lambda: self.expression(d["when"], ("when",), "condition", values))
+        then = tuple(self.check(lambda i=i, item=item: self.conclusion(item, ("then", i), values))
+                     for i, item in enumerate(d["then"]))
+        self.check(lambda: self.check_placeholders(d["because"], values))
+        if self.problems:
+            return None
         import re
         used = {n.parameter for n in _constants((when,) + then) if n.parameter} | \
             set(re.findall(r"\{([a-z_][a-z0-9_]*)(?::[^{}]*)?\}", d["because"]))
@@ -138,13 +112,27 @@ class _RuleBuilder:
             if needed else when
         sources = (d["source"],) if isinstance(d["source"], str) else tuple(d["source"])
         examples = tuple(self.example(e, ("examples", i)) for i, e in enumerate(d["examples"]))
-        self.check_placeholders(d["because"], values)
         return Rule(id=d["id"], title=d["title"], layer=d["layer"], when_text=" ".join(d["when"].split()),
                     when=when, fire_condition=fire_condition, then=then, because=" ".join(d["because"].split()),
                     sources=sources, parameters=parameters, examples=examples, notes=d.get("notes"),
-                    tags=tuple(d.get("tags", ())), file=self.file, line=_line(self.lines, ("id",)), pack=self.pack,
+                    tags=tuple(d.get("tags", ())), file=self.file, line=self.doc.line(("id",)), pack=self.pack,
                     overrides=bool(d.get("overrides", False)),
-                    lines={key: _line(self.lines, (key,)) for key in ("when", "then", "because", "source", "examples")})
+                    lines={key: self.doc.line((key,)) for key in ("when", "then", "because", "source", "examples")})
+
+    def place(self):
+        """The layer and id agree with where the file lies."""
+        d = self.data
+        if self.layer_dir and d["layer"] != self.layer_dir:
+            self.fail(("layer",), f"layer {d['layer']!r} but the file is under rules/{self.layer_dir}/",
+                      "move the file or fix the layer")
+        stem = Path(self.file).stem
+        if self.layer_dir and stem.upper() != d["id"]:
+            self.fail(("id",), f"id {d['id']!r} does not match the file name {stem!r}", f"name the file {d['id'].lower()}.yaml")
+
+    def fresh(self, parameter: Parameter):
+        if parameter.name in self.shared:
+            self.fail(("parameters", parameter.name), f"parameter {parameter.name!r} is already a pack parameter",
+                      "use the pack's value (rules/parameters.yaml) or choose another name", code="L006")
 
     def conclusion(self, item, path, values):
         kind, body = next(iter(item.items()))
@@ -212,7 +200,7 @@ class _RuleBuilder:
     def example(self, raw, path) -> Example:
         # Example facts are validated when examples run (`kbopt rules test`), not on every load.
         return Example(name=raw["name"], facts=raw["facts"], fires=raw["fires"], expect=raw.get("expect") or {},
-                       line=_line(self.lines, path))
+                       line=self.doc.line(path))
 
 
 def _constants(nodes) -> list[expr.Const]:
@@ -253,142 +241,143 @@ def _rule_validator():
     return jsonschema.Draft202012Validator(RULE_SCHEMA)
 
 
-def load_parameters(text: str, file: str) -> dict[str, Parameter]:
-    """A pack's shared parameters (parameters.yaml): {name: {value, why}}."""
-    data, lines = _read_yaml(text, file)
-    entries = data.get("parameters") if isinstance(data, dict) else None
-    if not isinstance(entries, dict):
-        raise RuleError(file, 1, "expected a mapping `parameters: {name: {value: ..., why: ...}}`")
-    out = {}
-    for name, entry in entries.items():
-        if not isinstance(entry, dict) or not {"value", "why"} <= set(entry) <= {"value", "why", "overrides"} \
-                or not isinstance(entry["why"], str) or not isinstance(entry["value"], (int, float, str, bool)):
-            raise RuleError(file, _line(lines, ("parameters", name)),
-                            f"parameter {name!r} needs `value` and `why` (and `overrides: true` to retune another pack's)")
-        out[name] = Parameter(name, entry["value"], " ".join(entry["why"].split()), bool(entry.get("overrides")),
-                              _line(lines, ("parameters", name)))
-    return out
-
-
 def load_rule_text(text: str, file: str, layer_dir: str | None = None, pack: str = "builtin",
                    vocabulary: Vocabulary | None = None, shared: dict[str, Parameter] | None = None) -> Rule:
-    vocabulary = vocabulary or load_vocabulary()
-    data, lines = _read_yaml(text, file)
-    if not isinstance(data, dict):
-        raise RuleError(file, 1, "a rule file holds one mapping (id, title, layer, when, then, ...)")
+    """One rule file; RuleError carries every problem found in it."""
+    problems: list[Diagnostic] = []
+    rule = _load_rule(text, file, layer_dir, pack, vocabulary or load_vocabulary(),
+                      builtin_parameters() if shared is None else shared, problems)
+    if problems:
+        raise RuleError(problems)
+    return rule
+
+
+def _load_rule(text: str, file: str, layer_dir: str | None, pack: str, vocabulary: Vocabulary,
+               shared: dict[str, Parameter], problems: list[Diagnostic]) -> Rule | None:
+    doc = files.parse(text, file, problems)
+    if doc is None:
+        return None
+    if not isinstance(doc.data, dict):
+        problems.append(doc.at((), "L004", "a rule file holds one mapping (id, title, layer, when, then, ...)"))
+        return None
     # Unknown keys first: "did you mean 'when'" says more than "'when' is a required property".
-    errors = sorted(_rule_validator().iter_errors(data),
-                    key=lambda e: (e.validator != "additionalProperties", _line(lines, e.absolute_path)))
+    errors = sorted(_rule_validator().iter_errors(doc.data),
+                    key=lambda e: (e.validator != "additionalProperties", doc.line(e.absolute_path)))
     if errors:
-        raise _schema_error(errors[0], lines, file)
-    if shared is None:
-        shared = builtin_parameters()
-    return _RuleBuilder(data, lines, file, layer_dir, vocabulary, pack, shared).build()
-
-
-def _read_text(file, shown: str | None = None) -> str:
-    try:
-        return file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise RuleError(shown or str(file), None, f"not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise RuleError(shown or str(file), None, f"cannot read: {error.strerror}") from None
-
-
-def _rule_files(root) -> list:
-    files = []
-    for layer in LAYERS:
-        folder = root.joinpath(layer)
-        if folder.is_dir():
-            files.extend((layer, f) for f in sorted(folder.iterdir(), key=lambda f: f.name) if f.name.endswith((".yaml", ".yml")))
-    return files
-
-
-def builtin_root():
-    return resources.files("kbopt.rules")
+        problems.append(_schema_error(errors[0], doc))
+        return None
+    builder = _RuleBuilder(doc, layer_dir, vocabulary, pack, shared)
+    rule = builder.build()
+    problems.extend(builder.problems)
+    return rule
 
 
 @lru_cache(maxsize=1)
 def builtin_parameters() -> dict[str, Parameter]:
-    return load_parameters(builtin_root().joinpath("parameters.yaml").read_text(encoding="utf-8"), "rules/parameters.yaml")
+    problems: list[Diagnostic] = []
+    parameters = files.read_parameters(files.builtin(), problems)
+    if problems:
+        raise RuleError(problems)
+    return parameters
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What loading packs produced: the pack (None when anything is broken), every problem found,
+    and the retired ids lint checks rules against."""
+    pack: Pack | None
+    diagnostics: tuple[Diagnostic, ...]
+    retired: dict[str, Retired]
+    dirs: tuple[str, ...]
+
+    def checked(self) -> Pack:
+        """The pack, or RuleError with every problem (the first said, the others counted)."""
+        if self.diagnostics:
+            raise RuleError(self.diagnostics, lint_hint(self.dirs))
+        return self.pack
+
+
+def lint_hint(dirs) -> str:
+    return "run `" + " ".join(["kbopt rules lint", *dirs]) + "` to see them all"
 
 
 def load_pack(extra_dirs: Iterable[str | Path] = ()) -> Pack:
-    """The built-in rules, then each extra directory's (same layout: <layer>/<id>.yaml).
+    """The built-in rules, then each extra directory's (same layout: <layer>/<id>.yaml); see read_pack."""
+    return read_pack(extra_dirs).checked()
+
+
+def read_pack(extra_dirs: Iterable[str | Path] = ()) -> Loaded:
+    """Every file of every pack in one pass, collecting every problem rather than stopping at the first.
 
     A later pack may replace a rule of the same id (the rule says `overrides: true`) or disable
     one (disable.yaml: `disable: [{id: ..., why: ...}]`); anything else with a taken id is an error.
     """
+    problems: list[Diagnostic] = []
     vocabulary = load_vocabulary()
     digest = hashlib.sha256()
-    rules: list[Rule] = []
-    sources = [("builtin", builtin_root(), "rules")] + [(str(d), Path(d), str(d)) for d in dict.fromkeys(extra_dirs)]
-    for pack, root, shown in sources[1:]:
-        if not Path(root).is_dir():
-            raise RuleError(str(root), None, "no such rules directory")
+    dirs = tuple(dict.fromkeys(str(d) for d in extra_dirs))
+    packs = files.discover(dirs, problems)
     # Parameters first, from every pack, so that a retuned threshold applies to every rule.
-    shared = pack_parameters([Path(root) for _, root, _ in sources[1:]])
-    for pack, root, shown in sources:
-        files = _rule_files(root)
-        disabled = _disabled(Path(root), shown) if pack != "builtin" else {}
-        if pack != "builtin" and not files and not disabled and not Path(root, "parameters.yaml").is_file():
-            raise RuleError(str(root), None, "no rule files found", "rules live in <dir>/<layer>/<id>.yaml, layers: " + ", ".join(LAYERS))
-        for rule_id, (line, why) in disabled.items():
-            if not any(r.id == rule_id for r in rules):
-                raise RuleError(f"{shown}/disable.yaml", line, f"cannot disable {rule_id}: no earlier pack has it")
-            rules = [r for r in rules if r.id != rule_id]
+    shared = _pack_parameters(packs, problems)
+    retired = {rule_id: entry for pack in packs for rule_id, entry in files.read_retired(pack, problems).items()}
+    rules: dict[str, Rule] = {}          # by id, in pack order: an override keeps the place of what it replaces
+    for pack in packs:
+        for rule_id, line in files.read_disable(pack, problems) if pack.pack != "builtin" else ():
+            if rule_id not in rules:
+                problems.append(diagnostic("L006", pack.name(files.DISABLE), line,
+                                           f"cannot disable {rule_id}: no earlier pack has it"))
+                continue
+            del rules[rule_id]
             digest.update(f"disable {rule_id}".encode())
-        for layer, file in files:
-            text = _read_text(file, f"{shown}/{layer}/{file.name}")
+        for layer, file in pack.rule_files:
+            name = pack.name(layer, file.name)
+            text = files.read_text(file, name, problems)
+            if text is None:
+                continue
             digest.update(file.name.encode() + b"\0" + text.encode())
-            rule = load_rule_text(text, f"{shown}/{layer}/{file.name}", layer, pack, vocabulary, shared)
-            taken = next((i for i, r in enumerate(rules) if r.id == rule.id), None)
-            if taken is None:
-                if rule.overrides:
-                    raise RuleError(rule.file, rule.line, f"{rule.id} says `overrides: true` but no earlier pack has it")
-                rules.append(rule)
-            elif rule.overrides and rules[taken].pack != pack:
-                rules[taken] = rule          # in the place of the rule it replaces
+            rule = _load_rule(text, name, layer, pack.pack, vocabulary, shared, problems)
+            if rule is None:
+                continue
+            taken = rules.get(rule.id)
+            if taken is None and rule.overrides:
+                problems.append(_at_id(rule, f"{rule.id} says `overrides: true` but no earlier pack has it"))
+            elif taken is None or (rule.overrides and taken.pack != pack.pack):
+                rules[rule.id] = rule
             else:
-                raise RuleError(rule.file, rule.line, f"duplicate rule id {rule.id}",
-                                f"first defined in {rules[taken].location}; to replace it, add `overrides: true`")
+                problems.append(_at_id(rule, f"duplicate rule id {rule.id}",
+                                       f"first defined in {taken.location}; to replace it, add `overrides: true`"))
+    if problems:
+        return Loaded(None, tuple(problems), retired, dirs)
     digest.update(repr(sorted((p.name, p.value) for p in shared.values())).encode())
-    return build_pack(rules, digest.hexdigest()[:12])
+    return Loaded(build_pack(list(rules.values()), digest.hexdigest()[:12]), (), retired, dirs)
 
 
-def pack_parameters(roots: list[Path]) -> dict[str, Parameter]:
+def _at_id(rule: Rule, message: str, help: str | None = None) -> Diagnostic:
+    return diagnostic("L006", rule.file, rule.line, message, help=help, snippet=f"id: {rule.id}")
+
+
+def _pack_parameters(packs: list[PackDir], problems: list[Diagnostic]) -> dict[str, Parameter]:
     """Built-in parameters, then each pack's parameters.yaml; retuning one needs `overrides: true`."""
     shared = dict(builtin_parameters())
-    for root in roots:
-        path = root / "parameters.yaml"
-        if not path.is_file():
-            continue
-        for name, parameter in load_parameters(_read_text(path), str(path)).items():
+    for pack in packs[1:]:
+        file = pack.name(files.PARAMETERS)
+        for name, parameter in files.read_parameters(pack, problems).items():
             if name in shared and not parameter.overrides:
-                raise RuleError(str(path), parameter.line, f"parameter {name!r} is already defined (value "
-                                f"{shared[name].value!r})", "to retune it for every rule, add `overrides: true`")
-            if name not in shared and parameter.overrides:
-                raise RuleError(str(path), parameter.line, f"parameter {name!r} says `overrides: true` but no earlier pack has it")
-            shared[name] = parameter
+                problems.append(diagnostic("L006", file, parameter.line, f"parameter {name!r} is already defined (value "
+                                           f"{shared[name].value!r})", help="to retune it for every rule, add `overrides: true`"))
+            elif name not in shared and parameter.overrides:
+                problems.append(diagnostic("L006", file, parameter.line,
+                                           f"parameter {name!r} says `overrides: true` but no earlier pack has it"))
+            else:
+                shared[name] = parameter
     return shared
-
-
-def _disabled(root: Path, shown: str) -> dict[str, tuple[int, str]]:
-    path = root / "disable.yaml"
-    if not path.is_file():
-        return {}
-    data, lines = _read_yaml(_read_text(path), f"{shown}/disable.yaml")
-    entries = data.get("disable") if isinstance(data, dict) else None
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and set(e) == {"id", "why"} for e in entries):
-        raise RuleError(f"{shown}/disable.yaml", 1, "expected `disable: [{id: RULE-ID, why: reason}, ...]`")
-    return {e["id"]: (_line(lines, ("disable", i)), e["why"]) for i, e in enumerate(entries)}
 
 
 def build_pack(rules: list[Rule], version: str) -> Pack:
     seen: dict[str, Rule] = {}
     for rule in rules:
         if rule.id in seen:
-            raise RuleError(rule.file, rule.line, f"duplicate rule id {rule.id}", f"first defined in {seen[rule.id].location}")
+            raise RuleError([_at_id(rule, f"duplicate rule id {rule.id}", f"first defined in {seen[rule.id].location}")])
         seen[rule.id] = rule
     producers: dict[str, list[str]] = {}
     for rule in rules:

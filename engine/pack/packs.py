@@ -5,22 +5,21 @@ from __future__ import annotations
 import os
 
 from kbopt.engine.pack.rule import Pack
-from kbopt.errors import KboptError
+from kbopt.errors import RuleError
 
 
 def load_checked_pack(dirs: list[str]) -> Pack:
     """The built-in pack with `dirs` layered over it. A custom pack must pass lint's error checks
-    (a rule that can never fire, a retired id, TODOs...), not just load."""
-    from kbopt.engine.pack.loader import load_pack
-    dirs = list(dict.fromkeys(dirs))
-    pack = load_pack(dirs)
-    if dirs:
+    (a rule that can never fire, a retired id, TODOs...), not just load; its warnings are lint's
+    business, not advise's."""
+    from kbopt.engine.pack.loader import lint_hint, read_pack
+    loaded = read_pack(dirs)
+    pack = loaded.checked()
+    if loaded.dirs:
         from kbopt.engine.authoring.lint import lint_pack
-        errors = [f for f in lint_pack(pack, dirs) if f.severity == "error"]
+        errors = [d for d in lint_pack(pack, loaded.retired, errors_only=True) if d.severity == "error"]
         if errors:
-            more = f" ({len(errors) - 1} more: run `kbopt rules lint {' '.join(dirs)}`)" if len(errors) > 1 else ""
-            first = errors[0]
-            raise KboptError(f"{first.file}:{first.line}: {first.message}" + (f" (hint: {first.hint})" if first.hint else "") + more)
+            raise RuleError(errors, lint_hint(loaded.dirs))
     return pack
 
 

@@ -1,0 +1,215 @@
+"""Every file a pack may hold, found and read in one place: rule files by layer folder,
+parameters.yaml, retired.yaml and disable.yaml.
+
+Readers append Diagnostics to a list instead of raising, so that the loader can report every
+broken file of every pack in one pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kbopt.codes import diagnostic
+from kbopt.diagnostics import Diagnostic
+from kbopt.engine.pack.rule import LAYERS, Parameter
+from kbopt.kb.yamlio import DuplicateKey, SafeLoader, check_duplicate_keys
+
+PARAMETERS, RETIRED, DISABLE = "parameters.yaml", "retired.yaml", "disable.yaml"
+LAYOUT = "a pack is a directory: <dir>/<layer>/<id>.yaml, layers: " + ", ".join(LAYERS)
+
+
+def snippet(text: str, line: int | None) -> str | None:
+    lines = text.splitlines()
+    if not line or not 0 < line <= len(lines):
+        return None
+    return lines[line - 1].rstrip() or None
+
+
+@dataclass(frozen=True)
+class Document:
+    """A parsed YAML file, with the line and column of every key and list item."""
+    file: str
+    text: str
+    data: Any
+    marks: dict[tuple, tuple[int, int]]
+
+    def mark(self, path) -> tuple[int, int]:
+        """The nearest position on `path`: a key missing from the file points at its parent."""
+        path = tuple(path)
+        while path and path not in self.marks:
+            path = path[:-1]
+        return self.marks.get(path, (1, 1))
+
+    def line(self, path) -> int:
+        return self.mark(path)[0]
+
+    def at(self, path, code: str, message: str, help: str | None = None) -> Diagnostic:
+        line, column = self.mark(path)
+        return diagnostic(code, self.file, line, message, help=help, snippet=snippet(self.text, line), column=column)
+
+
+def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
+    """Safe YAML with every key's position; a duplicate key is an error, not a silent overwrite."""
+    loader = SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            problems.append(diagnostic("L003", file, 1, "the file is empty"))
+            return None
+        check_duplicate_keys(node)
+        data = loader.construct_document(node)
+    except DuplicateKey as error:
+        problems.append(diagnostic("L003", file, error.line, f"duplicate key {error.key!r}", snippet=snippet(text, error.line),
+                                   column=error.column, help="a later copy would silently replace the first"))
+        return None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        problems.append(diagnostic("L003", file, line, f"not valid YAML: {getattr(error, 'problem', error)}",
+                                   snippet=snippet(text, line), column=mark.column + 1 if mark else None))
+        return None
+    finally:
+        loader.dispose()
+    marks: dict[tuple, tuple[int, int]] = {}
+
+    def walk(n, path):
+        marks[path] = (n.start_mark.line + 1, n.start_mark.column + 1)
+        if isinstance(n, yaml.MappingNode):
+            for key, value in n.value:
+                walk(value, path + (key.value,))
+                marks[path + (key.value,)] = (key.start_mark.line + 1, key.start_mark.column + 1)   # the key, not its value
+        elif isinstance(n, yaml.SequenceNode):
+            for index, item in enumerate(n.value):
+                walk(item, path + (index,))
+
+    walk(node, ())
+    return Document(file, text, data, marks)
+
+
+def read_text(file, shown: str, problems: list[Diagnostic]) -> str | None:
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        problems.append(diagnostic("L002", shown, None, f"not UTF-8 text (byte {error.start})"))
+    except OSError as error:
+        problems.append(diagnostic("L002", shown, None, f"cannot read: {error.strerror}"))
+    return None
+
+
+def read_document(file, shown: str, problems: list[Diagnostic]) -> Document | None:
+    text = read_text(file, shown, problems)
+    return None if text is None else parse(text, shown, problems)
+
+
+@dataclass(frozen=True)
+class PackDir:
+    """One pack's directory and the rule files found in it."""
+    pack: str                  # "builtin", or the directory as given
+    root: Any                  # a Path, or the installed package's Traversable
+    shown: str                 # how diagnostics name the directory
+    rule_files: tuple[tuple[str, Any], ...]      # (layer, file), by layer then name
+
+    def name(self, *parts: str) -> str:
+        return "/".join((self.shown,) + parts)
+
+    def optional(self, name: str):
+        file = self.root.joinpath(name)
+        return file if file.is_file() else None
+
+
+def _pack_dir(pack: str, root, shown: str) -> PackDir:
+    files = []
+    for layer in LAYERS:
+        folder = root.joinpath(layer)
+        if folder.is_dir():
+            files.extend((layer, f) for f in sorted(folder.iterdir(), key=lambda f: f.name) if f.name.endswith((".yaml", ".yml")))
+    return PackDir(pack, root, shown, tuple(files))
+
+
+def builtin() -> PackDir:
+    return _pack_dir("builtin", resources.files("kbopt.rules"), "rules")
+
+
+def discover(dirs, problems: list[Diagnostic]) -> list[PackDir]:
+    """The built-in pack, then each directory once, in layering order."""
+    packs = [builtin()]
+    for shown in dict.fromkeys(str(d) for d in dirs):
+        root = Path(shown)
+        if not root.is_dir():
+            problems.append(diagnostic("L001", shown, None, "not a rules directory", help=LAYOUT))
+            continue
+        pack = _pack_dir(shown, root, shown)
+        if not pack.rule_files and not pack.optional(DISABLE) and not pack.optional(PARAMETERS):
+            problems.append(diagnostic("L001", shown, None, "no rule files found", help=LAYOUT))
+            continue
+        packs.append(pack)
+    return packs
+
+
+def _entries(pack: PackDir, name: str, key: str, problems: list[Diagnostic]) -> tuple[Document | None, Any]:
+    """The document of an optional pack file and what it holds under its one top-level `key`."""
+    file = pack.optional(name)
+    doc = file and read_document(file, pack.name(name), problems)
+    if not doc:
+        return None, None
+    return doc, doc.data.get(key) if isinstance(doc.data, dict) else None
+
+
+def read_parameters(pack: PackDir, problems: list[Diagnostic]) -> dict[str, Parameter]:
+    """parameters.yaml: `parameters: {name: {value, why}}` (and `overrides: true` to retune another pack's)."""
+    doc, entries = _entries(pack, PARAMETERS, "parameters", problems)
+    if not doc:
+        return {}
+    if not isinstance(entries, dict):
+        problems.append(doc.at((), "L004", "expected a mapping `parameters: {name: {value: ..., why: ...}}`"))
+        return {}
+    out = {}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict) or not {"value", "why"} <= set(entry) <= {"value", "why", "overrides"} \
+                or not isinstance(entry["why"], str) or not isinstance(entry["value"], (int, float, str, bool)):
+            problems.append(doc.at(("parameters", name), "L004", f"parameter {name!r} needs `value` and `why` "
+                                   "(and `overrides: true` to retune another pack's)"))
+            continue
+        out[name] = Parameter(name, entry["value"], " ".join(entry["why"].split()), bool(entry.get("overrides")),
+                              doc.line(("parameters", name)))
+    return out
+
+
+@dataclass(frozen=True)
+class Retired:
+    id: str
+    reason: str
+    file: str
+    line: int
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def read_retired(pack: PackDir, problems: list[Diagnostic]) -> dict[str, Retired]:
+    """retired.yaml: `retired: {ID: reason}` or `retired: [ID, ...]`."""
+    doc, entries = _entries(pack, RETIRED, "retired", problems)
+    if entries is None:
+        return {}
+    if isinstance(entries, list) and all(isinstance(e, str) for e in entries):
+        return {e: Retired(e, "retired", doc.file, doc.line(("retired", i))) for i, e in enumerate(entries)}
+    if isinstance(entries, dict) and all(isinstance(k, str) for k in entries):
+        return {k: Retired(k, str(v), doc.file, doc.line(("retired", k))) for k, v in entries.items()}
+    problems.append(doc.at(("retired",), "L004", "expected `retired: {RULE-ID: reason, ...}` or `retired: [RULE-ID, ...]`"))
+    return {}
+
+
+def read_disable(pack: PackDir, problems: list[Diagnostic]) -> list[tuple[str, int]]:
+    """disable.yaml: `disable: [{id, why}]`, as (id, line) in file order."""
+    doc, entries = _entries(pack, DISABLE, "disable", problems)
+    if not doc:
+        return []
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and set(e) == {"id", "why"} for e in entries):
+        problems.append(doc.at((), "L004", "expected `disable: [{id: RULE-ID, why: reason}, ...]`"))
+        return []
+    return list({e["id"]: doc.line(("disable", i)) for i, e in enumerate(entries)}.items())
