@@ -204,9 +204,9 @@ def lint_pack(pack: Pack, paths=()) -> list[Finding]:
             for claim in re.findall(r"seed (K\d+(?:\.\d+)?)", source):
                 if claim not in claims:
                     close = [c for c in claims if c.split(".")[0] == claim.split(".")[0]]
-                    add("error", "K102", f"cites {claim}, which the seed does not have", f"source: {source}",
-                        (f"claims of that section: {', '.join(close)}" if close else "the seed's claims are K1.1 to K4.6")
-                        + " (kb/seed.yaml)", key="source")
+                    add("error", "K102", f"cites {claim}, which the methodology does not have", f"source: {source}",
+                        (f"claims of that section: {', '.join(close)}" if close else "the methodology's claims are K1.1 to K4.6")
+                        + " (kb/sources.yaml)", key="source")
         if not can_be_true(rule.when):
             add("error", "K201", "the condition can never be true", f"when: {rule.when_text}",
                 "in every alternative, two tests contradict each other (a range that is empty, a value that is "
