@@ -1,1 +1,1 @@
-"""Knowledge: the fact vocabulary, catalogs (GPUs, strategies, seed claims) and facts loading."""
+"""Knowledge: the fact vocabulary, catalogs (GPUs, strategies, sources) and facts loading."""

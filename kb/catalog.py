@@ -1,4 +1,4 @@
-"""Catalogs shipped in kb/: GPUs, strategies and the seed's claims."""
+"""Catalogs shipped in kb/: GPUs, strategies and the methodology's claims (kb/sources.py)."""
 from __future__ import annotations
 
 import re
@@ -92,4 +92,6 @@ def strategies() -> dict[str, Strategy]:
 
 @lru_cache(maxsize=1)
 def seed_claims() -> dict[str, str]:
-    return dict(_load("seed.yaml")["claims"])
+    """The methodology's claims, id -> text (rules cite them as `seed K3.8`)."""
+    from kbopt.kb.sources import catalog
+    return {cid: claim.text for cid, claim in catalog().claims.items()}

@@ -250,10 +250,11 @@ def _rules(args) -> int:
             sys.stdout.write(authoring.graph_text(pack, args.format))
         return EXIT_OK
     if args.rules_command == "list":
+        from kbopt.kb import sources
         for rule in pack.rules:
             if args.layer in (None, rule.layer) and (args.tag is None or args.tag in rule.tags):
                 pack_name = "" if rule.pack == "builtin" else f"  (pack {rule.pack})"
-                print(f"{rule.id:38} {rule.layer:11} {rule.title}  [{', '.join(rule.sources)}]{pack_name}")
+                print(f"{rule.id:38} {rule.layer:11} {rule.title}  [{sources.labels(rule.sources)}]{pack_name}")
         return EXIT_OK
     from kbopt.engine.evaluators import available_evaluators
     from kbopt.engine.authoring.examples import run_examples

@@ -51,8 +51,9 @@ _ENTRIES = (
     Code("L101", "error", "retired id",
          "The rule uses an id listed in a `retired.yaml`. Retired ids are never reused, so that an old report's "
          "citation of a rule always means what it meant (as pylint keeps its retired message ids).", "K101"),
-    Code("L102", "error", "unknown seed claim",
-         "The rule's `source` cites `seed K<section>.<n>`, and the seed (kb/seed.yaml) has no such claim. A citation "
+    Code("L102", "error", "unknown methodology claim",
+         "The rule's `source` cites `seed K<section>.<n>` (methodology §<section>.<n>), and the sources catalog "
+         "(kb/sources.yaml) has no such claim. A citation "
          "must lead a reader to the evidence.", "K102"),
     # L2xx: whether a rule can fire
     Code("L201", "error", "never true",

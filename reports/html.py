@@ -7,6 +7,7 @@ from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.explain import Check
 from kbopt.engine.lang.expr import fmt
+from kbopt.kb import sources
 from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, firings, origin_detail,
                                   origin_text, params_text, safe_text)
 from kbopt.reports.graph_layout import layout
@@ -31,6 +32,16 @@ def gauge(check: Check) -> Gauge | None:
     return Gauge(round(100 * value / top, 1), round(100 * threshold / top, 1))
 
 
+def _sources_of(cited) -> "Markup":
+    """A rule's sources by label; an external page's address in the label's tooltip, not as a
+    link: the page stays free of outgoing addresses (see test_self_contained_no_fetches_no_script)."""
+    from markupsafe import Markup, escape
+    def one(entry: str) -> Markup:
+        text, url = escape(safe_text(sources.label(entry))), sources.url(entry)
+        return Markup(f'<cite title="{escape(url)}">{text}</cite>') if url else Markup(f"<cite>{text}</cite>")
+    return Markup(", ").join(one(entry) for entry in cited)
+
+
 def _environment():
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
     env = Environment(loader=PackageLoader("kbopt.reports", "templates"),
@@ -39,7 +50,7 @@ def _environment():
     env.filters.update(fmt=fmt, check_text=check_text, params_text=params_text)
     # Every rendered string passes here: drop bidirectional controls before escaping.
     env.finalize = lambda value: safe_text(value) if isinstance(value, str) else value
-    env.globals.update(gauge=gauge)
+    env.globals.update(gauge=gauge, sources_of=_sources_of)
     return env
 
 

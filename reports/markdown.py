@@ -4,6 +4,7 @@ from __future__ import annotations
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.lang.expr import fmt
+from kbopt.kb import sources
 from kbopt.reports.common import safe_text
 from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_detail,
                                   origin_text, params_text, rejection_label)
@@ -19,11 +20,19 @@ def _code(text: str) -> str:
     return "`" + safe_text(str(text)).replace("`", "'") + "`"
 
 
+def _sources(cited) -> str:
+    """A rule's sources by label, an external page as a link to it."""
+    def one(entry: str) -> str:
+        text, url = _cell(sources.label(entry)), sources.url(entry)
+        return f"[{text}]({url.replace(' ', '%20').replace(')', '%29')})" if url else text
+    return ", ".join(one(entry) for entry in cited)
+
+
 def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str:
     out = [f"# kbopt advice: {advice.bottleneck.replace('_', ' ')}", ""]
     if advice.bottleneck_rule:
         out.append(f"**Bottleneck:** `{advice.bottleneck}`, because:")
-        out += [f"- {_code(check_text(c))} ({origin_text(advice, c.fact)}; {_code(f.rule)}, {_cell(', '.join(f.source))})"
+        out += [f"- {_code(check_text(c))} ({origin_text(advice, c.fact)}; {_code(f.rule)}, {_sources(f.source)})"
                 for f, c in bottleneck_evidence(advice)]
     else:
         out.append("**Bottleneck:** `unknown`: the bottleneck rules need "
@@ -42,7 +51,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
             out += [f"Expected gain: {strategy.gain}", ""]
         for depth, firing in chain(advice, strategy.recommended_by):
             pad = "  " * depth
-            out.append(f"{pad}- {_code(firing.rule)} {firing.title} ({_cell(', '.join(firing.source))}; {_code(firing.location)})")
+            out.append(f"{pad}- {_code(firing.rule)} {firing.title} ({_sources(firing.source)}; {_code(firing.location)})")
             for check in firing.checks:
                 out.append(f"{pad}  - matched {_code(check_text(check))} ({origin_text(advice, check.fact)})")
             out.append(f"{pad}  - {firing.explanation}")
@@ -69,7 +78,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
     out += ["", "## Facts", "", "| fact | value | origin |", "|---|---|---|"]
     out += [f"| `{p}` | {_cell(fmt(v))} | {_cell(origin_detail(advice, p))} |" for p, v in advice.facts.items()]
     out += ["", f"## Rules fired ({len(advice.fired)})", "", "| rule | title | source | file |", "|---|---|---|---|"]
-    out += [f"| `{f.rule}` | {_cell(f.title)} | {_cell(', '.join(f.source))} | `{f.location}`"
+    out += [f"| `{f.rule}` | {_cell(f.title)} | {_sources(f.source)} | `{f.location}`"
             f"{'' if f.pack == 'builtin' else ' (pack ' + _cell(f.pack) + ')'} |" for f in advice.fired]
     out += ["", f"_Rule pack {advice.pack_version}._", ""]
     return "\n".join(out)

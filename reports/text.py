@@ -5,6 +5,7 @@ import textwrap
 
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.lang.expr import fmt
+from kbopt.kb import sources
 from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_detail,
                                   origin_text, params_text, rejection_label)
 
@@ -19,7 +20,7 @@ def _proof(advice: Advice, rule_ids, indent: str) -> list[str]:
     lines = []
     for depth, firing in chain(advice, rule_ids):
         pad = indent + "  " * depth + ("<- " if depth else "")
-        lines.append(f"{pad}{firing.rule}  {firing.title}  [{', '.join(firing.source)}]")
+        lines.append(f"{pad}{firing.rule}  {firing.title}  [{sources.labels(firing.source)}]")
         inner = indent + "  " * depth + ("   " if depth else "") + "  "
         for check in firing.checks:
             lines.append(f"{inner}matched: {check_text(check)}  ({origin_text(advice, check.fact)})")

@@ -181,13 +181,6 @@ def test_lint_checks_example_facts_and_expectations(run_cli, tmp_path):
     assert "L305" in out and "did you mean 'continuous_batching'?" in out
 
 
-def test_readme_documents_every_fact():
-    readme = (HERE.parent / "README.md").read_text()
-    from kbopt.kb.vocabulary import load_vocabulary
-    missing = [s.path for s in load_vocabulary().facts.values() if s.quality_of is None and f"`{s.path}`" not in readme]
-    assert missing == []
-
-
 def test_no_tie_warning_when_derived_facts_keep_two_rules_apart(run_cli, tmp_path):
     # S-PAGED-KV-VARIABLE-LENGTHS needs derived.variable_lengths, which needs max_seq_len > 512.
     rule = """id: S-STATIC-SHORT

@@ -44,7 +44,7 @@ def test_every_seed_claim_is_cited_by_a_rule():
 def test_seed_claim_list_matches_the_seed_document():
     seed = Path(__file__).resolve().parents[2] / "shared" / "seed" / "knowledge.md"
     if not seed.exists():
-        pytest.skip("the seed document is not beside this checkout")
+        pytest.skip("the methodology document (../shared/seed/knowledge.md) is not beside this checkout")
     ids = set(re.findall(r"\[(K\d+\.\d+)\]", seed.read_text(encoding="utf-8")))
     assert ids == set(seed_claims())
 

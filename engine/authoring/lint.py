@@ -163,9 +163,9 @@ def lint_pack(pack: Pack, retired: Mapping[str, Retired] | None = None, errors_o
             for claim in re.findall(r"seed (K\d+(?:\.\d+)?)", source):
                 if claim not in claims:
                     close = [c for c in claims if c.split(".")[0] == claim.split(".")[0]]
-                    add("L102", f"cites {claim}, which the seed does not have", f"source: {source}",
-                        (f"claims of that section: {', '.join(close)}" if close else "the seed's claims are K1.1 to K4.6")
-                        + " (kb/seed.yaml)", key="source")
+                    add("L102", f"cites {claim}, which the methodology does not have", f"source: {source}",
+                        (f"claims of that section: {', '.join(close)}" if close else "the methodology's claims are K1.1 to K4.6")
+                        + " (kb/sources.yaml)", key="source")
         if not can_be_true(rule.when):
             add("L201", "the condition can never be true", f"when: {rule.when_text}",
                 "in every alternative, two tests contradict each other (a range that is empty, a value that is "

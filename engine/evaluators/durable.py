@@ -1,6 +1,6 @@
 """durable_rules backend: compile the intermediate form to rulesets, run them synchronously.
 
-A thin adapter around the traps measured in shared/durable-rules-notes.md:
+A thin adapter around the traps measured in durable_rules 2.0.28 (docs/evaluators.md lists them):
 - numbers are serialized by us, never in bare exponent form (`1e-05` fails to parse);
 - no Host and no timer threads: actions are taken synchronously right after each assert;
 - one fact asserted at a time ("not handled" is normal), one fresh session per evaluation,
@@ -184,7 +184,7 @@ def compile_pack(pack: Pack) -> list[dict[str, Any]]:
         for index, definition in enumerate(compile_rule(rule, vocabulary)):
             reads = sorted({p for p in expr.facts_of(rule.fire_condition)})
             compiled.append((f"{rule.id}#{index}", definition, reads))
-    # A fact may meet at most 64 conditions of one ruleset (notes, trap 4): count, per kind of
+    # A fact may meet at most 64 conditions of one ruleset (docs/evaluators.md): count, per kind of
     # fact (the input, each derived fact), the compiled rules that test it, and start a new
     # ruleset before any count passes RULESET_SIZE (the marker rule takes one more on the input).
     chunks: list[list] = [[]]
@@ -199,7 +199,7 @@ def compile_pack(pack: Pack) -> list[dict[str, Any]]:
             counts[carrier] = counts.get(carrier, 0) + 1
     rulesets = []
     for chunk in chunks:
-        # Every session must see at least one action before delete_state (notes, trap 3): this
+        # Every session must see at least one action before delete_state (docs/evaluators.md): this
         # rule matches the input fact, which every ruleset is asserted.
         rules = {MARKER: {"all": [{"m": {"k": INPUT}}]}}
         reads: set[str] = set()
