@@ -36,8 +36,17 @@ def test_lint_findings_on_the_fixture_pack_match_the_snapshot(monkeypatch):
     assert found == LINT_SNAPSHOT.read_text(), "lint output changed; rerun with KBOPT_UPDATE_SNAPSHOTS=1 if intended"
     for code in ("K101", "K102", "K201", "K202", "K401"):
         assert any(f.code == code for f in findings), code
-    # Its disable.yaml removes D-LAUNCH-BOUND, which the built-in S-FUSION-LAUNCH-BOUND needs.
-    assert any(f.file == "rules/compute/s-fusion-launch-bound.yaml" and f.code == "K202" for f in findings)
+
+
+def test_disabling_every_producer_of_a_fact_leaves_the_rules_needing_it_unable_to_fire(tmp_path, pack):
+    # Every producer, found in the pack, so that a new rule deriving the fact changes nothing here.
+    producers = pack.producers["derived.launch_bound"]
+    needing = {r.file for r in pack.rules if "derived.launch_bound" in r.when_text and r.id not in producers}
+    assert producers and needing
+    entries = "".join(f"  - {{id: {rule_id}, why: testing}}\n" for rule_id in producers)
+    findings, _ = lint_paths([_pack(tmp_path, {"disable.yaml": f"disable:\n{entries}"})])
+    unable = {f.file for f in findings if f.code == "K202"}
+    assert unable and unable <= needing         # a rule may still fire through another alternative
 
 
 def test_lint_of_the_fixture_pack_on_the_command_line(run_cli, monkeypatch):
