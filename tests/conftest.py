@@ -23,3 +23,7 @@ def run_cli(capsys):
         out, err = capsys.readouterr()
         return code, out, err
     return run
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "acceptance: reruns the whole suite on a copy of the tree (deselect with -m 'not acceptance')")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,8 +41,9 @@ def test_markdown_advice(run_cli):
     code, out, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "md")
     assert code == 0
     assert out.startswith("# kbopt advice: memory capacity")
-    assert "| 2 | `paged_kv_cache` | storage | page_size=16 max_pages=29234 |" in out
-    assert "## Rejected (1)" in out
+    # The rank and the number of rejections depend on what else the pack recommends and rejects.
+    assert re.search(r"\| \d+ \| `paged_kv_cache` \| storage \| page_size=16 max_pages=29234 \|", out)
+    assert re.search(r"^## Rejected \(\d+\)$", out, re.M)
 
 
 @needs_durable
