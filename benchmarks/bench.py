@@ -1,15 +1,20 @@
-"""kbopt benchmark: prints figures measured in one run, each beside a baseline from the same run.
+"""kbopt benchmark: every figure is printed beside, and as a ratio to, a baseline measured in the
+same run, since absolute figures vary from machine to machine and run to run.
 
     python benchmarks/bench.py [--quick]
 
-(a) cold `kbopt advise` wall time against `python -c pass` (and against importing the
-    dependencies alone, the floor kbopt cannot go under);
-(b) evaluations per second in-process on the built-in rules, for both evaluators;
-(c) per-evaluation time for synthetic packs of 50, 500 and 2,000 rules (distinct thresholds);
+(a) cold `kbopt advise` (text, json, html) against `python -c pass` of the same interpreter:
+    CPU time of the child, median over alternating pairs; peak RSS of each, measured standalone;
+(b) the whole advise() in process on the built-in rules, per second of one core, against the
+    evaluator alone; the time of one evaluation for each evaluator;
+(c) synthetic packs of 50, 500 and 2,000 rules (distinct thresholds, one rule in seven chained):
+    evaluation and whole advise(), against the 50-rule pack;
 (d) collect's own overhead per NVML sample, with a fake NVML module, against the NVML calls alone;
-(e) summarizing a 1,000,000-request trace (Azure format): time, and peak memory against 100,000.
-Targets: cold advise <= 250 ms; >= 2,000 evaluations/s per core; 2,000 rules <= 15 ms;
-1,000,000-request trace < 3 s with memory bounded (streamed).
+(e) summarizing a 1,000,000-request trace (Azure format): time, and peak memory against 100,000;
+(f) parsing a 50,000-series Prometheus exposition with the prefilter, against without it.
+Targets (from the issue "Fast at every size"): cold advise <= 8x `python -c pass` (text) and
+<= 12x (html); >= 5,000 whole advise()/s per core; one evaluation <= 25 us (reference) and
+<= 100 us (durable); 2,000-rule pack <= 2 ms per whole advise(); trace < 3 s, memory bounded.
 """
 from __future__ import annotations
 
@@ -24,101 +29,138 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
+sys.path.insert(0, str(ROOT / "tests"))     # the fake NVML module and the synthetic exposition
 
 
-def wall(command: list[str], runs: int) -> float:
-    """Median wall time of a command, in ms (one warm-up run first, for the page cache)."""
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+def verdict(ok: bool, target: str) -> str:
+    return f"(target {target}: {'met' if ok else 'NOT met'})"
 
 
-def cold_start(runs: int) -> None:
+# A child's ru_maxrss counts the memory of the process it was forked from: exec keeps the larger
+# of the old and new peaks, so a child of this benchmark (100+ MiB by then) would show 100+ MiB
+# whatever it does. Each measured command is therefore started by this small launcher, a fresh
+# interpreter without site (~10 MiB), which reports the command's CPU time and peak RSS.
+_LAUNCHER = """
+import os, sys
+quiet, command = sys.argv[1] == "quiet", sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    if quiet:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1), os.dup2(null, 2)
+    os.execv(command[0], command)
+_, status, usage = os.wait4(pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
+"""
+
+
+def measured(command: list[str], quiet: bool = True) -> tuple[float, float, str]:
+    """(CPU seconds, peak RSS in MiB, its stdout) of one run of `command`, standalone."""
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", _LAUNCHER, "quiet" if quiet else "loud", *command],
+                            capture_output=True, text=True, check=True, cwd=ROOT)
+    *output, last = result.stdout.rstrip("\n").split("\n")
+    code, cpu, rss = last.split()
+    if code != "0":
+        raise SystemExit(f"{' '.join(command)} exited with {code}")
+    return float(cpu), int(rss) / 1024, "\n".join(output)
+
+
+def cold_start(pairs: int) -> None:
     python = sys.executable
-    baseline = wall([python, "-c", "pass"], runs)
-    floor = wall([python, "-c", "import durable.engine, jsonschema, networkx, yaml"], runs)
-    advise = wall([python, "-m", "kbopt", "advise", "--facts", str(EXAMPLES[0])], runs)
-    print(f"(a) cold advise, median of {runs}:")
-    print(f"    python -c pass                      {baseline:7.0f} ms   1.0x")
-    print(f"    import the dependencies only        {floor:7.0f} ms   {floor / baseline:4.1f}x")
-    print(f"    kbopt advise (bundled example)      {advise:7.0f} ms   {advise / baseline:4.1f}x"
-          f"   (target <= 250 ms: {'met' if advise <= 250 else 'NOT met'})")
+    baseline = [python, "-c", "pass"]
+    print(f"(a) cold `kbopt advise` ({EXAMPLES[0].name}) against `python -c pass`, child CPU time, "
+          f"median of {pairs} alternating pairs; peak RSS standalone:")
+    targets = {"text": 8, "html": 12}
+    base_rss = []
+    for fmt in ("text", "json", "html"):
+        command = [python, "-m", "kbopt", "advise", "--facts", str(EXAMPLES[0]), "--format", fmt]
+        measured(baseline), measured(command)              # warm the page cache
+        base, runs = [], []
+        for index in range(pairs):                          # alternate which goes first, so that drift hits both
+            if index % 2 == 0:
+                base.append(measured(baseline))
+                runs.append(measured(command))
+            else:
+                runs.append(measured(command))
+                base.append(measured(baseline))
+        base_cpu, cpu = statistics.median(r[0] for r in base), statistics.median(r[0] for r in runs)
+        ratio = statistics.median(r[0] / b[0] for r, b in zip(runs, base))
+        rss = statistics.median(r[1] for r in runs)
+        base_rss += [r[1] for r in base]
+        target = verdict(ratio <= targets[fmt], f"<= {targets[fmt]}x") if fmt in targets else "(no target)"
+        print(f"    advise --format {fmt:4}  {cpu * 1000:6.0f} ms CPU  {ratio:5.1f}x python -c pass "
+              f"({base_cpu * 1000:3.0f} ms) {target}; peak RSS {rss:5.1f} MiB")
+    print(f"    python -c pass peak RSS {statistics.median(base_rss):5.1f} MiB (the same launcher)")
+
+
+def per_core(call, items, seconds: float) -> float:
+    """Calls per CPU second of this (single-threaded) process, cycling over items."""
+    count, start = 0, time.process_time()
+    while time.process_time() - start < seconds:
+        for item in items:
+            call(item)
+        count += len(items)
+    return count / (time.process_time() - start)
 
 
 def throughput(seconds: float) -> None:
     from kbopt.engine.advice.advisor import advise
-    from kbopt.engine.evaluators import make_evaluator
+    from kbopt.engine.evaluators import available_evaluators, make_evaluator
     from kbopt.engine.pack.loader import load_pack
     from kbopt.kb.facts import load_facts
 
     pack = load_pack()
     facts = [load_facts(path) for path in EXAMPLES]
     values = [f.engine_values() for f in facts]
-    print(f"(b) built-in rules ({len(pack.rules)}), in-process, cycling over {len(values)} example facts files:")
-    rates = {}
-    for name in ("reference", "durable"):
+    print(f"(b) built-in rules ({len(pack.rules)}), in process, cycling over {len(facts)} example facts files, "
+          f"per CPU second of one core:")
+    limits = {"reference": 25, "durable": 100}
+    for name in available_evaluators()[::-1]:
         evaluator = make_evaluator(pack, name)
-        count, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            for v in values:
-                evaluator.run(v)
-            count += len(values)
-        rates[name] = count / (time.perf_counter() - start)
-        count, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            for f in facts:
-                advise(f, pack, name)
-            count += len(facts)
-        full = count / (time.perf_counter() - start)
-        print(f"    {name:9} chaining {rates[name]:7.0f} evaluations/s ({1e6 / rates[name]:5.0f} us each); "
-              f"whole advice (explanations, conflicts) {full:6.0f}/s")
-    print(f"    durable / reference: {rates['durable'] / rates['reference']:.2f}x   "
-          f"(target >= 2,000/s: {'met' if rates['durable'] >= 2000 else 'NOT met'})")
+        evaluations = per_core(evaluator.run, values, seconds)
+        whole = per_core(lambda f: advise(f, pack, name), facts, seconds)
+        print(f"    {name:9} one evaluation {1e6 / evaluations:6.1f} us {verdict(1e6 / evaluations <= limits[name], f'<= {limits[name]} us')}; "
+              f"whole advise() {whole:6.0f}/s, {evaluations / whole:4.1f}x one evaluation "
+              f"{verdict(whole >= 5000, '>= 5,000/s')}")
 
 
 def scaling(sizes: list[int], evaluations: int) -> None:
     from kbopt.engine.advice.advisor import advise
-    from kbopt.engine.evaluators import make_evaluator
     from kbopt.engine.authoring.synthetic import random_telemetry, synthetic_pack
+    from kbopt.engine.evaluators import available_evaluators, make_evaluator
     from kbopt.kb.facts import facts_from_document
 
-    print(f"(c) synthetic packs, mean of {evaluations} random fact sets:")
+    print(f"(c) synthetic packs, mean over {evaluations} random fact sets (a quarter without telemetry, "
+          f"which leaves every chained rule waiting: the explanation's worst case):")
+    first: dict[str, float] = {}
     for size in sizes:
         start = time.perf_counter()
         pack = synthetic_pack(size)
         loaded = time.perf_counter() - start
-        start = time.perf_counter()
-        durable = make_evaluator(pack, "durable")
-        compiled = time.perf_counter() - start
         rng = random.Random(size)
         inputs = [random_telemetry(rng) for _ in range(evaluations)]
-        per = {}
-        for name, evaluator in (("reference", make_evaluator(pack, "reference")), ("durable", durable)):
-            start = time.perf_counter()
-            for v in inputs:
-                evaluator.run(v)
-            per[name] = (time.perf_counter() - start) / evaluations * 1000
-        # The whole advise() (explanations of what was not evaluated included), with telemetry and
-        # without: facts with no telemetry leave every chained rule waiting, the explanation's worst case.
         documents = [{"telemetry": {k.split(".")[1]: v for k, v in values.items()}} for values in inputs]
         documents[::4] = [{"model": {"params_billion": 8}}] * len(documents[::4])
         facts = [facts_from_document(document, "synthetic") for document in documents]
-        start = time.perf_counter()
-        for f in facts:
-            advise(f, pack, "reference")
-        whole = (time.perf_counter() - start) / evaluations * 1000
-        verdict = f"   (target <= 15 ms: {'met' if per['durable'] <= 15 else 'NOT met'})" if size == 2000 else ""
-        print(f"    {size:5} rules: load {loaded:5.2f} s, compile {compiled:5.2f} s; per evaluation "
-              f"reference {per['reference']:6.2f} ms, durable {per['durable']:6.2f} ms "
-              f"({per['durable'] / per['reference']:.1f}x){verdict}; whole advise() {whole:6.2f} ms")
+        row = []
+        for name in available_evaluators()[::-1]:
+            make_evaluator(pack, name).run(inputs[0])       # compiled once, as advise() caches it
+            start = time.process_time()
+            for f in facts:
+                make_evaluator(pack, name).run(f.engine_values())
+            one = (time.process_time() - start) / evaluations * 1000
+            start = time.process_time()
+            for f in facts:
+                advise(f, pack, name)
+            whole = (time.process_time() - start) / evaluations * 1000
+            first.setdefault(name, whole)
+            target = f" {verdict(whole <= 2, '<= 2 ms')}" if size == 2000 else ""
+            row.append(f"{name} evaluation {one:6.3f} ms, whole advise() {whole:6.3f} ms "
+                       f"({whole / first[name]:5.1f}x 50 rules){target}")
+        print(f"    {size:5} rules (load {loaded:4.2f} s): " + ";\n                              ".join(row))
 
 
 def nvml_overhead(samples: int) -> None:
-    sys.path.insert(0, str(ROOT / "tests"))
     from fake_nvml import FakeClock, FakeNVML
 
     from kbopt.kb.collectors.nvml import Progress, sample_nvml
@@ -140,17 +182,17 @@ def nvml_overhead(samples: int) -> None:
                     progress=Progress(1, stream=quiet))
     whole = (time.perf_counter() - start) / samples
     print(f"(d) NVML sampling, {samples} samples with a fake NVML module:")
-    print(f"    the NVML calls alone {calls * 1e6:6.1f} us/sample; kbopt's sampling {whole * 1e6:6.1f} us/sample; "
-          f"overhead {(whole - calls) * 1e6:5.1f} us/sample (at the default 0.5 s interval: "
-          f"{(whole - calls) / 0.5 * 100:.4f}% of one core)")
+    print(f"    the NVML calls alone {calls * 1e6:6.1f} us/sample; kbopt's sampling {whole * 1e6:6.1f} us/sample "
+          f"({whole / calls:.1f}x); overhead {(whole - calls) * 1e6:5.1f} us/sample (at the default 0.5 s "
+          f"interval: {(whole - calls) / 0.5 * 100:.4f}% of one core)")
 
 
 _TRACE_CHILD = """
-import resource, sys, time
+import sys, time
 from kbopt.kb.collectors.traces import TraceOptions, summarize_trace
 start = time.perf_counter()
 summarize_trace(sys.argv[1], TraceOptions())
-print(time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(time.perf_counter() - start)
 """
 
 
@@ -169,25 +211,56 @@ def trace_scaling(rows: int) -> None:
                     day, rest = divmod(t, 86400)
                     handle.write(f"2023-11-{16 + int(day):02d} {int(rest // 3600):02d}:{int(rest // 60 % 60):02d}:"
                                  f"{rest % 60:010.7f},{rng.randint(10, 8000)},{rng.randint(1, 800)}\n")
-            output = subprocess.run([sys.executable, "-c", _TRACE_CHILD, str(path)], capture_output=True,
-                                    text=True, check=True).stdout.split()
-            results[count] = (float(output[0]), int(output[1]) / 1024)
+            _, rss, output = measured([sys.executable, "-c", _TRACE_CHILD, str(path)], quiet=False)
+            results[count] = (float(output.split()[-1]), rss)
     small, large = results[rows // 10], results[rows]
-    print(f"(e) trace summary (Azure CSV), in a fresh process:")
+    print("(e) trace summary (Azure CSV), in a fresh process, peak RSS standalone:")
     print(f"    {rows // 10:>9,} requests {small[0]:5.2f} s, peak RSS {small[1]:6.1f} MiB")
-    print(f"    {rows:>9,} requests {large[0]:5.2f} s, peak RSS {large[1]:6.1f} MiB   "
-          f"(target < 3 s: {'met' if large[0] < 3 else 'NOT met'}; memory x{large[1] / small[1]:.2f} for 10x the rows)")
+    print(f"    {rows:>9,} requests {large[0]:5.2f} s ({large[0] / small[0]:4.1f}x), peak RSS {large[1]:6.1f} MiB "
+          f"(x{large[1] / small[1]:.2f} for 10x the rows) {verdict(large[0] < 3, '< 3 s')}")
+
+
+def prometheus_parsing(series: int, runs: int) -> None:
+    import tracemalloc
+
+    from synthetic_exposition import synthetic_exposition
+
+    from kbopt.kb.collectors.prometheus import facts_from_scrapes, parse, prefilter
+
+    text = synthetic_exposition(series)
+    kept = prefilter(text)
+    results = {}
+    for filtered in (False, True):
+        times = []
+        for _ in range(runs):
+            start = time.process_time()
+            scrape = parse(text, "bench", filtered=filtered)
+            times.append(time.process_time() - start)
+        tracemalloc.start()
+        parse(text, "bench", filtered=filtered)
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+        results[filtered] = statistics.median(times), peak, facts_from_scrapes(scrape)
+    (slow, slow_peak, slow_facts), (fast, fast_peak, fast_facts) = results[False], results[True]
+    same = slow_facts.facts == fast_facts.facts and slow_facts.notes == fast_facts.notes
+    print(f"(f) Prometheus parsing, {series:,} series ({len(text) / 2**20:.1f} MiB; the prefilter keeps "
+          f"{kept.count(chr(10)) + 1:,} of {text.count(chr(10)):,} lines), median of {runs}, peak traced memory:")
+    print(f"    without the prefilter {slow * 1000:7.1f} ms, {slow_peak:5.1f} MiB")
+    print(f"    with the prefilter    {fast * 1000:7.1f} ms, {fast_peak:5.1f} MiB   {slow / fast:4.1f}x faster, "
+          f"{slow_peak / fast_peak:4.1f}x less memory; identical facts: {'yes' if same else 'NO'}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer runs (for a smoke test)")
+    parser.add_argument("--quick", action="store_true", help="fewer runs, smaller inputs (CI's smoke test, < 60 s)")
     args = parser.parse_args()
-    cold_start(runs=3 if args.quick else 15)
-    throughput(seconds=0.3 if args.quick else 2.0)
-    scaling([50, 500] if args.quick else [50, 500, 2000], evaluations=20 if args.quick else 200)
-    nvml_overhead(samples=200 if args.quick else 5000)
-    trace_scaling(rows=20_000 if args.quick else 1_000_000)
+    quick = args.quick
+    cold_start(pairs=3 if quick else 15)
+    throughput(seconds=0.3 if quick else 2.0)
+    scaling([50, 500, 2000], evaluations=8 if quick else 200)
+    nvml_overhead(samples=200 if quick else 5000)
+    trace_scaling(rows=20_000 if quick else 1_000_000)
+    prometheus_parsing(series=20_000 if quick else 50_000, runs=1 if quick else 5)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ window from the differences.
 from __future__ import annotations
 
 import math
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -52,11 +53,144 @@ def read_exposition(source: str, timeout_s: float = 5.0) -> str:
         raise KboptError(f"--metrics {source}: cannot read it: {error.strerror}") from None
 
 
-def parse(text: str, source: str) -> Scrape:
+# ------------------------------------------------------------------ prefilter
+# prometheus_client's parser walks label text one character at a time in Python, and a node's
+# exposition is mostly families kbopt never reads (Go/Python runtime, per-handler HTTP, unread
+# DCGM fields, latency histograms no mapper uses). Dropping their lines before parsing makes a
+# 50k-series exposition many times faster (docs/performance.md), with identical facts.
+
+# Families whose samples the mappers below read (a histogram's or counter's base name stands for
+# its _bucket/_sum/_count/_created/_total samples). A test checks that every metric name this
+# module mentions is in it: add here what a mapper starts to read.
+READ_FAMILIES = frozenset({
+    "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
+    "vllm:cache_config_info", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_preemptions", "vllm:request_success",
+    "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+    "sglang:token_usage", "sglang:num_running_reqs", "sglang:num_queue_reqs",
+    "sglang:time_to_first_token_seconds", "sglang:time_per_output_token_seconds",
+    "tgi_queue_size", "tgi_batch_current_size",
+    "nv_trt_llm_kv_cache_block_metrics", "nv_trt_llm_request_metrics", "nv_inference_pending_request_count",
+})
+# Beyond these samples the collector looks at every sample's name (which exporters are there)
+# and at every sample's gpu, GPU_I_ID and modelName labels (which GPUs, MIG, the GPU's name).
+ENGINE_PREFIXES = ("DCGM_FI_", "vllm:", "sglang:", "tgi_", "nv_trt_llm_")
+_SUFFIXES = frozenset({"total", "bucket", "sum", "count", "created"})
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"')
+# The sample names prometheus_client's parser lets a # TYPE'd family have (its own table).
+_ALLOWED = {"counter": ("",), "gauge": ("",), "summary": ("_count", "_sum", ""),
+            "histogram": ("_count", "_sum", "_bucket")}
+
+
+def _wanted(name: str) -> bool:
+    if name in READ_FAMILIES:
+        return True
+    base, _, suffix = name.rpartition("_")
+    return suffix in _SUFFIXES and base in READ_FAMILIES
+
+
+def _label_key(rest: str):
+    """What the collector reads from the labels in `rest` (a sample line after its `{`):
+    (gpu, has GPU_I_ID, modelName), or None when it has none of them. When they cannot be read
+    simply (escapes, a label twice) it is `rest` itself, unique, so that the line is kept: a line
+    kept in error costs time, one dropped in error would change facts."""
+    if "gpu" not in rest and "GPU_I_ID" not in rest and "modelName" not in rest:
+        return None
+    if "\\" in rest:
+        return rest
+    pairs = _LABEL.findall(rest)
+    found = dict(pairs)
+    if len(found) != len(pairs) or ("gpu" not in found and "GPU_I_ID" not in found and "modelName" not in found):
+        return rest
+    return found.get("gpu"), "GPU_I_ID" in found, found.get("modelName") or None
+
+
+def prefilter(text: str) -> str:
+    """The lines of `text` that can change what the collector extracts, or `text` itself when it
+    holds something this reading is not sure of (the parser then sees, and rejects, all of it).
+
+    It follows prometheus_client's parser line by line: a # HELP/# TYPE line opens a family and
+    says which sample names it allows; a sample it does not allow is a family of its own and
+    closes the open one. A family is kept with all its # HELP/# TYPE lines, so each kept sample
+    gets the name it gets in the whole text (a counter's `x` becomes `x_total` under its # TYPE
+    only). It also follows the parser reading only the kept lines, and gives up when the two
+    would differ (a family declared twice, its declarations now adjacent). A sample of an unread
+    family is kept when it is the first sample, the first of an engine's prefix, or brings a new
+    (gpu, MIG, modelName), with its family's # HELP/# TYPE lines. Malformed lines of dropped
+    families no longer reach the parser, so they are no longer reported."""
+    lines = text.split("\n")            # as the parser's StringIO splits them, not splitlines()
+    keep = bytearray(len(lines))
+    unseen_prefixes = ENGINE_PREFIXES
+    seen_keys: set = set()
+    any_sample = False
+    name, allowed, wanted = "", (), False       # the parser's state over the whole text
+    headers: list[int] = []                     # the current family's # HELP/# TYPE lines
+    headers_kept = False
+    kept_name, kept_allowed = "", ()            # the parser's state over the kept lines only
+
+    for index, raw in enumerate(lines):
+        line = raw.strip()
+        if not line:
+            continue
+        if line[0] == "#":
+            parts = line.split(None, 3)
+            if len(parts) < 2 or parts[1] not in ("HELP", "TYPE"):
+                continue                 # a comment: the parser skips it too
+            if len(parts) < (3 if parts[1] == "HELP" else 4) or not _NAME.fullmatch(parts[2]):
+                return text              # truncated, quoted (UTF-8) or invalid: left to the parser
+            if parts[2] != name:
+                name, allowed, wanted, headers, headers_kept = parts[2], (parts[2],), _wanted(parts[2]), [], False
+            if parts[1] == "TYPE":
+                allowed = tuple(name + suffix for suffix in _ALLOWED.get(parts[3], ("",)))
+            headers.append(index)
+            if headers_kept or wanted:
+                if not headers_kept and kept_name == name:
+                    return text
+                keep[index], headers_kept = 1, True
+                kept_name, kept_allowed = name, allowed
+            continue
+        match = _NAME.match(line)
+        if match is None or line[match.end():match.end() + 1] not in (" ", "\t", "{"):
+            return text                  # `{__name__="x"}` or junk: left to the parser
+        sample = match.group()
+        own_family = sample not in allowed
+        if own_family:
+            name, allowed, wanted, headers, headers_kept = "", (), _wanted(sample), [], False
+        brace = line.find("{", match.end())
+        key = _label_key(line[brace + 1:]) if brace >= 0 else None
+        if not (wanted or not any_sample or (key is not None and key not in seen_keys)
+                or sample.startswith(unseen_prefixes)):
+            continue
+        if own_family:
+            if sample in kept_allowed:
+                return text              # it would join the family kept before it
+            kept_name, kept_allowed = "", ()
+        elif not headers_kept:
+            if headers and kept_name == name:
+                return text
+            for header in headers:
+                keep[header] = 1
+            headers_kept = True
+            kept_name, kept_allowed = name, allowed
+        keep[index] = 1
+        any_sample = True
+        if key is not None:
+            seen_keys.add(key)
+        if sample.startswith(unseen_prefixes):
+            unseen_prefixes = tuple(p for p in unseen_prefixes if not sample.startswith(p))
+    return "\n".join(line for line, kept in zip(lines, keep) if kept)
+
+
+def parse(text: str, source: str, filtered: bool = True) -> Scrape:
+    """`filtered=False` parses every line (the benchmark's and the filter test's reference)."""
     from prometheus_client.parser import text_string_to_metric_families
     samples: dict[str, list] = {}
     try:
-        for family in text_string_to_metric_families(text):
+        for family in text_string_to_metric_families(prefilter(text) if filtered else text):
             for sample in family.samples:
                 samples.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
     except (ValueError, TypeError, IndexError) as error:
