@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.compare import Comparison
-from kbopt.engine.lang.expr import fmt
+from kbopt.engine.lang.text import fmt
 from kbopt.reports.common import safe_text
 from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_detail,
                                   origin_text, params_text, rejection_label)

@@ -4,7 +4,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.logic import KNOWN, Missing, evaluate, value_of
+from kbopt.engine.lang.nodes import unique_facts
+from kbopt.engine.lang.text import fmt, render
 from kbopt.engine.advice.model import Advice, Caveat, Edge, Firing, NotEvaluated, Rejection, StrategyAdvice
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
@@ -24,14 +26,14 @@ def fill_because(rule: Rule, lookup) -> str:
             value = parameters[name]
         else:
             status, value = lookup(name)
-            if status != expr.KNOWN:
+            if status != KNOWN:
                 return f"{name}=?"
         if spec:
             try:
                 return format(value, spec)
             except (ValueError, TypeError):
                 pass
-        return expr.fmt(value)
+        return fmt(value)
 
     return re.sub(r"\{([^{}:]+)(?::([^{}]*))?\}", replace, rule.because)
 
@@ -50,14 +52,14 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         values = {p: shown_values.get(p, v) for p, v in values.items()}
         firings.append(Firing(
             rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
-            when=rule.when_text, when_values=expr.render(rule.when, shown_values),
+            when=rule.when_text, when_values=render(rule.when, shown_values),
             explanation=fill_because(rule, final.lookup), source=rule.sources,
             location=rule.location, pack=rule.pack,
             derived={p: v for p, (v, r) in derivation.derived.items() if r == rule.id}))
     not_evaluated = tuple(
         NotEvaluated(rule.id, rule.title, tuple(final.missing_inputs(rule)))
         for rule in pack.rules
-        if rule.id not in final.fired and expr.evaluate(rule.fire_condition, final.lookup) is None)
+        if rule.id not in final.fired and evaluate(rule.fire_condition, final.lookup) is None)
 
     strategies_out, rejected, edges = _settle(pack, derivation.fired, final)
     warnings = tuple(Caveat(rule_id, conclusion.text) for rule_id in derivation.fired
@@ -147,22 +149,22 @@ def _params(candidate: Candidate, final: FinalFacts, strategy) -> tuple[dict[str
 
         def lookup(path):
             status, value = final.lookup(path)
-            if status != expr.KNOWN:
+            if status != KNOWN:
                 looked_up_unknown.append(path)
             return status, value
         try:
-            params[name] = expr.value_of(node, lookup)
-        except expr.Missing as missing:
+            params[name] = value_of(node, lookup)
+        except Missing as missing:
             notes.append(Caveat(rule_id, f"{name} not computed: needs {', '.join(dict.fromkeys(missing.paths))}"))
             continue
         problem = strategy.params[name].violated_by(params[name])
         if problem:
-            used = ", ".join(f"{p}={expr.fmt(final.lookup(p)[1])}" for p in expr.unique_facts(node)
-                             if final.lookup(p)[0] == expr.KNOWN)
-            notes.append(Caveat(rule_id, f"{name} not given: it computes to {expr.fmt(params.pop(name))}, "
+            used = ", ".join(f"{p}={fmt(final.lookup(p)[1])}" for p in unique_facts(node)
+                             if final.lookup(p)[0] == KNOWN)
+            notes.append(Caveat(rule_id, f"{name} not given: it computes to {fmt(params.pop(name))}, "
                                          f"{problem}" + (f" (from {used})" if used else "")))
             continue
         if looked_up_unknown:
-            notes.append(Caveat(rule_id, f"{name}={expr.fmt(params[name])} is a default: "
+            notes.append(Caveat(rule_id, f"{name}={fmt(params[name])} is a default: "
                                          f"{', '.join(dict.fromkeys(looked_up_unknown))} not known"))
     return params, notes

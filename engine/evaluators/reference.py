@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.logic import evaluate
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
 from kbopt.engine.pack.rule import Pack
 
@@ -25,7 +25,7 @@ class ReferenceEvaluator:
         while changed:
             changed = False
             for rule in self.pack.rules:
-                if rule.id not in fired and expr.evaluate(rule.fire_condition, derived.lookup) is True:
+                if rule.id not in fired and evaluate(rule.fire_condition, derived.lookup) is True:
                     fired.add(rule.id)
                     derived.conclude(rule)
                     changed = True

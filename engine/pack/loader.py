@@ -5,11 +5,14 @@ import hashlib
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, assert_never
 
 import yaml
 
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.errors import ExprError
+from kbopt.engine.lang.nodes import And, Arith, Call, Const, Fact, IfElse, ListOf, Needs, Value
+from kbopt.engine.lang.operators import FUNCTIONS
+from kbopt.engine.lang.parse import parse_condition, parse_value
 from kbopt.engine.pack.rule import (LAYERS, Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject,
                                Require, Rule, Warn)
 from kbopt.errors import RuleError
@@ -90,17 +93,17 @@ class _RuleBuilder:
         raise RuleError(self.file, _line(self.lines, path), message, hint)
 
     def expression(self, text, path, kind, parameters):
-        parse = expr.parse_condition if kind == "condition" else expr.parse_value
+        parse = parse_condition if kind == "condition" else parse_value
         try:
             return parse(text, self.vocabulary, parameters)
-        except expr.ExprError as error:
+        except ExprError as error:
             self.fail(path, f"{'/'.join(map(str, path))}: {error.message}", error.hint)
 
     def value(self, raw, path, parameters):
         """A literal, or an expression written `= expr`."""
         if isinstance(raw, str) and raw.startswith("="):
             return self.expression(raw[1:], path, "value", parameters)
-        return expr.Const(raw)
+        return Const(raw)
 
     def strategy(self, name, variant, path):
         if name not in self.catalog:
@@ -134,7 +137,7 @@ class _RuleBuilder:
             set(re.findall(r"\{([a-z_][a-z0-9_]*)(?::[^{}]*)?\}", d["because"]))
         parameters = local + tuple(self.shared[name] for name in sorted(used) if name in self.shared)
         needed = [path for c in then if isinstance(c, Derive) for path in _required(c.value)]
-        fire_condition = expr.And((when,) + tuple(expr.Needs(expr.Fact(p)) for p in dict.fromkeys(needed))) \
+        fire_condition = And((when,) + tuple(Needs(Fact(p)) for p in dict.fromkeys(needed))) \
             if needed else when
         sources = (d["source"],) if isinstance(d["source"], str) else tuple(d["source"])
         examples = tuple(self.example(e, ("examples", i)) for i, e in enumerate(d["examples"]))
@@ -158,7 +161,7 @@ class _RuleBuilder:
                           "rules derive only the facts declared under `derived:` in kb/vocabulary.yaml (a pack cannot "
                           "declare new ones yet)" + (f"; did you mean '{hint}'?" if hint and spec is None else ""))
             value = self.value(raw, path + (target,), values)
-            if isinstance(value, expr.Const):
+            if isinstance(value, Const):
                 self.check_literal(spec, value.value, path + (target,))
             return Derive(target, value)
         if kind == "recommend":
@@ -215,11 +218,11 @@ class _RuleBuilder:
                        line=_line(self.lines, path))
 
 
-def _constants(nodes) -> list[expr.Const]:
+def _constants(nodes) -> list[Const]:
     """Every literal in conditions and conclusions (to find the parameters a rule uses)."""
     out = []
     for node in nodes:
-        if isinstance(node, expr.Const):
+        if isinstance(node, Const):
             out.append(node)
         elif isinstance(node, (list, tuple)):
             out.extend(_constants(node))
@@ -228,22 +231,23 @@ def _constants(nodes) -> list[expr.Const]:
     return out
 
 
-def _required(node) -> list[str]:
-    """Facts a value expression cannot do without (coalesce offers alternatives)."""
-    if isinstance(node, expr.Call) and node.fn == "coalesce":
-        return []
-    if isinstance(node, expr.Fact):
-        return [node.path]
-    children = []
-    if isinstance(node, expr.Arith):
-        children = [node.left, node.right]
-    elif isinstance(node, (expr.Call,)):
-        children = list(node.args)
-    elif isinstance(node, expr.ListOf):
-        children = list(node.items)
-    elif isinstance(node, expr.IfElse):
-        return []        # its condition decides which facts it needs; a missing one leaves it unknown
-    return [p for c in children for p in _required(c)]
+def _required(node: Value) -> list[str]:
+    """Facts a value expression cannot do without (a function of alternatives offers others)."""
+    match node:
+        case Call(fn=fn) if FUNCTIONS[fn].alternatives:
+            return []
+        case Fact(path=path):
+            return [path]
+        case Const():
+            return []
+        case Arith(left=left, right=right):
+            return _required(left) + _required(right)
+        case Call(args=children) | ListOf(items=children):
+            return [p for c in children for p in _required(c)]
+        case IfElse():
+            return []        # its condition decides which facts it needs; a missing one leaves it unknown
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 @lru_cache(maxsize=1)
