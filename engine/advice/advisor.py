@@ -1,10 +1,10 @@
 """Facts + pack -> Advice: run an evaluator, explain what fired, settle conflicts."""
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from kbopt.engine.lang.logic import KNOWN, Missing, evaluate, value_of
+from kbopt.engine.lang import template
 from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.text import fmt, render
 from kbopt.engine.advice.model import Advice, Caveat, Edge, Firing, NotEvaluated, Rejection, StrategyAdvice
@@ -20,8 +20,7 @@ def fill_because(rule: Rule, lookup) -> str:
     """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in."""
     parameters = {p.name: p.value for p in rule.parameters}
 
-    def replace(match):
-        name, spec = match.group(1), match.group(2)
+    def replace(name, spec):
         if name in parameters:
             value = parameters[name]
         else:
@@ -35,7 +34,7 @@ def fill_because(rule: Rule, lookup) -> str:
                 pass
         return fmt(value)
 
-    return re.sub(r"\{([^{}:]+)(?::([^{}]*))?\}", replace, rule.because)
+    return template.fill(rule.because, replace)
 
 
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:

@@ -12,5 +12,6 @@ recommended `params`, written `= expr`) add arithmetic and a few pure functions.
 - logic: three-valued evaluation (`evaluate`, `undecided_by`, `witnesses`, `value_of`)
 - normal_form: `to_nnf`, `to_dnf`, for backends without negation
 - text: `render`, `describe`, `fmt`
+- template: the `{fact}` / `{parameter:spec}` placeholders of `because` texts
 - errors: `ExprError`
 """

@@ -9,6 +9,7 @@ from typing import Any, Iterable, assert_never
 
 import yaml
 
+from kbopt.engine.lang import template
 from kbopt.engine.lang.errors import ExprError
 from kbopt.engine.lang.nodes import And, Arith, Call, Const, Fact, IfElse, ListOf, Needs, Value
 from kbopt.engine.lang.operators import FUNCTIONS
@@ -132,9 +133,8 @@ class _RuleBuilder:
         values = {**{name: p.value for name, p in self.shared.items()}, **{p.name: p.value for p in local}}
         when = self.expression(d["when"], ("when",), "condition", values)
         then = tuple(self.conclusion(item, ("then", i), values) for i, item in enumerate(d["then"]))
-        import re
         used = {n.parameter for n in _constants((when,) + then) if n.parameter} | \
-            set(re.findall(r"\{([a-z_][a-z0-9_]*)(?::[^{}]*)?\}", d["because"]))
+            template.parameter_names(d["because"])
         parameters = local + tuple(self.shared[name] for name in sorted(used) if name in self.shared)
         needed = [path for c in then if isinstance(c, Derive) for path in _required(c.value)]
         fire_condition = And((when,) + tuple(Needs(Fact(p)) for p in dict.fromkeys(needed))) \
@@ -204,9 +204,7 @@ class _RuleBuilder:
                       "one of: " + ", ".join(spec.values) if spec.values else None)
 
     def check_placeholders(self, text, values):
-        import re
-        for match in re.finditer(r"\{([^{}:]+)(?::[^{}]*)?\}", text):
-            name = match.group(1)
+        for name, _ in template.placeholders(text):
             if name not in values and self.vocabulary.get(name) is None:
                 hint = self.vocabulary.suggest(name)
                 self.fail(("because",), f"because: unknown placeholder {{{name}}}",
