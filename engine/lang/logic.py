@@ -13,6 +13,10 @@ from kbopt.engine.lang.operators import ARITHMETIC, BOOLEAN, COMPARISONS, FUNCTI
 KNOWN, MISSING, ABSENT, UNKNOWN = "known", "missing", "absent", "unknown"
 Lookup = Callable[[str], tuple[str, Any]]   # path -> (status, value)
 
+# evaluate() is hot: the table is read once here rather than per node.
+_ALL, _ANY, _NOT = BOOLEAN["and"].apply, BOOLEAN["or"].apply, BOOLEAN["not"].apply
+_COMPARE = {symbol: row.apply for symbol, row in COMPARISONS.items()}
+
 
 class Missing(Exception):
     """A value expression needs facts that are not known."""
@@ -28,24 +32,12 @@ def evaluate(node: Condition, lookup: Lookup) -> bool | None:
     An input fact not given makes comparisons unknown, but `known()` of it is plainly false.
     A derived fact that no rule could produce is absent: comparisons on it are false.
     """
+    # The reference evaluator's inner loop: the most frequent nodes first, and bare class
+    # patterns (keyword captures cost more than the attribute reads they replace).
     match node:
-        case And(items=items):
-            return BOOLEAN["and"].apply([evaluate(i, lookup) for i in items])
-        case Or(items=items):
-            return BOOLEAN["or"].apply([evaluate(i, lookup) for i in items])
-        case Not(item=item):
-            return BOOLEAN["not"].apply(evaluate(item, lookup))
-        case Known(fact=fact, negated=negated):
-            status, _ = lookup(fact.path)
-            if status == UNKNOWN:
-                return None
-            return (status == KNOWN) != negated
-        case Needs(fact=fact):
-            status, _ = lookup(fact.path)
-            return True if status == KNOWN else (False if status == ABSENT else None)
-        case Cmp(op=op, left=left, right=right):
+        case Cmp():
             statuses, values = [], []
-            for side in (left, right):
+            for side in (node.left, node.right):
                 if isinstance(side, Fact):
                     status, value = lookup(side.path)
                 else:
@@ -56,13 +48,27 @@ def evaluate(node: Condition, lookup: Lookup) -> bool | None:
                 return False
             if UNKNOWN in statuses or MISSING in statuses:
                 return None
-            return COMPARISONS[op].apply(values[0], values[1])
-        case OneOf(fact=fact, negated=negated) | Contains(fact=fact, negated=negated):
-            status, value = lookup(fact.path)
+            return _COMPARE[node.op](values[0], values[1])
+        case And():
+            return _ALL([evaluate(i, lookup) for i in node.items])
+        case Or():
+            return _ANY([evaluate(i, lookup) for i in node.items])
+        case Needs():
+            status, _ = lookup(node.fact.path)
+            return True if status == KNOWN else (False if status == ABSENT else None)
+        case Known():
+            status, _ = lookup(node.fact.path)
+            if status == UNKNOWN:
+                return None
+            return (status == KNOWN) != node.negated
+        case OneOf() | Contains():
+            status, value = lookup(node.fact.path)
             if status != KNOWN:
                 return False if status == ABSENT else None
             hit = value in node.values if isinstance(node, OneOf) else node.item in value
-            return hit != negated
+            return hit != node.negated
+        case Not():
+            return _NOT(evaluate(node.item, lookup))
         case _ as unreachable:
             assert_never(unreachable)
 
