@@ -265,7 +265,7 @@ def load_facts(path: str | Path, overrides: list[str] = ()) -> Facts:
 
 def check_consistency(values: dict[str, Any], name: str, vocabulary: Vocabulary) -> None:
     """Relations between facts that any real deployment satisfies (kb/vocabulary.yaml `consistency`)."""
-    from kbopt.engine.lang.expr import fmt
+    from kbopt.engine.lang.text import fmt
     problems = []
     for rule in vocabulary.consistency:
         a, b = values.get(rule["fact"]), values.get(rule["other"])

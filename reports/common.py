@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kbopt.engine.advice.model import Advice, Firing
 from kbopt.engine.advice.explain import Check
-from kbopt.engine.lang.expr import fmt
+from kbopt.engine.lang.text import fmt
 
 
 _BIDI = dict.fromkeys(map(ord, "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"))

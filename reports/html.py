@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kbopt.engine.lang.text import fmt
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.explain import Check
-from kbopt.engine.lang.expr import fmt
 from kbopt.kb import sources
 from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, firings, origin_detail,
                                   origin_text, params_text, safe_text)

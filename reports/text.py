@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import textwrap
 
+from kbopt.engine.lang.text import fmt
 from kbopt.engine.advice.model import Advice
-from kbopt.engine.lang.expr import fmt
 from kbopt.kb import sources
 from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_detail,
                                   origin_text, params_text, rejection_label)

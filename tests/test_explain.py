@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.logic import MISSING, UNKNOWN, evaluate, undecided_by
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.pack.loader import build_pack, load_rule_text
@@ -15,14 +15,14 @@ from kbopt.kb.facts import facts_from_document
 def _naive_missing(final: FinalFacts, rule, seen=frozenset()) -> list[str]:
     """The walk as first written: recurse through every undecided producer (exponential)."""
     out = []
-    for path in dict.fromkeys(expr.undecided_by(rule.fire_condition, final.lookup)):
+    for path in dict.fromkeys(undecided_by(rule.fire_condition, final.lookup)):
         status, _ = final.lookup(path)
-        if status == expr.MISSING:
+        if status == MISSING:
             out.append(path)
-        if status != expr.UNKNOWN:
+        if status != UNKNOWN:
             continue
         for producer in final.pack.producers.get(path, ()):
-            if producer not in seen and expr.evaluate(final.rules[producer].fire_condition, final.lookup) is None:
+            if producer not in seen and evaluate(final.rules[producer].fire_condition, final.lookup) is None:
                 out.extend(_naive_missing(final, final.rules[producer], seen | {rule.id}))
     return sorted(set(out))
 
@@ -50,7 +50,7 @@ def test_memoized_walk_matches_the_naive_one_on_cyclic_packs():
         values = {f"telemetry.{f}": 0.9 for f in FIELDS if rng.random() < 0.4}
         final = _final(pack, values)
         for rule in pack.rules:
-            if rule.id not in final.fired and expr.evaluate(rule.fire_condition, final.lookup) is None:
+            if rule.id not in final.fired and evaluate(rule.fire_condition, final.lookup) is None:
                 assert final.missing_inputs(rule) == _naive_missing(final, rule), (trial, rule.id)
                 compared += 1
     assert compared > 40
@@ -60,7 +60,7 @@ def test_memoized_walk_matches_the_naive_one_on_the_synthetic_pack():
     pack = synthetic_pack(105)       # three rules that read the fact they derive: the naive walk still ends
     values = {"telemetry.compute_utilization": 0.2}
     final = _final(pack, values)
-    waiting = [r for r in pack.rules if expr.evaluate(r.fire_condition, final.lookup) is None]
+    waiting = [r for r in pack.rules if evaluate(r.fire_condition, final.lookup) is None]
     assert waiting
     for rule in waiting:
         assert final.missing_inputs(rule) == _naive_missing(final, rule)

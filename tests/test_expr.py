@@ -3,18 +3,23 @@ from __future__ import annotations
 
 import pytest
 
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.errors import ExprError
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Missing, evaluate, value_of
+from kbopt.engine.lang.nodes import And, Cmp, Const, Fact, Or
+from kbopt.engine.lang.normal_form import to_dnf, to_nnf
+from kbopt.engine.lang.parse import parse_condition, parse_value
+from kbopt.engine.lang.text import render
 from kbopt.kb.vocabulary import load_vocabulary
 
 VOCABULARY = load_vocabulary()
 
 
 def cond(text, parameters=None):
-    return expr.parse_condition(text, VOCABULARY, parameters or {})
+    return parse_condition(text, VOCABULARY, parameters or {})
 
 
 def refused(text, parameters=None):
-    with pytest.raises(expr.ExprError) as caught:
+    with pytest.raises(ExprError) as caught:
         cond(text, parameters)
     return caught.value
 
@@ -22,10 +27,10 @@ def refused(text, parameters=None):
 def lookup_from(values, absent=()):
     def lookup(path):
         if path in values:
-            return expr.KNOWN, values[path]
+            return KNOWN, values[path]
         if path.startswith("derived."):
-            return (expr.ABSENT if path in absent else expr.UNKNOWN), None
-        return expr.MISSING, None
+            return (ABSENT if path in absent else UNKNOWN), None
+        return MISSING, None
     return lookup
 
 
@@ -57,70 +62,70 @@ def test_refused_with_a_reason(text, error, hint):
 
 def test_parameters_are_bare_names_kept_for_explanations():
     node = cond("telemetry.memory_used_ratio > capacity_threshold", {"capacity_threshold": 0.9})
-    assert node == expr.Cmp(">", expr.Fact("telemetry.memory_used_ratio"), expr.Const(0.9, "capacity_threshold"))
+    assert node == Cmp(">", Fact("telemetry.memory_used_ratio"), Const(0.9, "capacity_threshold"))
 
 
 def test_literal_on_the_left_is_flipped_and_chains_split():
     assert cond("0.9 < telemetry.memory_used_ratio") == cond("telemetry.memory_used_ratio > 0.9")
-    assert isinstance(cond("0.1 < telemetry.memory_used_ratio < 0.9"), expr.And)
+    assert isinstance(cond("0.1 < telemetry.memory_used_ratio < 0.9"), And)
 
 
 def test_three_valued_truth():
     node = cond("telemetry.memory_used_ratio > 0.9 or workload.max_seq_len > 512")
-    assert expr.evaluate(node, lookup_from({"telemetry.memory_used_ratio": 0.95})) is True
-    assert expr.evaluate(node, lookup_from({"telemetry.memory_used_ratio": 0.5})) is None
-    assert expr.evaluate(node, lookup_from({"telemetry.memory_used_ratio": 0.5, "workload.max_seq_len": 128})) is False
+    assert evaluate(node, lookup_from({"telemetry.memory_used_ratio": 0.95})) is True
+    assert evaluate(node, lookup_from({"telemetry.memory_used_ratio": 0.5})) is None
+    assert evaluate(node, lookup_from({"telemetry.memory_used_ratio": 0.5, "workload.max_seq_len": 128})) is False
     both = cond("telemetry.memory_used_ratio > 0.9 and workload.max_seq_len > 512")
-    assert expr.evaluate(both, lookup_from({"telemetry.memory_used_ratio": 0.5})) is False
+    assert evaluate(both, lookup_from({"telemetry.memory_used_ratio": 0.5})) is False
 
 
 def test_missing_input_is_known_missing_but_an_absent_derived_fact_is_false():
-    assert expr.evaluate(cond("missing(constraints.ttft_slo_ms)"), lookup_from({})) is True
-    assert expr.evaluate(cond("known(constraints.ttft_slo_ms)"), lookup_from({})) is False
+    assert evaluate(cond("missing(constraints.ttft_slo_ms)"), lookup_from({})) is True
+    assert evaluate(cond("known(constraints.ttft_slo_ms)"), lookup_from({})) is False
     absent = lookup_from({}, absent={"derived.variable_lengths"})
-    assert expr.evaluate(cond("derived.variable_lengths"), absent) is False
-    assert expr.evaluate(cond("derived.variable_lengths"), lookup_from({})) is None
+    assert evaluate(cond("derived.variable_lengths"), absent) is False
+    assert evaluate(cond("derived.variable_lengths"), lookup_from({})) is None
 
 
 def test_membership():
     node = cond('"fp8" not in constraints.allowed_precisions')
-    assert expr.evaluate(node, lookup_from({"constraints.allowed_precisions": ["int8"]})) is True
-    assert expr.evaluate(node, lookup_from({"constraints.allowed_precisions": ["fp8"]})) is False
-    assert expr.evaluate(node, lookup_from({})) is None
+    assert evaluate(node, lookup_from({"constraints.allowed_precisions": ["int8"]})) is True
+    assert evaluate(node, lookup_from({"constraints.allowed_precisions": ["fp8"]})) is False
+    assert evaluate(node, lookup_from({})) is None
     one_of = cond('workload.task in ["classification", "embedding"]')
-    assert expr.evaluate(one_of, lookup_from({"workload.task": "embedding"})) is True
+    assert evaluate(one_of, lookup_from({"workload.task": "embedding"})) is True
 
 
 def test_negation_is_pushed_to_the_leaves():
     node = cond("not (telemetry.memory_used_ratio > 0.9 and workload.task == 'generation')")
-    assert expr.to_nnf(node) == expr.Or((
-        expr.Cmp("<=", expr.Fact("telemetry.memory_used_ratio"), expr.Const(0.9)),
-        expr.Cmp("!=", expr.Fact("workload.task"), expr.Const("generation"))))
+    assert to_nnf(node) == Or((
+        Cmp("<=", Fact("telemetry.memory_used_ratio"), Const(0.9)),
+        Cmp("!=", Fact("workload.task"), Const("generation"))))
     lookup = lookup_from({"telemetry.memory_used_ratio": 0.95, "workload.task": "generation"})
-    assert expr.evaluate(node, lookup) == expr.evaluate(expr.to_nnf(node), lookup) is False
+    assert evaluate(node, lookup) == evaluate(to_nnf(node), lookup) is False
 
 
 def test_dnf_expansion():
-    node = expr.to_nnf(cond("(telemetry.compute_utilization < 0.4 or workload.queue_timeout_ratio > 0.01) "
+    node = to_nnf(cond("(telemetry.compute_utilization < 0.4 or workload.queue_timeout_ratio > 0.01) "
                             "and workload.batching == 'static'"))
-    assert len(expr.to_dnf(node)) == 2
+    assert len(to_dnf(node)) == 2
 
 
 def test_values_and_their_missing_facts():
-    value = expr.parse_value("floor(derived.kv_budget_gib * 1073741824 / (16 * derived.kv_bytes_per_token))", VOCABULARY, {})
+    value = parse_value("floor(derived.kv_budget_gib * 1073741824 / (16 * derived.kv_bytes_per_token))", VOCABULARY, {})
     lookup = lookup_from({"derived.kv_budget_gib": 57.098838806152344, "derived.kv_bytes_per_token": 131072})
-    assert expr.value_of(value, lookup) == 29234
-    with pytest.raises(expr.Missing) as missing:
-        expr.value_of(value, lookup_from({"derived.kv_budget_gib": 10.0}))
+    assert value_of(value, lookup) == 29234
+    with pytest.raises(Missing) as missing:
+        value_of(value, lookup_from({"derived.kv_budget_gib": 10.0}))
     assert missing.value.paths == ("derived.kv_bytes_per_token",)
-    fallback = expr.parse_value("coalesce(constraints.ttft_slo_ms * 0.1, 10)", VOCABULARY, {})
-    assert expr.value_of(fallback, lookup_from({})) == 10
-    assert expr.value_of(expr.parse_value("edges(900, 3800, 4096)", VOCABULARY, {}), lookup_from({})) == [1024, 4096]
-    with pytest.raises(expr.ExprError, match="unknown function"):
-        expr.parse_value("open('x')", VOCABULARY, {})
+    fallback = parse_value("coalesce(constraints.ttft_slo_ms * 0.1, 10)", VOCABULARY, {})
+    assert value_of(fallback, lookup_from({})) == 10
+    assert value_of(parse_value("edges(900, 3800, 4096)", VOCABULARY, {}), lookup_from({})) == [1024, 4096]
+    with pytest.raises(ExprError, match="unknown function"):
+        parse_value("open('x')", VOCABULARY, {})
 
 
 def test_render_substitutes_values():
     node = cond("telemetry.memory_used_ratio > capacity_threshold", {"capacity_threshold": 0.9})
-    assert expr.render(node, {"telemetry.memory_used_ratio": 0.93}) == \
+    assert render(node, {"telemetry.memory_used_ratio": 0.93}) == \
         "telemetry.memory_used_ratio (0.93) > capacity_threshold=0.9"

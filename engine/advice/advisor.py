@@ -1,10 +1,12 @@
 """Facts + pack -> Advice: run an evaluator, explain what fired, settle conflicts."""
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from kbopt.engine.lang import expr
+from kbopt.engine.lang import template
+from kbopt.engine.lang.logic import KNOWN, evaluate, Missing, value_of
+from kbopt.engine.lang.nodes import unique_facts
+from kbopt.engine.lang.text import fmt, render
 from kbopt.engine.advice.model import Advice, Edge, Firing, NotEvaluated, Rejection, RuleNote, StrategyAdvice
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
@@ -16,22 +18,21 @@ def fill_because(rule: Rule, lookup) -> str:
     """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in."""
     parameters = {p.name: p.value for p in rule.parameters}
 
-    def replace(match):
-        name, spec = match.group(1), match.group(2)
+    def replace(name, spec):
         if name in parameters:
             value = parameters[name]
         else:
             status, value = lookup(name)
-            if status != expr.KNOWN:
+            if status != KNOWN:
                 return f"{name}=?"
         if spec:
             try:
                 return format(value, spec)
             except (ValueError, TypeError):
                 pass
-        return expr.fmt(value)
+        return fmt(value)
 
-    return re.sub(r"\{([^{}:]+)(?::([^{}]*))?\}", replace, rule.because)
+    return template.fill(rule.because, replace)
 
 
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
@@ -48,14 +49,14 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         values = {p: shown_values.get(p, v) for p, v in values.items()}
         firings.append(Firing(
             rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
-            when=rule.when_text, when_values=expr.render(rule.when, shown_values),
+            when=rule.when_text, when_values=render(rule.when, shown_values),
             explanation=fill_because(rule, final.lookup), source=rule.sources,
             location=rule.location, pack=rule.pack,
             derived={p: v for p, (v, r) in derivation.derived.items() if r == rule.id}))
     not_evaluated = tuple(
         NotEvaluated(rule.id, rule.title, tuple(final.missing_inputs(rule)))
         for rule in pack.rules
-        if rule.id not in final.fired and expr.evaluate(rule.fire_condition, final.lookup) is None)
+        if rule.id not in final.fired and evaluate(rule.fire_condition, final.lookup) is None)
 
     strategies_out, rejected, edges = _settle(pack, derivation.fired, final)
     warnings = tuple(RuleNote(rule_id, conclusion.text) for rule_id in derivation.fired
@@ -143,22 +144,22 @@ def _params(candidate: Candidate, final: FinalFacts, strategy) -> tuple[dict[str
 
         def lookup(path):
             status, value = final.lookup(path)
-            if status != expr.KNOWN:
+            if status != KNOWN:
                 looked_up_unknown.append(path)
             return status, value
         try:
-            params[name] = expr.value_of(node, lookup)
-        except expr.Missing as missing:
+            params[name] = value_of(node, lookup)
+        except Missing as missing:
             notes.append(RuleNote(rule_id, f"{name} not computed: needs {', '.join(dict.fromkeys(missing.paths))}"))
             continue
         problem = strategy.params[name].violated_by(params[name])
         if problem:
-            used = ", ".join(f"{p}={expr.fmt(final.lookup(p)[1])}" for p in expr.unique_facts(node)
-                             if final.lookup(p)[0] == expr.KNOWN)
-            notes.append(RuleNote(rule_id, f"{name} not given: it computes to {expr.fmt(params.pop(name))}, "
+            used = ", ".join(f"{p}={fmt(final.lookup(p)[1])}" for p in unique_facts(node)
+                             if final.lookup(p)[0] == KNOWN)
+            notes.append(RuleNote(rule_id, f"{name} not given: it computes to {fmt(params.pop(name))}, "
                                          f"{problem}" + (f" (from {used})" if used else "")))
             continue
         if looked_up_unknown:
-            notes.append(RuleNote(rule_id, f"{name}={expr.fmt(params[name])} is a default: "
+            notes.append(RuleNote(rule_id, f"{name}={fmt(params[name])} is a default: "
                                          f"{', '.join(dict.fromkeys(looked_up_unknown))} not known"))
     return params, notes

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, evaluate, undecided_by, witnesses
+from kbopt.engine.lang.nodes import And, Cmp, Condition, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
+from kbopt.engine.lang.text import render
 from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.rule import Pack, Rule
@@ -39,25 +41,25 @@ class FinalFacts:
         self._reachable: dict[str, frozenset[str]] = {}
         undecided = {p for p in pack.producers if p not in self.derived}
         for path in undecided:
-            self.status[path] = expr.UNKNOWN
+            self.status[path] = UNKNOWN
         changed = True
         while changed:
             changed = False
             for path in sorted(undecided):
-                if self.status[path] == expr.UNKNOWN and all(
-                        expr.evaluate(self.rules[r].fire_condition, self.lookup) is False
+                if self.status[path] == UNKNOWN and all(
+                        evaluate(self.rules[r].fire_condition, self.lookup) is False
                         for r in pack.producers[path] if r not in self.fired):
-                    self.status[path] = expr.ABSENT
+                    self.status[path] = ABSENT
                     changed = True
 
     def lookup(self, path: str):
         if path in self.inputs:
-            return expr.KNOWN, self.inputs[path]
+            return KNOWN, self.inputs[path]
         if path in self.derived:
-            return expr.KNOWN, self.derived[path]
+            return KNOWN, self.derived[path]
         if path.startswith("derived."):
-            return self.status.get(path, expr.ABSENT), None
-        return expr.MISSING, None
+            return self.status.get(path, ABSENT), None
+        return MISSING, None
 
     def missing_inputs(self, rule: Rule) -> list[str]:
         """The input facts that, once known, would decide `rule` (what to collect).
@@ -75,18 +77,18 @@ class FinalFacts:
         if step is None:
             missing: set[str] = set()
             waits_on: dict[str, None] = {}
-            for path in dict.fromkeys(expr.undecided_by(self.rules[rule_id].fire_condition, self.lookup)):
+            for path in dict.fromkeys(undecided_by(self.rules[rule_id].fire_condition, self.lookup)):
                 status, _ = self.lookup(path)
-                if status == expr.MISSING:
+                if status == MISSING:
                     missing.add(path)
-                elif status == expr.UNKNOWN:
+                elif status == UNKNOWN:
                     waits_on.update((p, None) for p in self.pack.producers.get(path, ()) if self._undecided(p))
             step = self._steps[rule_id] = (frozenset(missing), tuple(waits_on))
         return step
 
     def _undecided(self, rule_id: str) -> bool:
         if rule_id not in self._decision:
-            self._decision[rule_id] = expr.evaluate(self.rules[rule_id].fire_condition, self.lookup)
+            self._decision[rule_id] = evaluate(self.rules[rule_id].fire_condition, self.lookup)
         return self._decision[rule_id] is None
 
     def _reachable_missing(self, start: str) -> frozenset[str]:
@@ -109,34 +111,37 @@ class FinalFacts:
 
     def witness(self, rule: Rule) -> tuple[dict[str, Any], tuple[Check, ...]]:
         """The fact values that made `rule` fire, and the comparisons that held."""
-        leaves = expr.witnesses(rule.when, self.lookup)
+        leaves = witnesses(rule.when, self.lookup)
         facts: dict[str, Any] = {}
         checks = []
         for leaf in leaves:
-            for path in expr.facts_of(leaf):
+            for path in facts_of(leaf):
                 status, value = self.lookup(path)
-                if status == expr.KNOWN:
+                if status == KNOWN:
                     facts[path] = value
             checks.append(self._check(leaf))
         return facts, tuple(checks)
 
-    def _check(self, leaf) -> Check:
-        if isinstance(leaf, expr.Cmp):
-            _, value = self.lookup(leaf.left.path)
-            if isinstance(leaf.right, expr.Fact):
-                _, other = self.lookup(leaf.right.path)
-                return Check(leaf.left.path, value, leaf.op, other, against=leaf.right.path)
-            return Check(leaf.left.path, value, leaf.op, leaf.right.value, parameter=leaf.right.parameter)
-        if isinstance(leaf, expr.Not):
-            inner = self._check(leaf.item) if not isinstance(leaf.item, (expr.And, expr.Or)) else None
-            if inner is not None:
+    def _check(self, leaf: Condition) -> Check:
+        match leaf:
+            case Cmp(op=op, left=left, right=right):
+                value = self.lookup(left.path)[1]
+                if isinstance(right, Fact):
+                    return Check(left.path, value, op, self.lookup(right.path)[1], against=right.path)
+                return Check(left.path, value, op, right.value, parameter=right.parameter)
+            case Not(item=And() | Or() as item):
+                path = next(facts_of(leaf))
+                return Check(path, self.lookup(path)[1], "not", render(item))
+            case Not(item=item):
+                inner = self._check(item)
                 return Check(inner.fact, inner.value, "not " + inner.op, inner.threshold, inner.parameter, inner.against)
-            path = next(expr.facts_of(leaf))
-            return Check(path, self.lookup(path)[1], "not", expr.render(leaf.item))
-        path = next(expr.facts_of(leaf))
-        _, value = self.lookup(path)
-        if isinstance(leaf, expr.OneOf):
-            return Check(path, value, "not in" if leaf.negated else "in", list(leaf.values))
-        if isinstance(leaf, expr.Contains):
-            return Check(path, value, "lacks" if leaf.negated else "has", leaf.item)
-        return Check(path, value, "missing" if leaf.negated else "known")
+            case OneOf(fact=fact, values=values, negated=negated):
+                return Check(fact.path, self.lookup(fact.path)[1], "not in" if negated else "in", list(values))
+            case Contains(fact=fact, item=item, negated=negated):
+                return Check(fact.path, self.lookup(fact.path)[1], "lacks" if negated else "has", item)
+            case Known(fact=fact, negated=negated):
+                return Check(fact.path, self.lookup(fact.path)[1], "missing" if negated else "known")
+            case And() | Or() | Needs():
+                raise TypeError(f"not a witness leaf: {leaf!r}")
+            case _ as unreachable:
+                assert_never(unreachable)

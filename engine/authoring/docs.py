@@ -7,7 +7,8 @@ from pathlib import Path
 
 import networkx as nx
 
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.nodes import facts_of
+from kbopt.engine.lang.text import describe, fmt, render
 from kbopt.engine.pack.rule import LAYERS, Caveat, Derive, Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
 from kbopt.errors import KboptError
 from kbopt.kb import sources
@@ -16,9 +17,9 @@ from kbopt.kb.catalog import strategies
 
 def _conclusion_text(c) -> str:
     if isinstance(c, Derive):
-        return f"derives {c.path} = {expr.render(c.value)}"
+        return f"derives {c.path} = {render(c.value)}"
     if isinstance(c, Recommend):
-        params = ", ".join(f"{n}={expr.render(v)}" for n, v in c.params)
+        params = ", ".join(f"{n}={render(v)}" for n, v in c.params)
         return f"recommends {c.key} (weight {c.weight:g})" + (f" with {params}" if params else "")
     if isinstance(c, Reject):
         return f"rejects {c.key}: {c.reason}"
@@ -37,12 +38,12 @@ def rule_markdown(rule: Rule) -> str:
     out = [f"# {rule.id}: {rule.title}", "",
            f"- layer: {rule.layer}", f"- file: `{rule.location}`" + ("" if rule.pack == "builtin" else f" (pack `{rule.pack}`)"),
            f"- source: {sources.labels(rule.sources)}", "", "## When", "", f"`{rule.when_text}`", "",
-           "In words: " + expr.describe(rule.when) + ".", "", "## Then", ""]
+           "In words: " + describe(rule.when) + ".", "", "## Then", ""]
     out += [f"- {_conclusion_text(c)}" for c in rule.then]
     out += ["", "## Because", "", rule.because]
     if rule.parameters:
         out += ["", "## Parameters", "", "| name | value | why |", "|---|---|---|"]
-        out += [f"| `{p.name}` | {expr.fmt(p.value)} | {p.why} |" for p in rule.parameters]
+        out += [f"| `{p.name}` | {fmt(p.value)} | {p.why} |" for p in rule.parameters]
     if rule.notes:
         out += ["", "## Notes", "", rule.notes]
     out += ["", "## Examples", "", "| example | fires | facts |", "|---|---|---|"]
@@ -79,7 +80,7 @@ def rule_graph(pack: Pack) -> nx.DiGraph:
     catalog = strategies()
     for rule in pack.rules:
         graph.add_node(rule.id, kind="rule", layer=rule.layer)
-        for path in dict.fromkeys(expr.facts_of(rule.fire_condition)):
+        for path in dict.fromkeys(facts_of(rule.fire_condition)):
             if path.startswith("derived."):
                 graph.add_node(path, kind="derived")
                 graph.add_edge(path, rule.id, kind="feeds")

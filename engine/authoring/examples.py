@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import assert_never
 
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, evaluate
+from kbopt.engine.lang.nodes import And, Cmp, Condition, Contains, Known, Needs, Not, OneOf, Or
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.pack.rule import Example, Pack, Rule
@@ -37,20 +39,24 @@ def check_example(rule: Rule, example: Example, pack: Pack, evaluator: str) -> E
 
     def lookup(path):
         if path in values:
-            return expr.KNOWN, values[path]
-        return (expr.ABSENT, None) if path.startswith("derived.") else (expr.MISSING, None)
-    leaves = tuple(expr.evaluate(leaf, lookup) for leaf in condition_leaves(rule.when))
+            return KNOWN, values[path]
+        return (ABSENT, None) if path.startswith("derived.") else (MISSING, None)
+    leaves = tuple(evaluate(leaf, lookup) for leaf in condition_leaves(rule.when))
     return ExampleResult(rule.id, example.name, location, evaluator, tuple(expectation_failures(rule, example, advice)),
                          leaves)
 
 
-def condition_leaves(node) -> list:
+def condition_leaves(node: Condition) -> list[Condition]:
     """The comparisons of a condition, in order (for coverage: each seen true and false?)."""
-    if isinstance(node, (expr.And, expr.Or)):
-        return [leaf for item in node.items for leaf in condition_leaves(item)]
-    if isinstance(node, expr.Not):
-        return condition_leaves(node.item)
-    return [node]
+    match node:
+        case And(items=items) | Or(items=items):
+            return [leaf for item in items for leaf in condition_leaves(item)]
+        case Not(item=item):
+            return condition_leaves(item)
+        case Cmp() | OneOf() | Contains() | Known() | Needs():
+            return [node]
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def leaf_coverage(results: list[ExampleResult]) -> tuple[int, int]:

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Mapping, assert_never
 
+from kbopt.engine.lang.normal_form import to_dnf, to_nnf
+from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.codes import diagnostic
 from kbopt.diagnostics import Diagnostic
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.errors import ExprError
+from kbopt.engine.lang.nodes import Cmp, Const, Contains, facts_of, Known, Leaf, Needs, OneOf
 from kbopt.engine.pack.files import Retired
 from kbopt.engine.pack.loader import read_pack
 from kbopt.engine.pack.rule import Derive, Pack, Recommend, Reject, Rule
@@ -19,18 +22,18 @@ OUTPUT_FACTS = {"derived.bottleneck"}          # read by reports, so never "unus
 # ------------------------------------------------------------------ satisfiability (per fact intervals)
 
 
-def _term_satisfiable(leaves, possible: dict[str, set] | None = None) -> bool:
+def _term_satisfiable(leaves: list[Leaf], possible: dict[str, set] | None = None) -> bool:
     """Can this conjunction hold? `possible` maps a derived fact to the values rules can give it
     (a fact no rule derives maps to the empty set)."""
     possible = possible or {}
     for leaf in leaves:
-        paths = list(expr.facts_of(leaf))
+        paths = list(facts_of(leaf))
         if any(p in possible and not possible[p] for p in paths):
             return False            # needs a derived fact nobody produces
-        if isinstance(leaf, expr.Cmp) and isinstance(leaf.right, expr.Const) and leaf.left.path in possible \
+        if isinstance(leaf, Cmp) and isinstance(leaf.right, Const) and leaf.left.path in possible \
                 and None not in possible[leaf.left.path]:
             values = possible[leaf.left.path]
-            if not any(expr._COMPARE[leaf.op](v, leaf.right.value) for v in values
+            if not any(COMPARISONS[leaf.op].apply(v, leaf.right.value) for v in values
                        if isinstance(v, type(leaf.right.value)) or isinstance(leaf.right.value, (int, float))):
                 return False        # none of the values rules derive satisfies it
     low: dict[str, tuple[float, bool]] = {}
@@ -39,35 +42,39 @@ def _term_satisfiable(leaves, possible: dict[str, set] | None = None) -> bool:
     excluded: dict[str, set] = {}
     present, absent = set(), set()
     for leaf in leaves:
-        if isinstance(leaf, expr.Known):
-            (absent if leaf.negated else present).add(leaf.fact.path)
-        elif isinstance(leaf, expr.Needs):
-            present.add(leaf.fact.path)
-        elif isinstance(leaf, expr.OneOf):
-            if leaf.negated:
-                excluded.setdefault(leaf.fact.path, set()).update(leaf.values)
-            else:
-                allowed[leaf.fact.path] = allowed.get(leaf.fact.path, set(leaf.values)) & set(leaf.values)
-        elif isinstance(leaf, expr.Cmp) and isinstance(leaf.right, expr.Const):
-            path, value, op = leaf.left.path, leaf.right.value, leaf.op
-            present.add(path)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                if op in (">", ">="):
-                    bound = (value, op == ">=")
-                    if path not in low or bound[0] > low[path][0] or (bound[0] == low[path][0] and not bound[1]):
-                        low[path] = bound
-                elif op in ("<", "<="):
-                    bound = (value, op == "<=")
-                    if path not in high or bound[0] < high[path][0] or (bound[0] == high[path][0] and not bound[1]):
-                        high[path] = bound
+        match leaf:
+            case Known(fact=fact, negated=negated):
+                (absent if negated else present).add(fact.path)
+            case Needs(fact=fact):
+                present.add(fact.path)
+            case OneOf(fact=fact, values=listed, negated=True):
+                excluded.setdefault(fact.path, set()).update(listed)
+            case OneOf(fact=fact, values=listed):
+                allowed[fact.path] = allowed.get(fact.path, set(listed)) & set(listed)
+            case Cmp(op=op, left=left, right=Const(value=value)):
+                path = left.path
+                present.add(path)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    if op in (">", ">="):
+                        bound = (value, op == ">=")
+                        if path not in low or bound[0] > low[path][0] or (bound[0] == low[path][0] and not bound[1]):
+                            low[path] = bound
+                    elif op in ("<", "<="):
+                        bound = (value, op == "<=")
+                        if path not in high or bound[0] < high[path][0] or (bound[0] == high[path][0] and not bound[1]):
+                            high[path] = bound
+                    elif op == "==":
+                        allowed[path] = allowed.get(path, {value}) & {value}
+                    else:
+                        excluded.setdefault(path, set()).add(value)
                 elif op == "==":
                     allowed[path] = allowed.get(path, {value}) & {value}
-                else:
+                elif op == "!=":
                     excluded.setdefault(path, set()).add(value)
-            elif op == "==":
-                allowed[path] = allowed.get(path, {value}) & {value}
-            elif op == "!=":
-                excluded.setdefault(path, set()).add(value)
+            case Cmp() | Contains():
+                pass            # two facts compared, list membership: no bound on one fact
+            case _ as unreachable:
+                assert_never(unreachable)
     if present & absent:
         return False
     for path in set(low) & set(high):
@@ -84,8 +91,8 @@ def _term_satisfiable(leaves, possible: dict[str, set] | None = None) -> bool:
     return True
 
 
-def _terms(node) -> list[list]:
-    return expr.to_dnf(expr.to_nnf(node))
+def _terms(node) -> list[list[Leaf]]:
+    return to_dnf(to_nnf(node))
 
 
 def can_be_true(node, possible: dict[str, set] | None = None) -> bool:
@@ -100,7 +107,7 @@ def derivable_values(pack: Pack) -> dict[str, set]:
             continue
         for c in rule.then:
             if isinstance(c, Derive):
-                out[c.path].add(c.value.value if isinstance(c.value, expr.Const) else None)
+                out[c.path].add(c.value.value if isinstance(c.value, Const) else None)
     return out
 
 
@@ -123,13 +130,13 @@ def _expand(terms: list[list], pack: Pack) -> list[list]:
         expanded = [[]]
         for leaf in term:
             options = [[leaf]]
-            if isinstance(leaf, expr.Cmp) and isinstance(leaf.right, expr.Const) and leaf.left.path in pack.producers:
+            if isinstance(leaf, Cmp) and isinstance(leaf.right, Const) and leaf.left.path in pack.producers:
                 options = []
                 for rule_id in pack.producers[leaf.left.path]:
                     for c in rules[rule_id].then:
                         if isinstance(c, Derive) and c.path == leaf.left.path and (
-                                not isinstance(c.value, expr.Const)
-                                or expr._COMPARE[leaf.op](c.value.value, leaf.right.value)):
+                                not isinstance(c.value, Const)
+                                or COMPARISONS[leaf.op].apply(c.value.value, leaf.right.value)):
                             options.extend([leaf] + producer for producer in _terms(rules[rule_id].when))
                 options = options or [[leaf]]
             expanded = [prefix + option for prefix in expanded for option in options]
@@ -149,7 +156,7 @@ def lint_pack(pack: Pack, retired: Mapping[str, Retired] | None = None, errors_o
     findings: list[Diagnostic] = []
     mine = list(pack.rules)
     claims, retired, catalog = seed_claims(), retired or {}, strategies()
-    used = {p for r in pack.rules for node in (r.fire_condition, *_expressions(r)) for p in expr.facts_of(node)
+    used = {p for r in pack.rules for node in (r.fire_condition, *_expressions(r)) for p in facts_of(node)
             if p.startswith("derived.")}
     possible = derivable_values(pack)
     for rule in mine:
@@ -171,7 +178,7 @@ def lint_pack(pack: Pack, retired: Mapping[str, Retired] | None = None, errors_o
                 "in every alternative, two tests contradict each other (a range that is empty, a value that is "
                 "excluded, known and missing together)", key="when")
         elif not can_be_true(rule.fire_condition, possible):
-            needs = [p for p in dict.fromkeys(expr.facts_of(rule.fire_condition)) if p in possible]
+            needs = [p for p in dict.fromkeys(facts_of(rule.fire_condition)) if p in possible]
             add("L202", f"can never fire: no rule derives the values of {', '.join(needs)} it needs",
                 f"when: {rule.when_text}", "add a rule that derives them, or test input facts instead", key="when")
         if not errors_only:
@@ -264,7 +271,7 @@ def _limits(pack: Pack) -> list[Diagnostic]:
     from kbopt.engine.evaluators.durable import RULESET_SIZE, compile_pack
     try:
         rulesets = compile_pack(pack)
-    except expr.ExprError as error:
+    except ExprError as error:
         return [diagnostic("L501", "(pack)", None, error.message, help=error.hint)]
     if len(rulesets) > 1:
         sizes = ", ".join(str(len(r["rules"]) - 1) for r in rulesets)

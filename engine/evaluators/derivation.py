@@ -5,7 +5,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Missing, value_of
+from kbopt.engine.lang.nodes import unique_facts
+from kbopt.engine.lang.text import fmt
 from kbopt.engine.pack.rule import Derive, Pack, Rule
 from kbopt.errors import EvaluationError
 from kbopt.kb.vocabulary import Vocabulary
@@ -28,11 +30,11 @@ class DerivedFacts:
 
     def lookup(self, path: str):
         if path in self.inputs:
-            return expr.KNOWN, self.inputs[path]
+            return KNOWN, self.inputs[path]
         if path in self.values:
-            return expr.KNOWN, self.values[path][0]
+            return KNOWN, self.values[path][0]
         # During chaining a derived fact not yet produced behaves as absent.
-        return (expr.ABSENT, None) if path.startswith("derived.") else (expr.MISSING, None)
+        return (ABSENT, None) if path.startswith("derived.") else (MISSING, None)
 
     def conclude(self, rule: Rule) -> list[tuple[str, Any]]:
         """Compute the facts `rule` derives; return those that are new."""
@@ -41,8 +43,8 @@ class DerivedFacts:
             if not isinstance(conclusion, Derive):
                 continue
             try:
-                value = expr.value_of(conclusion.value, self.lookup)
-            except expr.Missing as missing:
+                value = value_of(conclusion.value, self.lookup)
+            except Missing as missing:
                 raise EvaluationError(f"rule {rule.id} ({rule.location}) fired but cannot compute "
                                       f"{conclusion.path}: needs {', '.join(missing.paths)}") from None
             except (ArithmeticError, ValueError, TypeError) as error:
@@ -51,13 +53,13 @@ class DerivedFacts:
             problem = value_problem(self.vocabulary, conclusion.path, value)
             if problem:
                 raise EvaluationError(f"rule {rule.id} ({rule.location}) computes {conclusion.path} = "
-                                      f"{expr.fmt(value)}: {problem} (from {self._inputs_of(conclusion.value)})")
+                                      f"{fmt(value)}: {problem} (from {self._inputs_of(conclusion.value)})")
             known = self.values.get(conclusion.path)
             if known is not None:
                 if known[0] != value:
                     first, second = sorted([(known[1], known[0]), (rule.id, value)], key=lambda rv: self.order.get(rv[0], 0))
                     raise EvaluationError(f"rules {first[0]} and {second[0]} derive different values for "
-                                          f"{conclusion.path} ({expr.fmt(first[1])} vs {expr.fmt(second[1])}); "
+                                          f"{conclusion.path} ({fmt(first[1])} vs {fmt(second[1])}); "
                                           "make their conditions exclusive")
                 continue
             self.values[conclusion.path] = (value, rule.id)
@@ -65,8 +67,8 @@ class DerivedFacts:
         return new
 
     def _inputs_of(self, node) -> str:
-        return ", ".join(f"{p}={expr.fmt(self.lookup(p)[1])}" for p in expr.unique_facts(node)
-                         if self.lookup(p)[0] == expr.KNOWN) or "constants"
+        return ", ".join(f"{p}={fmt(self.lookup(p)[1])}" for p in unique_facts(node)
+                         if self.lookup(p)[0] == KNOWN) or "constants"
 
 
 def value_problem(vocabulary: Vocabulary, path: str, value: Any) -> str | None:

@@ -17,9 +17,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from typing import Any
+from typing import Any, assert_never
 
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.nodes import Cmp, Const, Contains, facts_of, Known, Leaf, Needs, OneOf
+from kbopt.engine.lang.normal_form import to_dnf, to_nnf
+from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
 from kbopt.engine.pack.rule import Pack, Rule
 
@@ -105,39 +107,36 @@ class _TermCompiler:
         self.exists(path)
         self.tests[self.carrier(path)].append(test)
 
-    def leaf(self, node) -> None:
-        if isinstance(node, expr.Needs):
-            carrier = self.carrier(node.fact.path)
-            self.alias(carrier)
-            self.tests[carrier].append({"$ex": {node.fact.path: 1}})
-        elif isinstance(node, expr.Known):
-            carrier = self.carrier(node.fact.path)
-            self.alias(carrier)
-            self.tests[carrier].append({"$nex" if node.negated else "$ex": {node.fact.path: 1}})
-        elif isinstance(node, expr.Contains):
-            self._contains(node)
-        elif isinstance(node, expr.OneOf):
-            path = node.fact.path
-            if node.negated:
-                self.add(path, {"$and": [{"$neq": {path: v}} for v in node.values]})
-            else:
-                self.add(path, {"$or": [{path: v} for v in node.values]})
-        elif isinstance(node, expr.Cmp):
-            self._compare(node)
-        else:
-            raise TypeError(node)
+    def leaf(self, node: Leaf) -> None:
+        match node:
+            case Needs(fact=fact) | Known(fact=fact):
+                carrier = self.carrier(fact.path)
+                self.alias(carrier)
+                absent = isinstance(node, Known) and node.negated
+                self.tests[carrier].append({"$nex" if absent else "$ex": {fact.path: 1}})
+            case Contains():
+                self._contains(node)
+            case OneOf(fact=fact, values=values, negated=True):
+                self.add(fact.path, {"$and": [{COMPARISONS["!="].durable: {fact.path: v}} for v in values]})
+            case OneOf(fact=fact, values=values):
+                self.add(fact.path, {"$or": [{fact.path: v} for v in values]})
+            case Cmp():
+                self._compare(node)
+            case _ as unreachable:
+                assert_never(unreachable)
 
-    def _contains(self, node: expr.Contains) -> None:
+    def _contains(self, node: Contains) -> None:
         field = f"{node.fact.path}.{node.item}"
         carrier = self.carrier(node.fact.path)
         self.alias(carrier)
         self.tests[carrier].append({"$ex": {field: 1}})
         self.tests[carrier].append({field: not node.negated})
 
-    def _compare(self, node: expr.Cmp) -> None:
-        op = {"<": "$lt", "<=": "$lte", ">": "$gt", ">=": "$gte", "==": "$eq", "!=": "$neq"}[node.op]
+    def _compare(self, node: Cmp) -> None:
+        comparison = COMPARISONS[node.op]
+        op = comparison.durable
         left = node.left.path
-        if isinstance(node.right, expr.Const):
+        if isinstance(node.right, Const):
             self.add(left, {op: {left: node.right.value}})
             return
         right = node.right.path
@@ -151,7 +150,7 @@ class _TermCompiler:
         if order.index(left_carrier) > order.index(right_carrier):
             self.tests[left_carrier].append({op: {left: {self.aliases[right_carrier]: right}}})
         else:
-            flipped = {"$lt": "$gt", "$lte": "$gte", "$gt": "$lt", "$gte": "$lte", "$eq": "$eq", "$neq": "$neq"}[op]
+            flipped = COMPARISONS[comparison.converse].durable
             self.tests[right_carrier].append({flipped: {right: {self.aliases[left_carrier]: left}}})
 
     def patterns(self) -> list[dict]:
@@ -161,10 +160,10 @@ class _TermCompiler:
 def compile_rule(rule: Rule, vocabulary) -> list[dict]:
     """A rule -> one durable_rules `all` per alternative of its condition."""
     out = []
-    for term in expr.to_dnf(expr.to_nnf(rule.fire_condition)):
+    for term in to_dnf(to_nnf(rule.fire_condition)):
         compiler = _TermCompiler(vocabulary)
         # The input pattern comes first so derived patterns can refer to it.
-        if any(compiler.carrier(p) == INPUT for leaf in term for p in expr.facts_of(leaf)):
+        if any(compiler.carrier(p) == INPUT for leaf in term for p in facts_of(leaf)):
             compiler.alias(INPUT)
         for leaf in term:
             compiler.leaf(leaf)
@@ -182,7 +181,7 @@ def compile_pack(pack: Pack) -> list[dict[str, Any]]:
     compiled = []
     for rule in pack.rules:
         for index, definition in enumerate(compile_rule(rule, vocabulary)):
-            reads = sorted({p for p in expr.facts_of(rule.fire_condition)})
+            reads = sorted({p for p in facts_of(rule.fire_condition)})
             compiled.append((f"{rule.id}#{index}", definition, reads))
     # A fact may meet at most 64 conditions of one ruleset (docs/evaluators.md): count, per kind of
     # fact (the input, each derived fact), the compiled rules that test it, and start a new
@@ -243,7 +242,7 @@ class DurableEvaluator:
         self.rules = pack.by_id()
         # Only the facts some rule reads are worth serializing and asserting.
         self.list_facts = {spec.path: spec.values for spec in pack.kb.vocabulary.facts.values() if spec.type == "list"}
-        self.read_paths = frozenset(p for rule in pack.rules for p in expr.facts_of(rule.fire_condition))
+        self.read_paths = frozenset(p for rule in pack.rules for p in facts_of(rule.fire_condition))
         self.rule_of = {}        # compiled rule name -> rule id
         self.rulesets: list[tuple[int, frozenset[str]]] = []
         self._sids = itertools.count(1)

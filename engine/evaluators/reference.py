@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
-from kbopt.engine.lang import expr
+from kbopt.engine.lang.logic import evaluate
+from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.rule import Pack, Rule
 
@@ -23,7 +24,7 @@ def schedule(pack: Pack) -> tuple[tuple[Rule, ...], ...]:
     after every component that produces a fact it reads; within a component, pack order."""
     consumers: dict[str, list[str]] = {}
     for rule in pack.rules:
-        for path in dict.fromkeys(expr.facts_of(rule.fire_condition)):
+        for path in dict.fromkeys(facts_of(rule.fire_condition)):
             for producer in pack.producers.get(path, ()):
                 consumers.setdefault(producer, []).append(rule.id)
     rules = pack.by_id()
@@ -48,7 +49,7 @@ class ReferenceEvaluator:
             while changed:
                 changed = False
                 for rule in component:
-                    if rule.id not in fired and expr.evaluate(rule.fire_condition, derived.lookup) is True:
+                    if rule.id not in fired and evaluate(rule.fire_condition, derived.lookup) is True:
                         fired.add(rule.id)
                         derived.conclude(rule)
                         changed = len(component) > 1

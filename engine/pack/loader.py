@@ -6,11 +6,15 @@ import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, assert_never
 
+from kbopt.engine.lang import template
+from kbopt.engine.lang.errors import ExprError
+from kbopt.engine.lang.nodes import And, Arith, Call, Const, Fact, IfElse, ListOf, Needs, Value
+from kbopt.engine.lang.operators import FUNCTIONS
+from kbopt.engine.lang.parse import parse_condition, parse_value
 from kbopt.codes import diagnostic
 from kbopt.diagnostics import Diagnostic
-from kbopt.engine.lang import expr
 from kbopt.engine.pack import files
 from kbopt.engine.pack.files import Document, PackDir, Retired
 from kbopt.engine.pack.rule import (Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject, Require, Rule,
@@ -67,17 +71,17 @@ class _RuleBuilder:
             return None
 
     def expression(self, text, path, kind, parameters):
-        parse = expr.parse_condition if kind == "condition" else expr.parse_value
+        parse = parse_condition if kind == "condition" else parse_value
         try:
             return parse(text, self.vocabulary, parameters)
-        except expr.ExprError as error:
+        except ExprError as error:
             self.fail(path, f"{'/'.join(map(str, path))}: {error.message}", error.hint)
 
     def value(self, raw, path, parameters):
         """A literal, or an expression written `= expr`."""
         if isinstance(raw, str) and raw.startswith("="):
             return self.expression(raw[1:], path, "value", parameters)
-        return expr.Const(raw)
+        return Const(raw)
 
     def strategy(self, name, variant, path):
         if name not in self.catalog:
@@ -103,12 +107,11 @@ class _RuleBuilder:
         self.check(lambda: self.check_placeholders(d["because"], values))
         if self.problems:
             return None
-        import re
         used = {n.parameter for n in _constants((when,) + then) if n.parameter} | \
-            set(re.findall(r"\{([a-z_][a-z0-9_]*)(?::[^{}]*)?\}", d["because"]))
+            template.parameter_names(d["because"])
         parameters = local + tuple(self.shared[name] for name in sorted(used) if name in self.shared)
         needed = [path for c in then if isinstance(c, Derive) for path in _required(c.value)]
-        fire_condition = expr.And((when,) + tuple(expr.Needs(expr.Fact(p)) for p in dict.fromkeys(needed))) \
+        fire_condition = And((when,) + tuple(Needs(Fact(p)) for p in dict.fromkeys(needed))) \
             if needed else when
         sources = (d["source"],) if isinstance(d["source"], str) else tuple(d["source"])
         examples = tuple(self.example(e, ("examples", i)) for i, e in enumerate(d["examples"]))
@@ -146,7 +149,7 @@ class _RuleBuilder:
                           "rules derive only the facts declared under `derived:` in kb/vocabulary.yaml (a pack cannot "
                           "declare new ones yet)" + (f"; did you mean '{hint}'?" if hint and spec is None else ""))
             value = self.value(raw, path + (target,), values)
-            if isinstance(value, expr.Const):
+            if isinstance(value, Const):
                 self.check_literal(spec, value.value, path + (target,))
             return Derive(target, value)
         if kind == "recommend":
@@ -189,9 +192,7 @@ class _RuleBuilder:
                       "one of: " + ", ".join(spec.values) if spec.values else None)
 
     def check_placeholders(self, text, values):
-        import re
-        for match in re.finditer(r"\{([^{}:]+)(?::[^{}]*)?\}", text):
-            name = match.group(1)
+        for name, _ in template.placeholders(text):
             if name not in values and self.vocabulary.get(name) is None:
                 hint = self.vocabulary.suggest(name)
                 self.fail(("because",), f"because: unknown placeholder {{{name}}}",
@@ -203,11 +204,11 @@ class _RuleBuilder:
                        line=self.doc.line(path))
 
 
-def _constants(nodes) -> list[expr.Const]:
+def _constants(nodes) -> list[Const]:
     """Every literal in conditions and conclusions (to find the parameters a rule uses)."""
     out = []
     for node in nodes:
-        if isinstance(node, expr.Const):
+        if isinstance(node, Const):
             out.append(node)
         elif isinstance(node, (list, tuple)):
             out.extend(_constants(node))
@@ -216,22 +217,23 @@ def _constants(nodes) -> list[expr.Const]:
     return out
 
 
-def _required(node) -> list[str]:
-    """Facts a value expression cannot do without (coalesce offers alternatives)."""
-    if isinstance(node, expr.Call) and node.fn == "coalesce":
-        return []
-    if isinstance(node, expr.Fact):
-        return [node.path]
-    children = []
-    if isinstance(node, expr.Arith):
-        children = [node.left, node.right]
-    elif isinstance(node, (expr.Call,)):
-        children = list(node.args)
-    elif isinstance(node, expr.ListOf):
-        children = list(node.items)
-    elif isinstance(node, expr.IfElse):
-        return []        # its condition decides which facts it needs; a missing one leaves it unknown
-    return [p for c in children for p in _required(c)]
+def _required(node: Value) -> list[str]:
+    """Facts a value expression cannot do without (a function of alternatives offers others)."""
+    match node:
+        case Call(fn=fn) if FUNCTIONS[fn].alternatives:
+            return []
+        case Fact(path=path):
+            return [path]
+        case Const():
+            return []
+        case Arith(left=left, right=right):
+            return _required(left) + _required(right)
+        case Call(args=children) | ListOf(items=children):
+            return [p for c in children for p in _required(c)]
+        case IfElse():
+            return []        # its condition decides which facts it needs; a missing one leaves it unknown
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 @lru_cache(maxsize=1)

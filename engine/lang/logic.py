@@ -1,0 +1,167 @@
+"""Three-valued evaluation: a condition is true, false, or undecided (None) until facts arrive;
+a value expression is computed or names the facts it lacks."""
+from __future__ import annotations
+
+from typing import Any, Callable, assert_never
+
+from kbopt.engine.lang.nodes import (And, Arith, Call, Cmp, Condition, Const, Contains, Fact, IfElse, Known, ListOf,
+                                     Needs, Not, OneOf, Or, Value, facts_of)
+from kbopt.engine.lang.operators import ARITHMETIC, BOOLEAN, COMPARISONS, FUNCTIONS
+
+# KNOWN: has a value. MISSING: an input fact not given. ABSENT: a derived fact no rule can
+# produce. UNKNOWN: a derived fact whose producing rules could not be decided.
+KNOWN, MISSING, ABSENT, UNKNOWN = "known", "missing", "absent", "unknown"
+Lookup = Callable[[str], tuple[str, Any]]   # path -> (status, value)
+
+# evaluate() is hot: the table is read once here rather than per node.
+_ALL, _ANY, _NOT = BOOLEAN["and"].apply, BOOLEAN["or"].apply, BOOLEAN["not"].apply
+_COMPARE = {symbol: row.apply for symbol, row in COMPARISONS.items()}
+
+
+class Missing(Exception):
+    """A value expression needs facts that are not known."""
+
+    def __init__(self, paths):
+        super().__init__(", ".join(paths))
+        self.paths = tuple(paths)
+
+
+def evaluate(node: Condition, lookup: Lookup) -> bool | None:
+    """Kleene logic: True, False, or None when unknown facts decide it.
+
+    An input fact not given makes comparisons unknown, but `known()` of it is plainly false.
+    A derived fact that no rule could produce is absent: comparisons on it are false.
+    """
+    # The reference evaluator's inner loop: the most frequent nodes first, and bare class
+    # patterns (keyword captures cost more than the attribute reads they replace).
+    match node:
+        case Cmp():
+            statuses, values = [], []
+            for side in (node.left, node.right):
+                if isinstance(side, Fact):
+                    status, value = lookup(side.path)
+                else:
+                    status, value = KNOWN, side.value
+                statuses.append(status)
+                values.append(value)
+            if ABSENT in statuses:
+                return False
+            if UNKNOWN in statuses or MISSING in statuses:
+                return None
+            return _COMPARE[node.op](values[0], values[1])
+        case And():
+            return _ALL([evaluate(i, lookup) for i in node.items])
+        case Or():
+            return _ANY([evaluate(i, lookup) for i in node.items])
+        case Needs():
+            status, _ = lookup(node.fact.path)
+            return True if status == KNOWN else (False if status == ABSENT else None)
+        case Known():
+            status, _ = lookup(node.fact.path)
+            if status == UNKNOWN:
+                return None
+            return (status == KNOWN) != node.negated
+        case OneOf() | Contains():
+            status, value = lookup(node.fact.path)
+            if status != KNOWN:
+                return False if status == ABSENT else None
+            hit = value in node.values if isinstance(node, OneOf) else node.item in value
+            return hit != node.negated
+        case Not():
+            return _NOT(evaluate(node.item, lookup))
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def undecided_by(node: Condition, lookup: Lookup) -> list[str]:
+    """The facts that leave `node` unknown: those in the leaves that evaluate to None, skipping
+    branches already decided (so `missing(x) or x == false` does not ask for x when x is missing)."""
+    if evaluate(node, lookup) is not None:
+        return []
+    match node:
+        case And(items=items) | Or(items=items):
+            return [p for item in items for p in undecided_by(item, lookup)]
+        case Not(item=item):
+            return undecided_by(item, lookup)
+        case Cmp() | OneOf() | Contains() | Known() | Needs():
+            return [p for p in facts_of(node) if lookup(p)[0] in (MISSING, UNKNOWN)]
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def witnesses(node: Condition, lookup: Lookup) -> list[Condition]:
+    """The leaves that made a true condition true (first true branch of each `or`)."""
+    match node:
+        case And(items=items):
+            return [leaf for item in items for leaf in witnesses(item, lookup)]
+        case Or(items=items):
+            for item in items:
+                if evaluate(item, lookup) is True:
+                    return witnesses(item, lookup)
+            return []
+        case Not() | Cmp() | OneOf() | Contains() | Known() | Needs():
+            return [node]
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _values(nodes: tuple[Value, ...], lookup: Lookup) -> list:
+    """Every node's value, or Missing naming what all of them lack together."""
+    missing, values = [], []
+    for node in nodes:
+        try:
+            values.append(value_of(node, lookup))
+        except Missing as m:
+            missing.extend(m.paths)
+    if missing:
+        raise Missing(missing)
+    return values
+
+
+def value_of(node: Value, lookup: Lookup) -> Any:
+    """Compute a value expression; raises Missing naming the facts it lacks."""
+    match node:
+        case Const(value=value):
+            return value
+        case Fact(path=path):
+            status, value = lookup(path)
+            if status != KNOWN:
+                raise Missing([path])
+            return value
+        case ListOf(items=items):
+            return [value_of(i, lookup) for i in items]
+        case IfElse(condition=condition, then=then, otherwise=otherwise):
+            decided = evaluate(condition, lookup)
+            if decided is None:
+                raise Missing(undecided_by(condition, lookup))
+            return value_of(then if decided else otherwise, lookup)
+        case Arith(op=op, left=left, right=right):
+            a, b = _values((left, right), lookup)
+            if ARITHMETIC[op].divides and b == 0:
+                raise Missing([f"{_label(right)} (is zero)"])
+            return ARITHMETIC[op].apply(a, b)
+        case Call(fn=fn, args=args):
+            function = FUNCTIONS[fn]
+            if function.apply is None:          # alternatives: the first that computes
+                missing = []
+                for arg in args:
+                    try:
+                        return value_of(arg, lookup)
+                    except Missing as m:
+                        missing.extend(m.paths)
+                raise Missing(missing)
+            return function.apply(*_values(args, lookup))
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _label(node: Value) -> str:
+    match node:
+        case Fact(path=path):
+            return path
+        case Const(value=value, parameter=parameter):
+            return parameter or repr(value)
+        case Arith() | Call() | ListOf() | IfElse():
+            return "value"
+        case _ as unreachable:
+            assert_never(unreachable)

@@ -1,0 +1,122 @@
+"""The one table of the language's operators and functions.
+
+The parser, both evaluators, lint and the renderer all read it, so that a new operator or
+function is one row here rather than an edit in each of them.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kbopt.kb.vocabulary import load_vocabulary
+
+
+@dataclass(frozen=True)
+class Operator:
+    symbol: str                        # as written in a rule and rendered back; a function's name
+    apply: Callable[..., Any] | None   # what it means in Python; only a Function may lack one
+    words: str                         # how `describe` says it; for a function, what it computes
+
+
+@dataclass(frozen=True)
+class Comparison(Operator):
+    apply: Callable[..., Any]
+    syntax: type[ast.cmpop]
+    negation: str                      # the comparison of `not (a op b)`: the backend has no negation
+    converse: str                      # the comparison with its sides swapped: facts go on the left
+    durable: str                       # durable_rules' spelling
+    equality: bool = False             # the only tests on bools, enums and strings; never on floats
+
+
+@dataclass(frozen=True)
+class Arithmetic(Operator):
+    apply: Callable[..., Any]
+    syntax: type[ast.operator]
+    divides: bool = False              # a zero on the right leaves the value undefined, not an error
+
+
+@dataclass(frozen=True)
+class Boolean(Operator):
+    """`apply` takes Kleene truth values (None for undecided)."""
+    apply: Callable[..., Any]
+    syntax: type[ast.boolop] | type[ast.unaryop]
+
+
+@dataclass(frozen=True)
+class Function(Operator):
+    @property
+    def alternatives(self) -> bool:
+        """Its arguments are alternatives, tried in order by logic.value_of: the facts of any
+        one of them are enough, so it has no Python `apply`."""
+        return self.apply is None
+
+
+def _all(results: list[bool | None]) -> bool | None:
+    return False if False in results else (None if None in results else True)
+
+
+def _any(results: list[bool | None]) -> bool | None:
+    return True if True in results else (None if None in results else False)
+
+
+def _negate(result: bool | None) -> bool | None:
+    return None if result is None else not result
+
+
+MIN_BUCKET = 16      # a bucket edge below this many tokens separates nothing worth separating
+
+
+def _round(x, n=0):
+    return round(x, int(n)) if n else int(round(x))
+
+
+def _pow2ceil(x):
+    x = max(1, int(math.ceil(x)))
+    return 1 << (x - 1).bit_length()
+
+
+def _edges(*values):
+    """Sorted distinct bucket edges, each rounded up to a power of two except the last (the cap)."""
+    *inner, cap = values
+    edges = sorted({_pow2ceil(v) for v in inner if MIN_BUCKET <= v < cap})
+    return [e for e in edges if e < cap] + [int(cap)]
+
+
+def _dtype_bytes(dtype):
+    return load_vocabulary().dtype_bytes[dtype]
+
+
+_TABLE: tuple[Operator, ...] = (
+    Comparison("<", operator.lt, "is below", ast.Lt, ">=", ">", "$lt"),
+    Comparison("<=", operator.le, "is at most", ast.LtE, ">", ">=", "$lte"),
+    Comparison(">", operator.gt, "is above", ast.Gt, "<=", "<", "$gt"),
+    Comparison(">=", operator.ge, "is at least", ast.GtE, "<", "<=", "$gte"),
+    Comparison("==", operator.eq, "is", ast.Eq, "!=", "==", "$eq", equality=True),
+    Comparison("!=", operator.ne, "is not", ast.NotEq, "==", "!=", "$neq", equality=True),
+    Arithmetic("+", operator.add, "plus", ast.Add),
+    Arithmetic("-", operator.sub, "minus", ast.Sub),
+    Arithmetic("*", operator.mul, "times", ast.Mult),
+    Arithmetic("/", operator.truediv, "divided by", ast.Div, divides=True),
+    Arithmetic("//", operator.floordiv, "divided by, rounded down", ast.FloorDiv, divides=True),
+    Boolean("and", _all, "and", ast.And),
+    Boolean("or", _any, "or", ast.Or),
+    Boolean("not", _negate, "it is not so that", ast.Not),
+    Function("min", min, "smallest argument"),
+    Function("max", max, "largest argument"),
+    Function("round", _round, "round(x) to an integer, round(x, n) to n places"),
+    Function("floor", lambda x: int(math.floor(x)), "round down to an integer"),
+    Function("ceil", lambda x: int(math.ceil(x)), "round up to an integer"),
+    Function("pow2ceil", _pow2ceil, "smallest power of two >= x"),
+    Function("edges", _edges, "bucket edges: powers of two >= each value below the last, then the last"),
+    Function("dtype_bytes", _dtype_bytes, "bytes per element of a dtype (kb/vocabulary.yaml)"),
+    Function("coalesce", None, "first argument whose facts are known"),
+)
+
+OPERATORS: dict[str, Operator] = {row.symbol: row for row in _TABLE}
+COMPARISONS = {symbol: row for symbol, row in OPERATORS.items() if isinstance(row, Comparison)}
+ARITHMETIC = {symbol: row for symbol, row in OPERATORS.items() if isinstance(row, Arithmetic)}
+BOOLEAN = {symbol: row for symbol, row in OPERATORS.items() if isinstance(row, Boolean)}
+FUNCTIONS = {symbol: row for symbol, row in OPERATORS.items() if isinstance(row, Function)}

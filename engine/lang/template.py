@@ -1,0 +1,24 @@
+"""The placeholders of a rule's `because` text: `{fact.path}` or `{parameter}`, each with an
+optional format spec after a colon (`{threshold:.0%}`), filled in when the rule fires."""
+from __future__ import annotations
+
+import re
+from typing import Callable, Iterator
+
+_PLACEHOLDER = re.compile(r"\{([^{}:]+)(?::([^{}]*))?\}")
+_PARAMETER = re.compile(r"[a-z_][a-z0-9_]*")     # facts are dotted, so a bare name is a parameter
+
+
+def placeholders(text: str) -> Iterator[tuple[str, str | None]]:
+    """(name, format spec or None) of each placeholder, in order."""
+    for match in _PLACEHOLDER.finditer(text):
+        yield match.group(1), match.group(2)
+
+
+def parameter_names(text: str) -> set[str]:
+    return {name for name, _ in placeholders(text) if _PARAMETER.fullmatch(name)}
+
+
+def fill(text: str, value: Callable[[str, str | None], str]) -> str:
+    """`text` with each placeholder replaced by `value(name, spec)`."""
+    return _PLACEHOLDER.sub(lambda match: value(match.group(1), match.group(2)), text)

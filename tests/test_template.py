@@ -1,0 +1,21 @@
+"""`because` placeholders: one syntax for the loader's check, parameter discovery and filling in."""
+from __future__ import annotations
+
+from kbopt.engine.lang import template
+
+TEXT = "At {telemetry.memory_used_ratio:.0%} over {capacity_threshold}, {Odd} and {not closed"
+
+
+def test_placeholders_name_and_spec():
+    assert list(template.placeholders(TEXT)) == [
+        ("telemetry.memory_used_ratio", ".0%"), ("capacity_threshold", None), ("Odd", None)]
+
+
+def test_only_bare_lowercase_names_can_be_parameters():
+    assert template.parameter_names(TEXT) == {"capacity_threshold"}
+
+
+def test_fill_leaves_text_outside_placeholders_alone():
+    filled = template.fill(TEXT, lambda name, spec: f"<{name}|{spec}>")
+    assert filled == ("At <telemetry.memory_used_ratio|.0%> over <capacity_threshold|None>, <Odd|None> "
+                      "and {not closed")
