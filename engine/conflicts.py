@@ -13,8 +13,9 @@ Every candidate left out gets the rules and the reason that removed it.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import networkx as nx
 
@@ -117,7 +118,7 @@ def resolve(graph: nx.MultiDiGraph, candidates: dict[str, Candidate]) -> Resolut
                 alive = [t for t in targets if t in candidates and t not in left]
                 if not alive:
                     gone = [left[t] for t in targets if t in left]
-                    because = tuple(dict.fromkeys(r for l in gone for r in l.because)) or \
+                    because = tuple(dict.fromkeys(r for lost in gone for r in lost.because)) or \
                         tuple(d["because"][0] for _, v, d in _edges(graph, key, "requires") if v in targets)
                     why = f"it requires {needs}, which " + ("was rejected: " + gone[0].reason if gone else "no rule recommended")
                     left[key] = Left(key, because, why)
@@ -149,7 +150,7 @@ def resolve(graph: nx.MultiDiGraph, candidates: dict[str, Candidate]) -> Resolut
 
 def _requirements(graph, key) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for _, target, data in _edges(graph, key, "requires"):
+    for _, target, _ in _edges(graph, key, "requires"):
         out.setdefault(graph.nodes[target]["strategy"], []).append(target)
     return out
 

@@ -1,7 +1,6 @@
 """Catalogs shipped in kb/: GPUs, strategies and the seed's claims."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources

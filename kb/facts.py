@@ -20,10 +20,10 @@ import yaml
 
 from kbopt.errors import FactsError
 from kbopt.kb.catalog import match_gpu
-from kbopt.kb.schema import FACTS_FORMAT, facts_schema
 from kbopt.kb.provenance import SET, USER, Provenance
-from kbopt.kb.yamlio import DuplicateKey, read_yaml_strict
+from kbopt.kb.schema import FACTS_FORMAT, facts_schema
 from kbopt.kb.vocabulary import QUALITY_PREFIX, Vocabulary, load_vocabulary
+from kbopt.kb.yamlio import DuplicateKey, read_yaml_strict
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,9 @@
 """Helpers every renderer shares: they read an Advice, never the rules or the facts."""
 from __future__ import annotations
 
-from kbopt.engine.advice.model import Advice, Firing
 from kbopt.engine.advice.explain import Check
+from kbopt.engine.advice.model import Advice, Firing
 from kbopt.engine.lang.expr import fmt
-
 
 _BIDI = dict.fromkeys(map(ord, "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"))
 

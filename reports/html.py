@@ -3,12 +3,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.explain import Check
+from kbopt.engine.advice.model import Advice
 from kbopt.engine.lang.expr import fmt
-from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, firings, origin_detail,
-                                  origin_text, params_text, safe_text)
+from kbopt.reports.common import (
+    bottleneck_evidence,
+    chain,
+    check_text,
+    facts_to_collect,
+    firings,
+    origin_detail,
+    origin_text,
+    params_text,
+    safe_text,
+)
 from kbopt.reports.graph_layout import layout
 
 

@@ -1,12 +1,20 @@
 """Markdown advice, for tickets and pull requests: the same content as the text report."""
 from __future__ import annotations
 
-from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.compare import Comparison
+from kbopt.engine.advice.model import Advice
 from kbopt.engine.lang.expr import fmt
-from kbopt.reports.common import safe_text
-from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_detail,
-                                  origin_text, params_text, rejection_label)
+from kbopt.reports.common import (
+    bottleneck_evidence,
+    chain,
+    check_text,
+    facts_to_collect,
+    origin_detail,
+    origin_text,
+    params_text,
+    rejection_label,
+    safe_text,
+)
 
 
 def _cell(text: str) -> str:
@@ -42,7 +50,8 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
             out += [f"Expected gain: {strategy.gain}", ""]
         for depth, firing in chain(advice, strategy.recommended_by):
             pad = "  " * depth
-            out.append(f"{pad}- {_code(firing.rule)} {firing.title} ({_cell(', '.join(firing.source))}; {_code(firing.location)})")
+            sources = _cell(", ".join(firing.source))
+            out.append(f"{pad}- {_code(firing.rule)} {firing.title} ({sources}; {_code(firing.location)})")
             for check in firing.checks:
                 out.append(f"{pad}  - matched {_code(check_text(check))} ({origin_text(advice, check.fact)})")
             out.append(f"{pad}  - {firing.explanation}")

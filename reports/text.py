@@ -5,8 +5,16 @@ import textwrap
 
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.lang.expr import fmt
-from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_detail,
-                                  origin_text, params_text, rejection_label)
+from kbopt.reports.common import (
+    bottleneck_evidence,
+    chain,
+    check_text,
+    facts_to_collect,
+    origin_detail,
+    origin_text,
+    params_text,
+    rejection_label,
+)
 
 WIDTH = 100
 

@@ -20,7 +20,8 @@ def load_checked_pack(dirs: list[str]) -> Pack:
         if errors:
             more = f" ({len(errors) - 1} more: run `kbopt rules lint {' '.join(dirs)}`)" if len(errors) > 1 else ""
             first = errors[0]
-            raise KboptError(f"{first.file}:{first.line}: {first.message}" + (f" (hint: {first.hint})" if first.hint else "") + more)
+            hint = f" (hint: {first.hint})" if first.hint else ""
+            raise KboptError(f"{first.file}:{first.line}: {first.message}{hint}{more}")
     return pack
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected

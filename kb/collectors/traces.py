@@ -12,9 +12,9 @@ import datetime
 import heapq
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
@@ -123,7 +123,8 @@ class TraceSummary:
             out.notes.append(f"{source}: timestamps are not in order; concurrency was not computed")
         elif self.with_duration and not self.unsorted:
             note = "requests in flight, sampled at each arrival"
-            out.put("workload.concurrency_mean", self.concurrency_sum / self.with_duration, prov(note=note, metric_="start + duration"))
+            out.put("workload.concurrency_mean", self.concurrency_sum / self.with_duration,
+                    prov(note=note, metric_="start + duration"))
             out.put("workload.concurrency_peak", self.concurrency_peak, prov(note=note, metric_="start + duration"))
         return out
 
@@ -212,6 +213,11 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
                     raise KboptError(f"--workload {path}:{line}: not JSON: {error.msg}") from None
 
 
+def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        yield from enumerate(csv.DictReader(handle), 2)  # line 1 is the header
+
+
 def _mooncake(path: Path, summary: TraceSummary) -> str:
     for line, row in _jsonl_rows(path):
         try:
@@ -238,7 +244,7 @@ def _generic(path: Path, summary: TraceSummary, options: TraceOptions, jsonl: bo
         raise KboptError(f"--workload {path}: say which columns hold the lengths: "
                          "--columns prompt=NAME,output=NAME (or total=NAME), plus timestamp=NAME and duration=NAME if present")
     unit = TIME_UNITS[options.time_unit]
-    rows = _jsonl_rows(path) if jsonl else enumerate(csv.DictReader(open(path, newline="", encoding="utf-8")), 2)
+    rows = _jsonl_rows(path) if jsonl else _csv_rows(path)
     for line, row in rows:
         try:
             tokens = int(float(row[columns["total"]])) if "total" in columns else \
@@ -281,7 +287,8 @@ def _vllm_bench_facts(path: Path, result: dict, options: TraceOptions) -> Collec
     out = Collected()
     if isinstance(result.get("input_lens"), list) and isinstance(result.get("output_lens"), list):
         summary = TraceSummary(options)
-        for prompt, output in zip(result["input_lens"], result["output_lens"]):
+        # strict=False: as far as both lists go, as before (a mismatch is not reported)
+        for prompt, output in zip(result["input_lens"], result["output_lens"], strict=False):
             summary.add(None, int(_number(prompt, "input_lens[]")) + int(_number(output, "output_lens[]")))
         out.merge(summary.collected(path.name, "input_lens+output_lens (per request)"))
     else:
