@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
@@ -64,7 +65,7 @@ class TraceSummary:
             self.long += 1
         if t is None:
             return
-        if self.first_t is None:
+        if self.first_t is None or self.last_t is None or self.earliest is None:   # all three are set by the first
             self.first_t = self.earliest = t
         elif t < self.last_t:
             self.unsorted = True
@@ -95,8 +96,8 @@ class TraceSummary:
         if self.n == 0:
             raise KboptError(f"--workload {source}: no requests in it")
         earliest = self.earliest if self.earliest is not None else self.first_t
-        span = (self.last_t - earliest) if self.first_t is not None else None
-        def prov(note=None, metric_=metric, samples=self.n):
+        span = (self.last_t - earliest) if self.last_t is not None and earliest is not None else None
+        def prov(note: str | None = None, metric_: str = metric, samples: int = self.n) -> Provenance:
             return Provenance(f"trace:{source}", "measured", metric=metric_, samples=samples,
                               window_s=round(span, 3) if span else None, note=note)
         mean = self.total / self.n
@@ -140,7 +141,8 @@ def _minute_start(text: str) -> float:
 
 def _offset_seconds(stamp: str) -> float:
     moment = datetime.datetime.fromisoformat(stamp.strip())
-    offset = moment.utcoffset().total_seconds() if moment.tzinfo else 0.0
+    utc_offset = moment.utcoffset()     # None without a time zone
+    offset = utc_offset.total_seconds() if utc_offset is not None else 0.0
     naive = moment.replace(tzinfo=None)
     return naive.toordinal() * 86400 + naive.hour * 3600 + naive.minute * 60 + naive.second \
         + naive.microsecond / 1e6 - offset
@@ -156,7 +158,8 @@ def _azure(path: Path, summary: TraceSummary) -> str:
     windows = summary.windows
     n = long = longest = 0
     total = total_sq = 0.0
-    first_t = last_t = None
+    first_t: float | None = None
+    last_t = -math.inf      # a float from the start (set with first_t by the first request): no None test per row
     ordered = True
     with open(path, encoding="utf-8") as handle:
         header = handle.readline()
@@ -198,12 +201,12 @@ def _azure(path: Path, summary: TraceSummary) -> str:
             windows[index] = windows.get(index, 0) + 1
     summary.n, summary.long, summary.longest = n, long, longest
     summary.total, summary.total_sq = total, total_sq
-    summary.first_t, summary.last_t, summary.unsorted = first_t, last_t, not ordered
+    summary.first_t, summary.last_t, summary.unsorted = first_t, (last_t if first_t is not None else None), not ordered
     summary.earliest = min(minutes.values()) if not ordered and minutes else first_t
     return "ContextTokens+GeneratedTokens"
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with open(path, encoding="utf-8") as handle:
         for line, text in enumerate(handle, 1):
             if text.strip():
@@ -273,13 +276,13 @@ def _vllm_bench(path: Path, options: TraceOptions) -> Collected:
                          "expected completed, duration, total_input_tokens, total_output_tokens, p99_ttft_ms, ...") from None
 
 
-def _number(value, name: str) -> float:
+def _number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} is {value!r}, not a non-negative number")
     return value
 
 
-def _vllm_bench_facts(path: Path, result: dict, options: TraceOptions) -> Collected:
+def _vllm_bench_facts(path: Path, result: dict[str, Any], options: TraceOptions) -> Collected:
     source = f"trace:{path.name}"
     completed = int(_number(result["completed"], "completed"))
     if not completed:
