@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.explain import Check
@@ -19,6 +20,9 @@ from kbopt.reports.common import (
     safe_text,
 )
 from kbopt.reports.graph_layout import layout
+
+if TYPE_CHECKING:  # jinja2 itself is imported only when an HTML report is rendered
+    from jinja2 import Environment
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ def gauge(check: Check) -> Gauge | None:
     return Gauge(round(100 * value / top, 1), round(100 * threshold / top, 1))
 
 
-def _environment():
+def _environment() -> Environment:
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
     env = Environment(loader=PackageLoader("kbopt.reports", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True),

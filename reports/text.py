@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterable
 
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.lang.expr import fmt
@@ -23,7 +24,7 @@ def _wrap(text: str, indent: str) -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ") or [indent]
 
 
-def _proof(advice: Advice, rule_ids, indent: str) -> list[str]:
+def _proof(advice: Advice, rule_ids: Iterable[str], indent: str) -> list[str]:
     lines = []
     for depth, firing in chain(advice, rule_ids):
         pad = indent + "  " * depth + ("<- " if depth else "")
