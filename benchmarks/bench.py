@@ -84,7 +84,7 @@ def cold_start(pairs: int) -> None:
                 runs.append(measured(command))
                 base.append(measured(baseline))
         base_cpu, cpu = statistics.median(r[0] for r in base), statistics.median(r[0] for r in runs)
-        ratio = statistics.median(r[0] / b[0] for r, b in zip(runs, base))
+        ratio = statistics.median(r[0] / b[0] for r, b in zip(runs, base, strict=True))
         rss = statistics.median(r[1] for r in runs)
         base_rss += [r[1] for r in base]
         target = verdict(ratio <= targets[fmt], f"<= {targets[fmt]}x") if fmt in targets else "(no target)"
@@ -118,8 +118,9 @@ def throughput(seconds: float) -> None:
     for name in available_evaluators()[::-1]:
         evaluator = make_evaluator(pack, name)
         evaluations = per_core(evaluator.run, values, seconds)
-        whole = per_core(lambda f: advise(f, pack, name), facts, seconds)
-        print(f"    {name:9} one evaluation {1e6 / evaluations:6.1f} us {verdict(1e6 / evaluations <= limits[name], f'<= {limits[name]} us')}; "
+        whole = per_core(lambda f, name=name: advise(f, pack, name), facts, seconds)
+        target = verdict(1e6 / evaluations <= limits[name], f"<= {limits[name]} us")
+        print(f"    {name:9} one evaluation {1e6 / evaluations:6.1f} us {target}; "
               f"whole advise() {whole:6.0f}/s, {evaluations / whole:4.1f}x one evaluation "
               f"{verdict(whole >= 5000, '>= 5,000/s')}")
 

@@ -13,8 +13,9 @@ Every candidate left out gets the rules and the reason that removed it.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import networkx as nx
 
@@ -47,13 +48,13 @@ class Left:
 class Resolution:
     chosen: tuple[str, ...]
     left_out: tuple[Left, ...]
-    graph: nx.MultiDiGraph
+    graph: nx.MultiDiGraph[str]
 
 
 def build_graph(candidates: dict[str, Candidate], vetoes: Sequence[Drawn[Reject]],
                 requires: Sequence[Drawn[Require]], mitigates: Sequence[Drawn[Mitigate]],
-                catalog: Mapping[str, Strategy]) -> nx.MultiDiGraph:
-    graph = nx.MultiDiGraph()
+                catalog: Mapping[str, Strategy]) -> nx.MultiDiGraph[str]:
+    graph: nx.MultiDiGraph[str] = nx.MultiDiGraph()
     for key in sorted(candidates):
         c = candidates[key]
         graph.add_node(key, kind="candidate", strategy=c.strategy, weight=c.weight)
@@ -69,36 +70,40 @@ def build_graph(candidates: dict[str, Candidate], vetoes: Sequence[Drawn[Reject]
             if ca.strategy == cb.strategy or cb.strategy in catalog[ca.strategy].excludes \
                     or ca.strategy in catalog[cb.strategy].excludes:
                 graph.add_edge(a, b, kind="excludes", because=(CATALOG,))
-    for drawn in requires:
-        require = drawn.conclusion
+    for requirement in requires:
+        require = requirement.conclusion
         needed = StrategyRef.parse(require.needs)
         for source in matching(require.strategy, require.variant):
             for target in matching(needed.strategy, needed.variant) or [require.needs]:
                 if target not in graph:
                     graph.add_node(target, kind="absent", strategy=needed.strategy, weight=0.0)
-                graph.add_edge(source, target, kind="requires", because=(drawn.rule,))
-    for drawn in mitigates:
-        for target in matching(drawn.conclusion.strategy, None):
-            for source in matching(drawn.conclusion.by, None):
-                graph.add_edge(source, target, kind="mitigates", because=(drawn.rule,))
-    for drawn in vetoes:
-        for target in matching(drawn.conclusion.strategy, drawn.conclusion.variant):
-            node = f"veto:{drawn.rule}"
-            graph.add_node(node, kind="veto", rule=drawn.rule)
-            graph.add_edge(node, target, kind="vetoes", because=(drawn.rule,), reason=drawn.conclusion.reason)
+                graph.add_edge(source, target, kind="requires", because=(requirement.rule,))
+    for mitigation in mitigates:
+        for target in matching(mitigation.conclusion.strategy, None):
+            for source in matching(mitigation.conclusion.by, None):
+                graph.add_edge(source, target, kind="mitigates", because=(mitigation.rule,))
+    for veto in vetoes:
+        for target in matching(veto.conclusion.strategy, veto.conclusion.variant):
+            node = f"veto:{veto.rule}"
+            graph.add_node(node, kind="veto", rule=veto.rule)
+            graph.add_edge(node, target, kind="vetoes", because=(veto.rule,), reason=veto.conclusion.reason)
     return graph
 
 
-def _edges(graph, node, kind, outgoing=True):
+# An edge as networkx hands it out: (source, target, attributes); `kind` and `because` are always set.
+Edge = tuple[str, str, dict[str, Any]]
+
+
+def _edges(graph: nx.MultiDiGraph[str], node: str, kind: str, outgoing: bool = True) -> list[Edge]:
     edges = graph.out_edges(node, data=True) if outgoing else graph.in_edges(node, data=True)
     return [(u, v, d) for u, v, d in edges if d["kind"] == kind]
 
 
-def _excluded_pairs(graph) -> set[frozenset]:
+def _excluded_pairs(graph: nx.MultiDiGraph[str]) -> set[frozenset[str]]:
     return {frozenset((u, v)) for u, v, d in graph.edges(data=True) if d["kind"] == "excludes"}
 
 
-def resolve(graph: nx.MultiDiGraph, candidates: dict[str, Candidate]) -> Resolution:
+def resolve(graph: nx.MultiDiGraph[str], candidates: dict[str, Candidate]) -> Resolution:
     left: dict[str, Left] = {}
     # 1. Vetoes are hard.
     for key in sorted(candidates):
@@ -117,7 +122,7 @@ def resolve(graph: nx.MultiDiGraph, candidates: dict[str, Candidate]) -> Resolut
                 alive = [t for t in targets if t in candidates and t not in left]
                 if not alive:
                     gone = [left[t] for t in targets if t in left]
-                    because = tuple(dict.fromkeys(r for l in gone for r in l.because)) or \
+                    because = tuple(dict.fromkeys(r for lost in gone for r in lost.because)) or \
                         tuple(d["because"][0] for _, v, d in _edges(graph, key, "requires") if v in targets)
                     why = f"it requires {needs}, which " + ("was rejected: " + gone[0].reason if gone else "no rule recommended")
                     left[key] = Left(key, because, why)
@@ -139,26 +144,27 @@ def resolve(graph: nx.MultiDiGraph, candidates: dict[str, Candidate]) -> Resolut
                       if candidates[winner].weight > candidates[key].weight else
                       f"excluded by {winner}, chosen as part of a set of higher total weight")
         else:
-            needs = [n for n, targets in _requirements(graph, key).items() if not set(targets) & chosen]
+            unmet = [n for n, targets in _requirements(graph, key).items() if not set(targets) & chosen]
             because = tuple(d["because"][0] for _, _, d in _edges(graph, key, "requires"))
-            reason = f"it requires {', '.join(needs)}, which the best compatible set leaves out"
+            reason = f"it requires {', '.join(unmet)}, which the best compatible set leaves out"
         left[key] = Left(key, because, reason)
     order = sorted(chosen, key=lambda k: (-candidates[k].weight, k))
     return Resolution(tuple(order), tuple(left[k] for k in sorted(left)), graph)
 
 
-def _requirements(graph, key) -> dict[str, list[str]]:
+def _requirements(graph: nx.MultiDiGraph[str], key: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for _, target, data in _edges(graph, key, "requires"):
+    for _, target, _ in _edges(graph, key, "requires"):
         out.setdefault(graph.nodes[target]["strategy"], []).append(target)
     return out
 
 
-def _closed(graph, chosen: set[str]) -> bool:
+def _closed(graph: nx.MultiDiGraph[str], chosen: set[str]) -> bool:
     return all(set(targets) & chosen for key in chosen for targets in _requirements(graph, key).values())
 
 
-def _best_set(graph, order: list[str], candidates, exclusions) -> set[str]:
+def _best_set(graph: nx.MultiDiGraph[str], order: list[str], candidates: dict[str, Candidate],
+              exclusions: set[frozenset[str]]) -> set[str]:
     if len(order) > EXACT_LIMIT:
         chosen: set[str] = set()
         for key in order:
@@ -170,7 +176,7 @@ def _best_set(graph, order: list[str], candidates, exclusions) -> set[str]:
     best: tuple[float, set[str]] = (-1.0, set())
     remaining_weight = [sum(candidates[k].weight for k in order[i:]) for i in range(len(order) + 1)]
 
-    def search(index: int, current: set[str], weight: float):
+    def search(index: int, current: set[str], weight: float) -> None:
         nonlocal best
         if weight + remaining_weight[index] <= best[0]:
             return

@@ -1,11 +1,10 @@
 """Catalogs shipped in kb/: GPUs, strategies and the methodology's claims (kb/sources.py)."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from kbopt.kb.yamlio import read_yaml
 
@@ -15,7 +14,7 @@ Layer = Literal["diagnosis", "compute", "storage", "scheduling"]
 LAYERS: tuple[Layer, ...] = get_args(Layer)
 
 
-def _load(name: str):
+def _load(name: str) -> Any:  # a parsed YAML document
     text = resources.files("kbopt.kb").joinpath(name).read_text(encoding="utf-8")
     return read_yaml(text)
 
@@ -41,7 +40,7 @@ class ParamSpec:
     min: float | None = None
     max: float | None = None
 
-    def violated_by(self, value) -> str | None:
+    def violated_by(self, value: object) -> str | None:
         """Why a computed value is out of range, or None."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return None

@@ -11,19 +11,24 @@ from __future__ import annotations
 import datetime
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 
 from kbopt.errors import FactsError
 from kbopt.kb.catalog import match_gpu
-from kbopt.kb.schema import FACTS_FORMAT, facts_schema
 from kbopt.kb.provenance import SET, USER, Provenance
-from kbopt.kb.yamlio import DuplicateKey, read_yaml_strict
+from kbopt.kb.schema import FACTS_FORMAT, facts_schema
 from kbopt.kb.vocabulary import QUALITY_PREFIX, Vocabulary, load_vocabulary
+from kbopt.kb.yamlio import DuplicateKey, read_yaml_strict
+
+if TYPE_CHECKING:  # jsonschema itself is imported only once a document is at hand
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class Facts:
         """Values as the evaluators compare them: versions become numbers (8.9), and each fact's
         quality is readable as `quality.<path>`."""
         vocabulary = vocabulary or load_vocabulary()
-        out = {}
+        out: dict[str, Any] = {}
         for path, value in self.values.items():
             spec = vocabulary.get(path)
             out[path] = version_number(value) if spec and spec.type == "version" else value
@@ -50,7 +55,7 @@ def version_number(text: str) -> float:
     return int(major) + int(minor) / 10  # minor is one digit (schema), so 8.9 < 9.0 < 10.0
 
 
-def _unique_keys(pairs):
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [key for key, _ in pairs]
     duplicates = sorted({key for key in keys if keys.count(key) > 1})
     if duplicates:
@@ -58,7 +63,7 @@ def _unique_keys(pairs):
     return dict(pairs)
 
 
-def _reject_constant(name: str):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a number kbopt accepts")
 
 
@@ -101,16 +106,18 @@ def _show(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
-def _json_path(parts) -> str:
+def _json_path(parts: Iterable[str | int]) -> str:
     return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
-def _describe(error, vocabulary: Vocabulary) -> str:
+def _describe(error: ValidationError, vocabulary: Vocabulary) -> str:
     """One sentence per schema error, naming the JSON path, with a hint where one helps."""
     path = list(error.absolute_path)
     where = _json_path(path)
-    if error.validator == "additionalProperties":
-        known = set(error.schema.get("properties", {}))
+    # jsonschema types a failing (sub)schema as a mapping, a bool or "unset"; the facts schema's are all mappings
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = set(schema.get("properties", {}))
         unknown = sorted(set(error.instance) - known)
         prefix = ".".join(str(p) for p in path)
         sentences = []
@@ -129,7 +136,7 @@ def _describe(error, vocabulary: Vocabulary) -> str:
     instance = error.instance
     if error.validator == "anyOf" and spec is not None:
         # Our fact schemas are anyOf[<type>, null]; report against the real type.
-        inner = error.schema["anyOf"][0]
+        inner = schema["anyOf"][0]
         if spec.type == "ratio" and isinstance(instance, (int, float)) and not isinstance(instance, bool):
             if 1 < instance <= 100:
                 return (f"{where}: {instance!r} is out of range: {dotted} is a ratio in 0..1; "
@@ -160,7 +167,7 @@ def _describe(error, vocabulary: Vocabulary) -> str:
 
 
 @lru_cache(maxsize=1)
-def _facts_validator():
+def _facts_validator() -> Draft202012Validator:
     import jsonschema  # imported here: only needed once a document is at hand
     return jsonschema.Draft202012Validator(facts_schema())
 
@@ -178,7 +185,7 @@ def validate_document(document: Any, name: str, vocabulary: Vocabulary | None = 
 
 
 def flatten(document: dict[str, Any]) -> dict[str, Any]:
-    values = {}
+    values: dict[str, Any] = {}
     for section, fields in document.items():
         if section in ("kbopt", "provenance") or not isinstance(fields, dict):
             continue
@@ -232,7 +239,7 @@ def enrich_from_catalog(values: dict[str, Any], provenance: dict[str, Provenance
             provenance[path] = Provenance(f"catalog:{gpu.id}", "catalog", note=gpu.source)
 
 
-def facts_from_document(document: Any, name: str, overrides: list[str] = ()) -> Facts:
+def facts_from_document(document: Any, name: str, overrides: Sequence[str] = ()) -> Facts:
     vocabulary = load_vocabulary()
     validate_document(document, name, vocabulary)
     if overrides:
@@ -240,8 +247,9 @@ def facts_from_document(document: Any, name: str, overrides: list[str] = ()) -> 
         validate_document(document, f"{name} with --set", vocabulary)
     values = flatten(document)
     for path, value in values.items():
+        spec = vocabulary.get(path)     # never None: validation allows only the vocabulary's facts
         if isinstance(value, (int, float)) and not isinstance(value, bool) and \
-                vocabulary.get(path).type == "version":
+                spec is not None and spec.type == "version":
             values[path] = f"{value:.1f}"     # YAML reads an unquoted 8.9 as a number
     check_consistency(values, name, vocabulary)
     recorded = {path: Provenance(**raw) for path, raw in (document.get("provenance") or {}).items()}
@@ -255,7 +263,7 @@ def facts_from_document(document: Any, name: str, overrides: list[str] = ()) -> 
     return Facts(values=dict(sorted(values.items())), provenance=dict(sorted(provenance.items())))
 
 
-def load_facts(path: str | Path, overrides: list[str] = ()) -> Facts:
+def load_facts(path: str | Path, overrides: Sequence[str] = ()) -> Facts:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -7,9 +7,9 @@ what it runs against, and a test can hand in another knowledge base.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping
 
 from kbopt.kb.catalog import Gpu, Strategy, gpus, strategies
 from kbopt.kb.vocabulary import Vocabulary, load_vocabulary

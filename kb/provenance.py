@@ -16,7 +16,7 @@ class Provenance:
     window_s: float | None = None  # time span those readings cover
     note: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.quality not in QUALITIES:
             raise ValueError(f"unknown quality {self.quality!r}")
 

@@ -14,10 +14,10 @@ class DuplicateKey(ValueError):
         self.key, self.line, self.column = key, line, column
 
 
-def check_duplicate_keys(node) -> None:
+def check_duplicate_keys(node: yaml.Node) -> None:
     """YAML lets a later key silently replace an earlier one; a typo'd copy must not win."""
     if isinstance(node, yaml.MappingNode):
-        seen = set()
+        seen: set[str] = set()
         for key, value in node.value:
             if key.value in seen:
                 raise DuplicateKey(key.value, key.start_mark.line + 1, key.start_mark.column + 1)

@@ -5,12 +5,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from kbopt import __version__
-from kbopt.engine.pack.rule import LAYERS
 from kbopt.engine.pack.packs import configured_packs, load_checked_pack
+from kbopt.engine.pack.rule import LAYERS
 from kbopt.errors import KboptError, RuleError
 from kbopt.output import write_output
 
@@ -171,11 +170,8 @@ def _evaluator(choice: str) -> str:
 
 def _advise(args) -> int:
     from kbopt.engine.advice.advisor import advise
-    from kbopt.engine.pack.loader import load_pack
-    from kbopt.kb.facts import load_facts
+    from kbopt.kb.facts import facts_from_document, load_facts
     from kbopt.reports import render
-
-    from kbopt.kb.facts import facts_from_document
     pack = load_checked_pack(args.rules)        # broken rules fail before a long collection
     if args.collect:
         document, name = _collected_document(args), "collected facts"
@@ -197,7 +193,6 @@ def _advise(args) -> int:
 def _report(args) -> int:
     from kbopt.engine.advice.advisor import advise
     from kbopt.engine.advice.compare import compare
-    from kbopt.engine.pack.loader import load_pack
     from kbopt.kb.facts import load_facts
     from kbopt.reports import render
 
@@ -256,8 +251,8 @@ def _rules(args) -> int:
                 pack_name = "" if rule.pack == "builtin" else f"  (pack {rule.pack})"
                 print(f"{rule.id:38} {rule.layer:11} {rule.title}  [{sources.labels(rule.sources)}]{pack_name}")
         return EXIT_OK
-    from kbopt.engine.evaluators import available_evaluators
     from kbopt.engine.authoring.examples import run_examples
+    from kbopt.engine.evaluators import available_evaluators
     evaluators = available_evaluators()
     results = run_examples(pack, evaluators)
     failed = [r for r in results if not r.ok]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from kbopt.kb.catalog import gpus, strategies
 from kbopt.kb.sources import catalog
@@ -111,7 +111,9 @@ def _fields(schema: dict) -> str:
 
 
 def _range(spec) -> str:
-    bounds = [b for b in (f">={spec.min:g}" if spec.min is not None else "", f"<={spec.max:g}" if spec.max is not None else "") if b]
+    low = f">={spec.min:g}" if spec.min is not None else ""
+    high = f"<={spec.max:g}" if spec.max is not None else ""
+    bounds = [b for b in (low, high) if b]
     return f" ({' '.join(bounds)})" if bounds else ""
 
 

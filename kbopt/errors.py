@@ -1,7 +1,7 @@
 """One exception per failure kind; the CLI turns each into a one-paragraph message and exit 2."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from kbopt.diagnostics import Diagnostic, render
 

@@ -1,10 +1,16 @@
 """Renderers that only format an Advice value."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the renderers import the engine's types; at run time only the chosen renderer is imported
+    from kbopt.engine.advice.compare import Comparison
+    from kbopt.engine.advice.model import Advice
+
 FORMATS = ("text", "json", "md", "html")
 
 
-def render(advice, fmt: str, comparison=None) -> str:
+def render(advice: Advice, fmt: str, comparison: Comparison | None = None) -> str:
     """Format an Advice; `comparison` (a what-if) is shown by the html and md formats."""
     if fmt == "json":
         return advice.to_json()

@@ -1,10 +1,11 @@
 """Helpers every renderer shares: they read an Advice, never the rules or the facts."""
 from __future__ import annotations
 
-from kbopt.engine.advice.model import Advice, Firing
-from kbopt.engine.advice.explain import Check
-from kbopt.engine.lang.text import fmt
+from collections.abc import Iterable, Mapping
 
+from kbopt.engine.advice.explain import Check
+from kbopt.engine.advice.model import Advice, Firing
+from kbopt.engine.lang.text import fmt
 
 _BIDI = dict.fromkeys(map(ord, "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"))
 
@@ -23,13 +24,13 @@ def producers(advice: Advice) -> dict[str, str]:
     return {path: f.rule for f in advice.fired for path in f.derived}
 
 
-def chain(advice: Advice, rule_ids) -> list[tuple[int, Firing]]:
+def chain(advice: Advice, rule_ids: Iterable[str]) -> list[tuple[int, Firing]]:
     """The proof of a conclusion: each rule, then (indented) the rules that derived its facts."""
     by_rule, made_by = firings(advice), producers(advice)
     out: list[tuple[int, Firing]] = []
     seen: set[str] = set()
 
-    def visit(rule_id: str, depth: int):
+    def visit(rule_id: str, depth: int) -> None:
         if rule_id in seen or rule_id not in by_rule:
             return
         seen.add(rule_id)
@@ -57,7 +58,7 @@ def check_text(check: Check) -> str:
     return f"{check.fact} = {value} {check.op} {threshold}{named}"
 
 
-def params_text(params: dict) -> str:
+def params_text(params: Mapping[str, object]) -> str:
     return " ".join(f"{k}={fmt(v)}" for k, v in params.items())
 
 
@@ -76,7 +77,7 @@ def origin_text(advice: Advice, path: str) -> str:
     return "derived" if path in advice.derived else "not given"
 
 
-def rejection_label(strategy: str, params: dict) -> str:
+def rejection_label(strategy: str, params: Mapping[str, object]) -> str:
     return f"{strategy} ({params_text(params)})" if params else strategy
 
 

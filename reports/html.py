@@ -1,16 +1,30 @@
 """The HTML explanation report: one self-contained page (inline CSS and SVG, no script, no fetch)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kbopt.engine.lang.text import fmt
-from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.explain import Check
+from kbopt.engine.advice.model import Advice
+from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
-from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, firings, origin_detail,
-                                  origin_text, params_text, safe_text)
+from kbopt.reports.common import (
+    bottleneck_evidence,
+    chain,
+    check_text,
+    facts_to_collect,
+    firings,
+    origin_detail,
+    origin_text,
+    params_text,
+    safe_text,
+)
 from kbopt.reports.graph_layout import layout
+
+if TYPE_CHECKING:  # jinja2 itself is imported only when an HTML report is rendered
+    from markupsafe import Markup
 
 
 @dataclass(frozen=True)
@@ -32,7 +46,7 @@ def gauge(check: Check) -> Gauge | None:
     return Gauge(round(100 * value / top, 1), round(100 * threshold / top, 1))
 
 
-def _sources_of(cited) -> "Markup":
+def _sources_of(cited: Iterable[str]) -> Markup:
     """A rule's sources by label; an external page's address in the label's tooltip, not as a
     link: the page stays free of outgoing addresses (see test_self_contained_no_fetches_no_script)."""
     from markupsafe import Markup, escape

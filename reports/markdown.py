@@ -1,13 +1,21 @@
 """Markdown advice, for tickets and pull requests: the same content as the text report."""
 from __future__ import annotations
 
-from kbopt.engine.lang.text import fmt
-from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.compare import Comparison
+from kbopt.engine.advice.model import Advice
+from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
-from kbopt.reports.common import safe_text
-from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_detail,
-                                  origin_text, params_text, rejection_label)
+from kbopt.reports.common import (
+    bottleneck_evidence,
+    chain,
+    check_text,
+    facts_to_collect,
+    origin_detail,
+    origin_text,
+    params_text,
+    rejection_label,
+    safe_text,
+)
 
 
 def _cell(text: str) -> str:

@@ -2,12 +2,21 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterable
 
-from kbopt.engine.lang.text import fmt
 from kbopt.engine.advice.model import Advice
+from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
-from kbopt.reports.common import (bottleneck_evidence, chain, check_text, facts_to_collect, origin_detail,
-                                  origin_text, params_text, rejection_label)
+from kbopt.reports.common import (
+    bottleneck_evidence,
+    chain,
+    check_text,
+    facts_to_collect,
+    origin_detail,
+    origin_text,
+    params_text,
+    rejection_label,
+)
 
 WIDTH = 100
 
@@ -16,7 +25,7 @@ def _wrap(text: str, indent: str) -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ") or [indent]
 
 
-def _proof(advice: Advice, rule_ids, indent: str) -> list[str]:
+def _proof(advice: Advice, rule_ids: Iterable[str], indent: str) -> list[str]:
     lines = []
     for depth, firing in chain(advice, rule_ids):
         pad = indent + "  " * depth + ("<- " if depth else "")

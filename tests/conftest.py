@@ -26,4 +26,5 @@ def run_cli(capsys):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "acceptance: reruns the whole suite on a copy of the tree (deselect with -m 'not acceptance')")
+    config.addinivalue_line("markers",
+                            "acceptance: reruns the whole suite on a copy of the tree (deselect with -m 'not acceptance')")

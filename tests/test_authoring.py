@@ -5,8 +5,8 @@ import json
 import os
 from pathlib import Path
 
-from kbopt.engine.authoring.lint import lint_paths
 from kbopt.diagnostics import render, render_all
+from kbopt.engine.authoring.lint import lint_paths
 from kbopt.engine.pack.loader import load_pack
 
 HERE = Path(__file__).resolve().parent
@@ -83,7 +83,7 @@ def test_show_explains_a_rule_in_words(run_cli):
 
 
 def test_docs_one_page_per_rule_and_an_index(run_cli, tmp_path, pack):
-    code, out, _ = run_cli("rules", "docs", "-o", str(tmp_path / "docs"))
+    code, _, _ = run_cli("rules", "docs", "-o", str(tmp_path / "docs"))
     pages = sorted(p.name for p in (tmp_path / "docs").iterdir())
     assert code == 0 and pages == sorted([f"{r.id}.md" for r in pack.rules] + ["index.md"])
     assert "[D-BOTTLENECK-CAPACITY](D-BOTTLENECK-CAPACITY.md)" in (tmp_path / "docs" / "index.md").read_text()
@@ -106,14 +106,14 @@ def test_new_scaffolds_a_rule_that_loads_and_lint_flags_its_todos(run_cli, tmp_p
 
 
 def test_graph_links_facts_rules_and_strategies(run_cli):
-    code, out, _ = run_cli("rules", "graph", "--format", "json")
+    _, out, _ = run_cli("rules", "graph", "--format", "json")
     graph = json.loads(out)
     edges = {(e["from"], e["to"], e["kind"]) for e in graph["edges"]}
     assert ("D-CAPACITY-MEMORY-FULL", "derived.capacity_binding", "derives") in edges
     assert ("derived.capacity_binding", "D-BOTTLENECK-CAPACITY", "feeds") in edges
     assert ("S-PAGED-KV-CAPACITY", "paged_kv_cache", "recommends") in edges
     assert ("paged_kv_cache", "static_kv_preallocation", "excludes") in edges
-    code, dot, _ = run_cli("rules", "graph")
+    _, dot, _ = run_cli("rules", "graph")
     assert dot.startswith("digraph kbopt {") and '"R-FP8-NEEDS-TENSOR-CORES" -> "quantization[fp8]"' in dot
 
 
@@ -205,7 +205,8 @@ def test_docs_into_a_file_is_exit_2(run_cli, tmp_path):
 
 def test_lint_checks_example_facts_and_expectations(run_cli, tmp_path):
     text = (HERE / "broken_rules" / "valid.yaml").read_text().replace("X-BROKEN-RULE", "X-EXAMPLES") \
-        .replace("{memory_used_ratio: 0.95}}\n    fires: true", "{memory_used_ratio: 95}}\n    fires: true\n    expect: {chosen: [continous_batching]}")
+        .replace("{memory_used_ratio: 0.95}}\n    fires: true", "{memory_used_ratio: 95}}\n    fires: true\n"
+                 "    expect: {chosen: [continous_batching]}")
     pack = _pack(tmp_path, {"diagnosis/x-examples.yaml": text})
     code, out, _ = run_cli("rules", "lint", pack)
     assert code == 2 and "L304" in out and "write 0.95" in out

@@ -158,7 +158,7 @@ def test_output_through_a_fifo_is_written_not_replaced(run_cli, tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     received = []
-    reader = threading.Thread(target=lambda: received.append(open(fifo).read()))
+    reader = threading.Thread(target=lambda: received.append(Path(fifo).read_text()))
     reader.start()
     code, _, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "json", "-o", str(fifo))
     reader.join(timeout=10)

@@ -148,7 +148,7 @@ def test_bad_metrics_sources_are_clean_errors(tmp_path):
         scrape(str(tmp_path / "absent.prom"))
     junk = tmp_path / "junk.prom"
     junk.write_text("this is not { exposition\n")
-    with pytest.raises(KboptError, match="not Prometheus text exposition|no metrics"):
+    with pytest.raises(KboptError, match=r"not Prometheus text exposition|no metrics"):
         scrape(str(junk))
     other = tmp_path / "other.prom"
     other.write_text("# TYPE node_load1 gauge\nnode_load1 0.5\n")

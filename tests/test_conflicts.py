@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
-from kbopt.kb.knowledge import builtin_knowledge
 from kbopt.engine.pack.rule import Drawn, Mitigate, Reject, Require, StrategyRef
+from kbopt.kb.knowledge import builtin_knowledge
 
 
 def _graph(candidates, vetoes, requires, mitigates):
@@ -47,7 +47,7 @@ def test_a_rejected_requirement_takes_its_dependants_along():
                         [Drawn("R", Require("quantization", "int8", "mixed_precision"))], [])
     result = resolve(graph, candidates)
     assert result.chosen == ("op_fusion",)
-    left = {l.key: l for l in result.left_out}
+    left = {gone.key: gone for gone in result.left_out}
     assert left["quantization[int8]"].because == ("V",)
     assert "requires mixed_precision, which was rejected: no 16-bit allowed" in left["quantization[int8]"].reason
 

@@ -1,24 +1,21 @@
 """The durable_rules adapter's workarounds, each checked against the reference evaluator."""
 from __future__ import annotations
 
-import pytest
-
-from kbopt.engine.evaluators import durable_available
-
-pytestmark = pytest.mark.skipif(durable_available() is not None, reason="durable_rules does not import here")
-
 import json
 import random
 
 import pytest
 
 from kbopt.engine.advice.advisor import advise
-from kbopt.engine.evaluators.durable import RULESET_SIZE, DurableEvaluator, compile_pack, dumps
 from kbopt.engine.authoring.synthetic import random_telemetry, synthetic_pack
+from kbopt.engine.evaluators import durable_available
+from kbopt.engine.evaluators.durable import RULESET_SIZE, DurableEvaluator, compile_pack, dumps
 from kbopt.engine.evaluators.reference import ReferenceEvaluator
 from kbopt.errors import FactsError
 from kbopt.kb.facts import facts_from_document
 from kbopt.kb.vocabulary import load_vocabulary
+
+pytestmark = pytest.mark.skipif(durable_available() is not None, reason="durable_rules does not import here")
 
 
 def test_numbers_never_in_bare_exponent_form():

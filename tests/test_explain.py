@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import random
 
-from kbopt.engine.lang.logic import MISSING, UNKNOWN, evaluate, undecided_by
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.explain import FinalFacts
-from kbopt.engine.pack.loader import build_pack, load_rule_text
-from kbopt.engine.evaluators.reference import ReferenceEvaluator
 from kbopt.engine.authoring.synthetic import FIELDS, synthetic_pack
+from kbopt.engine.evaluators.reference import ReferenceEvaluator
+from kbopt.engine.lang.logic import MISSING, UNKNOWN, evaluate, undecided_by
+from kbopt.engine.pack.loader import build_pack, load_rule_text
 from kbopt.kb.facts import facts_from_document
 
 

@@ -119,8 +119,9 @@ def test_set_overrides_a_fact_and_is_validated():
 
 
 def test_schema_matches_the_bundled_examples(tmp_path):
-    import jsonschema
     from pathlib import Path
+
+    import jsonschema
 
     from kbopt.kb.schema import facts_schema
     schema = facts_schema()

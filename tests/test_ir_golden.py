@@ -15,8 +15,8 @@ import pytest
 
 from kbopt.engine.authoring.examples import check_example
 from kbopt.engine.evaluators import available_evaluators
-from kbopt.engine.pack.ir import pack_to_data, rule_to_data
 from kbopt.engine.pack.files import PackDir, read_parameters
+from kbopt.engine.pack.ir import pack_to_data, rule_to_data
 from kbopt.engine.pack.loader import build_pack, load_rule_text
 
 HERE = Path(__file__).resolve().parent

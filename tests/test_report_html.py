@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 from kbopt.engine.advice.advisor import advise
-from kbopt.engine.evaluators import available_evaluators
 from kbopt.engine.advice.compare import compare
+from kbopt.engine.evaluators import available_evaluators
 from kbopt.kb.facts import facts_from_document, load_facts
 from kbopt.reports import render
 
@@ -23,7 +23,7 @@ def test_every_strategy_rule_rejection_and_missing_fact_appears(pack):
         page = render(advice, "html")
         for strategy in advice.strategies:
             assert f'id="strategy-{strategy.key}"' in page
-            for name_, value in strategy.params.items():
+            for name_ in strategy.params:
                 assert f"{name_}=" in page
             for caveat in strategy.caveats:
                 assert caveat.text.replace("'", "&#39;") in page

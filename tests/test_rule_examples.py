@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kbopt.engine.evaluators import available_evaluators
 from kbopt.engine.authoring.examples import check_example
+from kbopt.engine.evaluators import available_evaluators
 from kbopt.engine.pack.ir import node_to_data
 from kbopt.engine.pack.loader import load_pack
 from kbopt.kb.catalog import seed_claims
@@ -42,8 +42,8 @@ def _only_asks_for_presence(rule) -> bool:
         if leaf["node"] != "Cmp" or leaf["left"]["node"] != "Fact" or leaf["right"]["node"] != "Const":
             return False
         spec, op, bound = vocabulary.get(leaf["left"]["path"]), leaf["op"], leaf["right"]["value"]
-        if spec.min is None or not (op == ">=" and spec.min >= bound or
-                                    op == ">" and (spec.min > bound or spec.min == bound and spec.exclusive_min)):
+        if spec.min is None or not ((op == ">=" and spec.min >= bound) or
+                                    (op == ">" and (spec.min > bound or (spec.min == bound and spec.exclusive_min)))):
             return False
     return True
 

@@ -3,16 +3,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from kbopt.engine.advice.explain import FinalFacts
+from kbopt.engine.advice.model import Advice, Edge, Firing, NotEvaluated, Rejection, RuleNote, StrategyAdvice
+from kbopt.engine.conflicts import Candidate, build_graph, resolve
+from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
-from kbopt.engine.lang.logic import KNOWN, evaluate, Missing, value_of
+from kbopt.engine.lang.logic import KNOWN, Missing, evaluate, value_of
 from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.text import fmt, render
-from kbopt.engine.advice.model import Advice, Edge, Firing, NotEvaluated, Rejection, RuleNote, StrategyAdvice
-from kbopt.engine.evaluators import make_evaluator
-from kbopt.engine.conflicts import Candidate, build_graph, resolve
-from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn
 from kbopt.kb.facts import Facts
+
 
 def fill_because(rule: Rule, lookup) -> str:
     """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in."""
@@ -142,7 +143,7 @@ def _params(candidate: Candidate, final: FinalFacts, strategy) -> tuple[dict[str
     for name, (node, rule_id) in candidate.params.items():
         looked_up_unknown: list[str] = []
 
-        def lookup(path):
+        def lookup(path, looked_up_unknown=looked_up_unknown):
             status, value = final.lookup(path)
             if status != KNOWN:
                 looked_up_unknown.append(path)

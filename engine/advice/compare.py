@@ -1,6 +1,7 @@
 """What changed between two pieces of advice (a what-if, or two deployments)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ class Comparison:
                     or self.newly_rejected or self.no_longer_rejected)
 
 
-def _diff(before: dict, after: dict) -> tuple[Change, ...]:
+def _diff(before: Mapping[str, object], after: Mapping[str, object]) -> tuple[Change, ...]:
     return tuple(Change(k, before.get(k, _GONE), after.get(k, _GONE))
                  for k in sorted(set(before) | set(after)) if before.get(k, _GONE) != after.get(k, _GONE))
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, assert_never
 
+from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, evaluate, undecided_by, witnesses
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
-from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.rule import Pack, Rule
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import assert_never
 
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.advice.model import Advice
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, evaluate
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Contains, Known, Needs, Not, OneOf, Or
-from kbopt.engine.advice.model import Advice
-from kbopt.engine.advice.advisor import advise
 from kbopt.engine.pack.rule import Example, Pack, Rule
 from kbopt.errors import FactsError
 from kbopt.kb.facts import facts_from_document

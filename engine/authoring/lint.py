@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import re
-from typing import Mapping, assert_never
+from collections.abc import Mapping
+from typing import assert_never
 
-from kbopt.engine.lang.normal_form import to_dnf, to_nnf
-from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.codes import diagnostic
 from kbopt.diagnostics import Diagnostic
 from kbopt.engine.lang.errors import ExprError
-from kbopt.engine.lang.nodes import Cmp, Const, Contains, facts_of, Known, Leaf, Needs, OneOf
+from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
+from kbopt.engine.lang.normal_form import to_dnf, to_nnf
+from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.engine.pack.files import Retired
 from kbopt.engine.pack.loader import read_pack
 from kbopt.engine.pack.rule import Derive, Pack, Recommend, Reject, Rule
@@ -204,6 +205,7 @@ def lint_pack(pack: Pack, retired: Mapping[str, Retired] | None = None, errors_o
 def _example_findings(rule: Rule, catalog) -> list[Diagnostic]:
     """Example facts that are not facts v1, and expectations naming strategies that do not exist."""
     import difflib
+
     from kbopt.errors import FactsError
     from kbopt.kb.facts import facts_from_document
     out = []

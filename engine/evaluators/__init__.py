@@ -5,7 +5,8 @@ the tests choose one through `make_evaluator`, so a new backend touches this mod
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.pack.rule import Pack

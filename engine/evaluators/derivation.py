@@ -28,7 +28,7 @@ class DerivedFacts:
         self.order = pack.order          # rule id -> position in the pack, for stable messages
         self.values: dict[str, tuple[Any, str]] = {}
 
-    def lookup(self, path: str):
+    def lookup(self, path: str) -> tuple[str, Any]:  # an expr.Lookup: (status, value)
         if path in self.inputs:
             return KNOWN, self.inputs[path]
         if path in self.values:
@@ -38,7 +38,7 @@ class DerivedFacts:
 
     def conclude(self, rule: Rule) -> list[tuple[str, Any]]:
         """Compute the facts `rule` derives; return those that are new."""
-        new = []
+        new: list[tuple[str, Any]] = []
         for conclusion in rule.then:
             if not isinstance(conclusion, Derive):
                 continue
@@ -74,6 +74,8 @@ class DerivedFacts:
 def value_problem(vocabulary: Vocabulary, path: str, value: Any) -> str | None:
     """Why a derived value does not fit its declared type, or None."""
     spec = vocabulary.get(path)
+    if spec is None:        # the loader admits only declared facts; this keeps a stray one from crashing here
+        return "not a fact the vocabulary declares"
     if spec.type == "bool":
         return None if isinstance(value, bool) else "not true or false"
     if spec.type == "enum":

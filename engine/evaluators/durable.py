@@ -19,10 +19,10 @@ import json
 import math
 from typing import Any, assert_never
 
-from kbopt.engine.lang.nodes import Cmp, Const, Contains, facts_of, Known, Leaf, Needs, OneOf
+from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
+from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
-from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
 from kbopt.engine.pack.rule import Pack, Rule
 
 RULESET_SIZE = 60          # compiled rules testing one kind of fact, per ruleset (64 is the limit; +1 marker)
@@ -211,7 +211,7 @@ def compile_pack(pack: Pack) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------- running
 
-_compiled_cache: dict[str, "DurableEvaluator"] = {}
+_compiled_cache: dict[str, DurableEvaluator] = {}
 
 
 class DurableEvaluator:

@@ -2,10 +2,28 @@
 a value expression is computed or names the facts it lacks."""
 from __future__ import annotations
 
-from typing import Any, Callable, assert_never
+from collections.abc import Callable
+from typing import Any, assert_never
 
-from kbopt.engine.lang.nodes import (And, Arith, Call, Cmp, Condition, Const, Contains, Fact, IfElse, Known, ListOf,
-                                     Needs, Not, OneOf, Or, Value, facts_of)
+from kbopt.engine.lang.nodes import (
+    And,
+    Arith,
+    Call,
+    Cmp,
+    Condition,
+    Const,
+    Contains,
+    Fact,
+    IfElse,
+    Known,
+    ListOf,
+    Needs,
+    Not,
+    OneOf,
+    Or,
+    Value,
+    facts_of,
+)
 from kbopt.engine.lang.operators import ARITHMETIC, BOOLEAN, COMPARISONS, FUNCTIONS
 
 # KNOWN: has a value. MISSING: an input fact not given. ABSENT: a derived fact no rule can

@@ -5,8 +5,9 @@ Class and field names are part of the intermediate form (tests/golden/ir.json is
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, TypeAlias, assert_never
+from typing import Any, TypeAlias, assert_never
 
 
 @dataclass(frozen=True)

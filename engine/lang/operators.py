@@ -8,8 +8,9 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from kbopt.kb.vocabulary import load_vocabulary
 
@@ -70,11 +71,11 @@ MIN_BUCKET = 16      # a bucket edge below this many tokens separates nothing wo
 
 
 def _round(x, n=0):
-    return round(x, int(n)) if n else int(round(x))
+    return round(x, int(n)) if n else round(x)
 
 
 def _pow2ceil(x):
-    x = max(1, int(math.ceil(x)))
+    x = max(1, math.ceil(x))
     return 1 << (x - 1).bit_length()
 
 
@@ -107,8 +108,8 @@ _TABLE: tuple[Operator, ...] = (
     Function("min", min, "smallest argument"),
     Function("max", max, "largest argument"),
     Function("round", _round, "round(x) to an integer, round(x, n) to n places"),
-    Function("floor", lambda x: int(math.floor(x)), "round down to an integer"),
-    Function("ceil", lambda x: int(math.ceil(x)), "round up to an integer"),
+    Function("floor", lambda x: math.floor(x), "round down to an integer"),
+    Function("ceil", lambda x: math.ceil(x), "round up to an integer"),
     Function("pow2ceil", _pow2ceil, "smallest power of two >= x"),
     Function("edges", _edges, "bucket edges: powers of two >= each value below the last, then the last"),
     Function("dtype_bytes", _dtype_bytes, "bytes per element of a dtype (kb/vocabulary.yaml)"),

@@ -9,8 +9,24 @@ import ast
 from typing import Any
 
 from kbopt.engine.lang.errors import ExprError
-from kbopt.engine.lang.nodes import (And, Arith, Call, Cmp, Condition, Const, Contains, Fact, IfElse, Known, ListOf,
-                                     OneOf, Or, Not, Value, facts_of)
+from kbopt.engine.lang.nodes import (
+    And,
+    Arith,
+    Call,
+    Cmp,
+    Condition,
+    Const,
+    Contains,
+    Fact,
+    IfElse,
+    Known,
+    ListOf,
+    Not,
+    OneOf,
+    Or,
+    Value,
+    facts_of,
+)
 from kbopt.engine.lang.operators import ARITHMETIC, COMPARISONS, FUNCTIONS
 from kbopt.kb.vocabulary import QUALITY_PREFIX, FactSpec, Vocabulary
 
@@ -100,7 +116,7 @@ class _Parser:
         if isinstance(node, ast.Compare):
             parts = []
             left = node.left
-            for op, right in zip(node.ops, node.comparators):
+            for op, right in zip(node.ops, node.comparators, strict=True):
                 parts.append(self.comparison(left, op, right))
                 left = right
             return parts[0] if len(parts) == 1 else And(tuple(parts))
@@ -212,7 +228,8 @@ def _expression(text: str) -> ast.expr:
     try:
         return ast.parse(text.strip(), mode="eval").body
     except SyntaxError as error:
-        raise ExprError(f"cannot parse {text.strip()!r}: {error.msg}", "conditions look like: a.b > 0.9 and c.d == \"x\"") from None
+        raise ExprError(f"cannot parse {text.strip()!r}: {error.msg}",
+                        "conditions look like: a.b > 0.9 and c.d == \"x\"") from None
 
 
 def parse_condition(text: str, vocabulary: Vocabulary, parameters: dict[str, Any],

@@ -3,7 +3,7 @@ optional format spec after a colon (`{threshold:.0%}`), filled in when the rule 
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 _PLACEHOLDER = re.compile(r"\{([^{}:]+)(?::([^{}]*))?\}")
 _PARAMETER = re.compile(r"[a-z_][a-z0-9_]*")     # facts are dotted, so a bare name is a parameter

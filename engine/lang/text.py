@@ -3,8 +3,24 @@ from __future__ import annotations
 
 from typing import Any, assert_never
 
-from kbopt.engine.lang.nodes import (And, Arith, Call, Cmp, Condition, Const, Contains, Fact, IfElse, Known, ListOf,
-                                     Needs, Node, Not, OneOf, Or)
+from kbopt.engine.lang.nodes import (
+    And,
+    Arith,
+    Call,
+    Cmp,
+    Condition,
+    Const,
+    Contains,
+    Fact,
+    IfElse,
+    Known,
+    ListOf,
+    Needs,
+    Node,
+    Not,
+    OneOf,
+    Or,
+)
 from kbopt.engine.lang.operators import BOOLEAN, COMPARISONS
 
 

@@ -5,7 +5,8 @@ undecided rule waits on; both must stay linear however long the chains of a pack
 """
 from __future__ import annotations
 
-from typing import Callable, Container, Hashable, Iterable, TypeVar
+from collections.abc import Callable, Container, Hashable, Iterable
+from typing import TypeVar
 
 N = TypeVar("N", bound=Hashable)
 

@@ -13,7 +13,7 @@ def node_to_data(node: Any) -> Any:
         out = {"node": type(node).__name__}
         for f in fields(node):
             value = getattr(node, f.name)
-            if value is None or value is False and f.name == "negated":
+            if value is None or (value is False and f.name == "negated"):
                 continue
             out[f.name] = node_to_data(value)
         return out

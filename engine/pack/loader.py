@@ -3,22 +3,35 @@ of every file collected as a Diagnostic in one pass."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, assert_never
+from typing import assert_never
 
+from kbopt.codes import diagnostic
+from kbopt.diagnostics import Diagnostic
 from kbopt.engine.lang import template
 from kbopt.engine.lang.errors import ExprError
 from kbopt.engine.lang.nodes import And, Arith, Call, Const, Fact, IfElse, ListOf, Needs, Value
 from kbopt.engine.lang.operators import FUNCTIONS
 from kbopt.engine.lang.parse import parse_condition, parse_value
-from kbopt.codes import diagnostic
-from kbopt.diagnostics import Diagnostic
 from kbopt.engine.pack import files
 from kbopt.engine.pack.files import Document, PackDir, Retired
-from kbopt.engine.pack.rule import (Caveat, Derive, Example, Mitigate, Pack, Parameter, Recommend, Reject, Require, Rule,
-                                    StrategyRef, Warn)
+from kbopt.engine.pack.rule import (
+    Caveat,
+    Derive,
+    Example,
+    Mitigate,
+    Pack,
+    Parameter,
+    Recommend,
+    Reject,
+    Require,
+    Rule,
+    StrategyRef,
+    Warn,
+)
 from kbopt.errors import RuleError
 from kbopt.kb.catalog import strategies
 from kbopt.kb.vocabulary import Vocabulary, load_vocabulary
@@ -239,6 +252,7 @@ def _required(node: Value) -> list[str]:
 @lru_cache(maxsize=1)
 def _rule_validator():
     import jsonschema
+
     from kbopt.kb.schema import RULE_SCHEMA
     return jsonschema.Draft202012Validator(RULE_SCHEMA)
 

@@ -28,7 +28,7 @@ class Collected:
         if current is None or rank > (QUALITY_RANK[current[1].quality], SOURCE_RANK.get(current[1].source, 0)):
             self.facts[path] = (value, provenance)
 
-    def merge(self, other: "Collected") -> "Collected":
+    def merge(self, other: Collected) -> Collected:
         for path, (value, provenance) in other.facts.items():
             self.put(path, value, provenance)
         self.notes.extend(other.notes)

@@ -6,6 +6,7 @@ import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
@@ -16,7 +17,7 @@ HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e
 
 
 @lru_cache(maxsize=1)
-def model_catalog() -> tuple[dict, ...]:
+def model_catalog() -> tuple[dict[str, Any], ...]:
     return tuple(read_yaml(resources.files("kbopt.kb").joinpath("models.yaml").read_text(encoding="utf-8"))["models"])
 
 
@@ -48,9 +49,10 @@ def _from_config(path: Path) -> Collected:
         raise KboptError(f"--model {path}: unexpected values in config.json ({error})") from None
 
 
-def _shape(path: Path, config: dict) -> Collected:
+def _shape(path: Path, config: dict[str, Any]) -> Collected:
     out = Collected()
-    source = lambda field: Provenance(f"config:{path.name}", "measured", metric=field)   # noqa: E731
+    def source(field: str) -> Provenance:
+        return Provenance(f"config:{path.name}", "measured", metric=field)
     if config.get("kv_lora_rank"):
         raise KboptError(f"--model {path}: compressed (MLA) attention (kv_lora_rank) is not modelled: the KV cache "
                          "holds a latent per token, not heads x head_dim; give model.* facts by hand")

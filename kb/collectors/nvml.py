@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Protocol, TextIO, TypeVar
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
@@ -20,6 +21,44 @@ IDLE_REASONS = 0x1 | 0x2     # GPU idle, application clocks setting: not a slowd
 NO_NVML_HINT = ("pass --metrics with a dcgm-exporter endpoint or dump (and/or an engine's /metrics) "
                 "and --workload with a request trace, or run `kbopt collect` on the GPU host")
 
+T = TypeVar("T")
+
+
+class MemoryInfo(Protocol):
+    total: int      # bytes
+    used: int
+
+
+class Utilization(Protocol):
+    gpu: int        # percent of time a kernel ran
+    memory: int     # percent of time device memory was read or written
+
+
+class Nvml(Protocol):
+    """The part of NVML kbopt calls: the pynvml module itself, or the tests' stand-in. A device handle
+    is opaque (`object`): it only goes back into these calls."""
+
+    NVMLError: type[Exception]      # carries the NVML_ERROR_* code in `.value`
+    NVML_ERROR_NOT_SUPPORTED: int
+    NVML_ERROR_NO_PERMISSION: int
+    NVML_ERROR_DRIVER_NOT_LOADED: int
+    NVML_ERROR_LIBRARY_NOT_FOUND: int
+    NVML_ERROR_GPU_IS_LOST: int
+    NVML_CLOCK_SM: int
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int, /) -> object: ...
+    def nvmlDeviceGetName(self, handle: object, /) -> str | bytes: ...
+    def nvmlDeviceGetCudaComputeCapability(self, handle: object, /) -> tuple[int, int]: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: object, /) -> MemoryInfo: ...
+    def nvmlDeviceGetMigMode(self, handle: object, /) -> Sequence[int]: ...           # [current, pending]
+    def nvmlDeviceGetUtilizationRates(self, handle: object, /) -> Utilization: ...
+    def nvmlDeviceGetPowerUsage(self, handle: object, /) -> int: ...                  # milliwatts
+    def nvmlDeviceGetClockInfo(self, handle: object, clock: int, /) -> int: ...       # MHz
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: object, /) -> int: ...   # a bit mask; older pynvml lacks it
+
 
 @dataclass
 class Series:
@@ -27,7 +66,7 @@ class Series:
 
     def summary(self) -> tuple[float, str]:
         ordered = sorted(self.values)
-        def pct(q):
+        def pct(q: float) -> float:
             return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
         mean = sum(ordered) / len(ordered)
         return mean, f"mean {mean:.3g}, p50 {pct(0.5):.3g}, p95 {pct(0.95):.3g}, max {ordered[-1]:.3g}"
@@ -36,7 +75,7 @@ class Series:
 class Progress:
     """A one-line terminal progress bar on stderr; silent when stderr is not a terminal."""
 
-    def __init__(self, total_s: float, stream=None):
+    def __init__(self, total_s: float, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.enabled = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.total_s = total_s
@@ -54,11 +93,12 @@ class Progress:
             self.stream.write("\n")
 
 
-def _error_code(nvml, error) -> int | None:
-    return getattr(error, "value", None)
+def _error_code(nvml: Nvml, error: Exception) -> int | None:
+    code = getattr(error, "value", None)
+    return code if isinstance(code, int) else None
 
 
-def open_nvml(nvml) -> None:
+def open_nvml(nvml: Nvml) -> None:
     """nvmlInit with a message a person can act on."""
     try:
         nvml.nvmlInit()
@@ -73,7 +113,7 @@ def open_nvml(nvml) -> None:
         raise KboptError(f"NVML failed to start: {error}; {NO_NVML_HINT}") from None
 
 
-def sample_nvml(nvml, gpu: int = 0, duration_s: float = 30.0, interval_s: float = 0.5,
+def sample_nvml(nvml: Nvml, gpu: int = 0, duration_s: float = 30.0, interval_s: float = 0.5,
                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                 progress: Progress | None = None) -> Collected:
     """Sample GPU `gpu` for `duration_s`; stop early (keeping the samples) on Ctrl-C or a lost GPU."""
@@ -97,7 +137,7 @@ def sample_nvml(nvml, gpu: int = 0, duration_s: float = 30.0, interval_s: float 
     return out
 
 
-def _optional(nvml, call: Callable[[], Any], what: str, out: Collected) -> Any:
+def _optional(nvml: Nvml, call: Callable[[], T], what: str, out: Collected) -> T | None:
     try:
         return call()
     except nvml.NVMLError as error:
@@ -107,8 +147,9 @@ def _optional(nvml, call: Callable[[], Any], what: str, out: Collected) -> Any:
         raise
 
 
-def _static_facts(nvml, handle, count: int, out: Collected) -> None:
-    measured = lambda metric: Provenance("nvml", "measured", metric=metric)   # noqa: E731
+def _static_facts(nvml: Nvml, handle: object, count: int, out: Collected) -> None:
+    def measured(metric: str) -> Provenance:
+        return Provenance("nvml", "measured", metric=metric)
     name = nvml.nvmlDeviceGetName(handle)
     out.put("hardware.gpu_name", name.decode() if isinstance(name, bytes) else name, measured("nvmlDeviceGetName"))
     capability = _optional(nvml, lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle), "compute capability", out)
@@ -125,7 +166,8 @@ def _static_facts(nvml, handle, count: int, out: Collected) -> None:
         out.put("hardware.mig_enabled", bool(mig[0]), measured("nvmlDeviceGetMigMode"))
 
 
-def _sample(nvml, handle, duration_s, interval_s, clock, sleep, progress, out) -> dict[str, Series]:
+def _sample(nvml: Nvml, handle: object, duration_s: float, interval_s: float, clock: Callable[[], float],
+            sleep: Callable[[float], None], progress: Progress, out: Collected) -> dict[str, Series]:
     series: dict[str, Series] = {name: Series() for name in ("gpu", "memory", "used", "power", "sm_clock", "throttled")}
     supported = {"power": True, "sm_clock": True, "throttled": hasattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons")}
     start = clock()
@@ -173,7 +215,7 @@ def _sample(nvml, handle, duration_s, interval_s, clock, sleep, progress, out) -
 
 def _series_facts(series: dict[str, Series], out: Collected, interval_s: float) -> None:
     window = round(series["elapsed"].values[0], 3)
-    def put(path, name, quality, metric, note=""):
+    def put(path: str, name: str, quality: str, metric: str, note: str = "") -> None:
         if series[name].values:
             mean, spread = series[name].summary()
             out.put(path, mean, Provenance("nvml", quality, metric=metric, samples=len(series[name].values),
@@ -193,9 +235,10 @@ def _series_facts(series: dict[str, Series], out: Collected, interval_s: float) 
                          f"{sum(throttled) / len(throttled):.0%} of samples; utilization figures understate demand")
 
 
-def load_pynvml():
+def load_pynvml() -> Nvml:
     try:
         import pynvml
     except ImportError:
         raise KboptError(f"the pynvml module (package nvidia-ml-py) is not installed: {NO_NVML_HINT}") from None
-    return pynvml
+    module: Nvml = pynvml   # pynvml is untyped: this is where it is taken to be the Nvml protocol
+    return module

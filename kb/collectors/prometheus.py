@@ -40,7 +40,7 @@ class Scrape:
 def read_exposition(source: str, timeout_s: float = 5.0) -> str:
     if source.startswith(("http://", "https://")):
         try:
-            with urllib.request.urlopen(source, timeout=timeout_s) as response:   # noqa: S310 (http(s) only)
+            with urllib.request.urlopen(source, timeout=timeout_s) as response:
                 return response.read().decode("utf-8", errors="replace")
         except (urllib.error.URLError, OSError, ValueError) as error:
             reason = getattr(error, "reason", error)
@@ -182,7 +182,7 @@ def prefilter(text: str) -> str:
             seen_keys.add(key)
         if sample.startswith(unseen_prefixes):
             unseen_prefixes = tuple(p for p in unseen_prefixes if not sample.startswith(p))
-    return "\n".join(line for line, kept in zip(lines, keep) if kept)
+    return "\n".join(line for line, kept in zip(lines, keep, strict=True) if kept)
 
 
 def parse(text: str, source: str, filtered: bool = True) -> Scrape:
@@ -283,7 +283,7 @@ def _one_gpu(scrape: Scrape, gpu: int | None, out: Collected) -> Scrape:
     if chosen not in gpus:
         raise KboptError(f"--metrics {scrape.source}: no GPU {chosen} in it (it has {', '.join(gpus)}); pass --gpu")
     out.notes.append(f"{scrape.source}: {len(gpus)} GPUs on this exporter; facts are GPU {chosen}'s (--gpu)")
-    return Scrape(scrape.source, {name: [(l, v) for l, v in rows if l.get("gpu", chosen) == chosen]
+    return Scrape(scrape.source, {name: [(labels, v) for labels, v in rows if labels.get("gpu", chosen) == chosen]
                                   for name, rows in scrape.samples.items()})
 
 
@@ -366,7 +366,7 @@ def _latency_p99(first, second, out, path, name, source):
     if result is None:
         return
     value, exact = result
-    samples, window, when = _window(first, second, None)
+    _, _, when = _window(first, second, None)
     out.put(path, value * 1000, Provenance(
         source, "measured", metric=f"{name} (p99 from histogram buckets)", samples=int(max(c for _, c in buckets)),
         note=when + ("" if exact else "; in the +Inf bucket: at least this much")))
@@ -391,7 +391,7 @@ def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
             out.put(path, value, Provenance("vllm", "measured", metric=name, samples=2 if second else 1))
     preemptions = _delta(first, second, "vllm:num_preemptions_total")
     finished = _delta(first, second, "vllm:request_success_total")
-    samples, window, when = _window(first, second, None)
+    _, _, when = _window(first, second, None)
     if preemptions is not None and finished:
         out.put("workload.preemption_ratio", preemptions / finished,
                 Provenance("vllm", "measured", metric="vllm:num_preemptions_total / vllm:request_success_total", note=when))

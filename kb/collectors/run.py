@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
 from kbopt.kb.collectors.traces import TraceOptions
+
+if TYPE_CHECKING:  # the NVML collector itself is imported only when collecting
+    from kbopt.kb.collectors.nvml import Nvml
 
 
 @dataclass(frozen=True)
@@ -21,7 +26,8 @@ class CollectOptions:
     trace: TraceOptions = field(default_factory=TraceOptions)
 
 
-def collect(options: CollectOptions, nvml_module=None, sleep=time.sleep) -> Collected:
+def collect(options: CollectOptions, nvml_module: Nvml | None = None,
+            sleep: Callable[[float], None] = time.sleep) -> Collected:
     from kbopt.kb.collectors import nvml as nvml_collector
     from kbopt.kb.collectors.models import model_facts
     from kbopt.kb.collectors.prometheus import facts_from_scrapes, scrape

@@ -12,9 +12,10 @@ import datetime
 import heapq
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
@@ -64,7 +65,7 @@ class TraceSummary:
             self.long += 1
         if t is None:
             return
-        if self.first_t is None:
+        if self.first_t is None or self.last_t is None or self.earliest is None:   # all three are set by the first
             self.first_t = self.earliest = t
         elif t < self.last_t:
             self.unsorted = True
@@ -95,8 +96,8 @@ class TraceSummary:
         if self.n == 0:
             raise KboptError(f"--workload {source}: no requests in it")
         earliest = self.earliest if self.earliest is not None else self.first_t
-        span = (self.last_t - earliest) if self.first_t is not None else None
-        def prov(note=None, metric_=metric, samples=self.n):
+        span = (self.last_t - earliest) if self.last_t is not None and earliest is not None else None
+        def prov(note: str | None = None, metric_: str = metric, samples: int = self.n) -> Provenance:
             return Provenance(f"trace:{source}", "measured", metric=metric_, samples=samples,
                               window_s=round(span, 3) if span else None, note=note)
         mean = self.total / self.n
@@ -123,7 +124,8 @@ class TraceSummary:
             out.notes.append(f"{source}: timestamps are not in order; concurrency was not computed")
         elif self.with_duration and not self.unsorted:
             note = "requests in flight, sampled at each arrival"
-            out.put("workload.concurrency_mean", self.concurrency_sum / self.with_duration, prov(note=note, metric_="start + duration"))
+            out.put("workload.concurrency_mean", self.concurrency_sum / self.with_duration,
+                    prov(note=note, metric_="start + duration"))
             out.put("workload.concurrency_peak", self.concurrency_peak, prov(note=note, metric_="start + duration"))
         return out
 
@@ -139,7 +141,8 @@ def _minute_start(text: str) -> float:
 
 def _offset_seconds(stamp: str) -> float:
     moment = datetime.datetime.fromisoformat(stamp.strip())
-    offset = moment.utcoffset().total_seconds() if moment.tzinfo else 0.0
+    utc_offset = moment.utcoffset()     # None without a time zone
+    offset = utc_offset.total_seconds() if utc_offset is not None else 0.0
     naive = moment.replace(tzinfo=None)
     return naive.toordinal() * 86400 + naive.hour * 3600 + naive.minute * 60 + naive.second \
         + naive.microsecond / 1e6 - offset
@@ -155,7 +158,8 @@ def _azure(path: Path, summary: TraceSummary) -> str:
     windows = summary.windows
     n = long = longest = 0
     total = total_sq = 0.0
-    first_t = last_t = None
+    first_t: float | None = None
+    last_t = -math.inf      # a float from the start (set with first_t by the first request): no None test per row
     ordered = True
     with open(path, encoding="utf-8") as handle:
         header = handle.readline()
@@ -197,12 +201,12 @@ def _azure(path: Path, summary: TraceSummary) -> str:
             windows[index] = windows.get(index, 0) + 1
     summary.n, summary.long, summary.longest = n, long, longest
     summary.total, summary.total_sq = total, total_sq
-    summary.first_t, summary.last_t, summary.unsorted = first_t, last_t, not ordered
+    summary.first_t, summary.last_t, summary.unsorted = first_t, (last_t if first_t is not None else None), not ordered
     summary.earliest = min(minutes.values()) if not ordered and minutes else first_t
     return "ContextTokens+GeneratedTokens"
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with open(path, encoding="utf-8") as handle:
         for line, text in enumerate(handle, 1):
             if text.strip():
@@ -210,6 +214,11 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
                     yield line, json.loads(text)
                 except json.JSONDecodeError as error:
                     raise KboptError(f"--workload {path}:{line}: not JSON: {error.msg}") from None
+
+
+def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        yield from enumerate(csv.DictReader(handle), 2)  # line 1 is the header
 
 
 def _mooncake(path: Path, summary: TraceSummary) -> str:
@@ -238,7 +247,7 @@ def _generic(path: Path, summary: TraceSummary, options: TraceOptions, jsonl: bo
         raise KboptError(f"--workload {path}: say which columns hold the lengths: "
                          "--columns prompt=NAME,output=NAME (or total=NAME), plus timestamp=NAME and duration=NAME if present")
     unit = TIME_UNITS[options.time_unit]
-    rows = _jsonl_rows(path) if jsonl else enumerate(csv.DictReader(open(path, newline="", encoding="utf-8")), 2)
+    rows = _jsonl_rows(path) if jsonl else _csv_rows(path)
     for line, row in rows:
         try:
             tokens = int(float(row[columns["total"]])) if "total" in columns else \
@@ -267,13 +276,13 @@ def _vllm_bench(path: Path, options: TraceOptions) -> Collected:
                          "expected completed, duration, total_input_tokens, total_output_tokens, p99_ttft_ms, ...") from None
 
 
-def _number(value, name: str) -> float:
+def _number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} is {value!r}, not a non-negative number")
     return value
 
 
-def _vllm_bench_facts(path: Path, result: dict, options: TraceOptions) -> Collected:
+def _vllm_bench_facts(path: Path, result: dict[str, Any], options: TraceOptions) -> Collected:
     source = f"trace:{path.name}"
     completed = int(_number(result["completed"], "completed"))
     if not completed:
@@ -281,7 +290,8 @@ def _vllm_bench_facts(path: Path, result: dict, options: TraceOptions) -> Collec
     out = Collected()
     if isinstance(result.get("input_lens"), list) and isinstance(result.get("output_lens"), list):
         summary = TraceSummary(options)
-        for prompt, output in zip(result["input_lens"], result["output_lens"]):
+        # strict=False: as far as both lists go, as before (a mismatch is not reported)
+        for prompt, output in zip(result["input_lens"], result["output_lens"], strict=False):
             summary.add(None, int(_number(prompt, "input_lens[]")) + int(_number(output, "output_lens[]")))
         out.merge(summary.collected(path.name, "input_lens+output_lens (per request)"))
     else:
