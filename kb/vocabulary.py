@@ -27,6 +27,7 @@ class FactSpec:
     exclusive_min: bool = False
     derived: bool = False
     quality_of: str | None = None  # set on the pseudo-fact `quality.<path>`: the fact it qualifies
+    estimate: bool = False         # a derived quantity of the performance model, reported under advice "estimates"
 
     @property
     def section(self) -> str:
@@ -93,6 +94,7 @@ def _spec(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
         max=raw.get("max"),
         exclusive_min=bool(raw.get("exclusive_min", False)),
         derived=derived,
+        estimate=bool(raw.get("estimate", False)),
     )
 
 
