@@ -13,11 +13,9 @@ Every candidate left out gets the rules and the reason that removed it.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import networkx as nx
+from typing import Any, Literal
 
 from kbopt.engine.pack.rule import Drawn, Mitigate, Reject, Require, StrategyRef
 from kbopt.kb.catalog import Strategy
@@ -37,6 +35,64 @@ class Candidate:
     gain: str | None = None
 
 
+EdgeKind = Literal["excludes", "requires", "mitigates", "vetoes"]
+NodeKind = Literal["candidate", "absent", "veto"]
+
+
+@dataclass(frozen=True)
+class GraphEdge:
+    kind: EdgeKind
+    source: str
+    target: str
+    because: tuple[str, ...]      # rule ids, or CATALOG for the catalog's own relations
+    reason: str | None = None     # a veto's reason
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    kind: NodeKind
+    strategy: str | None = None
+    weight: float = 0.0
+
+
+class ConflictGraph:
+    """A directed multigraph of the few candidates one advice weighs.
+
+    It is rebuilt for every advice and holds a handful of edges, so it is plain dictionaries rather
+    than networkx (whose import alone costs more than the whole evaluation). Edges come out in the
+    order networkx would give them: nodes in insertion order, then each neighbour in the order it
+    was first linked, then the parallel edges in insertion order, so explanations read the same.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, GraphNode] = {}
+        self._out: dict[str, dict[str, list[GraphEdge]]] = {}
+        self._in: dict[str, dict[str, list[GraphEdge]]] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.nodes
+
+    def add_node(self, key: str, node: GraphNode) -> None:
+        self.nodes[key] = node
+        self._out.setdefault(key, {})
+        self._in.setdefault(key, {})
+
+    def add_edge(self, edge: GraphEdge) -> None:
+        assert edge.source in self.nodes and edge.target in self.nodes, edge
+        self._out[edge.source].setdefault(edge.target, []).append(edge)
+        self._in[edge.target].setdefault(edge.source, []).append(edge)
+
+    def out_edges(self, key: str) -> list[GraphEdge]:
+        return [edge for parallel in self._out[key].values() for edge in parallel]
+
+    def in_edges(self, key: str) -> list[GraphEdge]:
+        return [edge for parallel in self._in[key].values() for edge in parallel]
+
+    def edges(self) -> Iterator[GraphEdge]:
+        for key in self.nodes:
+            yield from self.out_edges(key)
+
+
 @dataclass(frozen=True)
 class Left:
     key: str
@@ -48,16 +104,16 @@ class Left:
 class Resolution:
     chosen: tuple[str, ...]
     left_out: tuple[Left, ...]
-    graph: nx.MultiDiGraph[str]
+    graph: ConflictGraph
 
 
 def build_graph(candidates: dict[str, Candidate], vetoes: Sequence[Drawn[Reject]],
                 requires: Sequence[Drawn[Require]], mitigates: Sequence[Drawn[Mitigate]],
-                catalog: Mapping[str, Strategy]) -> nx.MultiDiGraph[str]:
-    graph: nx.MultiDiGraph[str] = nx.MultiDiGraph()
+                catalog: Mapping[str, Strategy]) -> ConflictGraph:
+    graph = ConflictGraph()
     for key in sorted(candidates):
         c = candidates[key]
-        graph.add_node(key, kind="candidate", strategy=c.strategy, weight=c.weight)
+        graph.add_node(key, GraphNode("candidate", c.strategy, c.weight))
 
     def matching(strategy: str, variant: str | None) -> list[str]:
         wanted = StrategyRef(strategy, variant)
@@ -69,48 +125,44 @@ def build_graph(candidates: dict[str, Candidate], vetoes: Sequence[Drawn[Reject]
             ca, cb = candidates[a], candidates[b]
             if ca.strategy == cb.strategy or cb.strategy in catalog[ca.strategy].excludes \
                     or ca.strategy in catalog[cb.strategy].excludes:
-                graph.add_edge(a, b, kind="excludes", because=(CATALOG,))
+                graph.add_edge(GraphEdge("excludes", a, b, (CATALOG,)))
     for requirement in requires:
         require = requirement.conclusion
         needed = StrategyRef.parse(require.needs)
         for source in matching(require.strategy, require.variant):
             for target in matching(needed.strategy, needed.variant) or [require.needs]:
                 if target not in graph:
-                    graph.add_node(target, kind="absent", strategy=needed.strategy, weight=0.0)
-                graph.add_edge(source, target, kind="requires", because=(requirement.rule,))
+                    graph.add_node(target, GraphNode("absent", needed.strategy))
+                graph.add_edge(GraphEdge("requires", source, target, (requirement.rule,)))
     for mitigation in mitigates:
         for target in matching(mitigation.conclusion.strategy, None):
             for source in matching(mitigation.conclusion.by, None):
-                graph.add_edge(source, target, kind="mitigates", because=(mitigation.rule,))
+                graph.add_edge(GraphEdge("mitigates", source, target, (mitigation.rule,)))
     for veto in vetoes:
         for target in matching(veto.conclusion.strategy, veto.conclusion.variant):
             node = f"veto:{veto.rule}"
-            graph.add_node(node, kind="veto", rule=veto.rule)
-            graph.add_edge(node, target, kind="vetoes", because=(veto.rule,), reason=veto.conclusion.reason)
+            graph.add_node(node, GraphNode("veto"))
+            graph.add_edge(GraphEdge("vetoes", node, target, (veto.rule,), veto.conclusion.reason))
     return graph
 
 
-# An edge as networkx hands it out: (source, target, attributes); `kind` and `because` are always set.
-Edge = tuple[str, str, dict[str, Any]]
+def _edges(graph: ConflictGraph, node: str, kind: EdgeKind, outgoing: bool = True) -> list[GraphEdge]:
+    edges = graph.out_edges(node) if outgoing else graph.in_edges(node)
+    return [edge for edge in edges if edge.kind == kind]
 
 
-def _edges(graph: nx.MultiDiGraph[str], node: str, kind: str, outgoing: bool = True) -> list[Edge]:
-    edges = graph.out_edges(node, data=True) if outgoing else graph.in_edges(node, data=True)
-    return [(u, v, d) for u, v, d in edges if d["kind"] == kind]
+def _excluded_pairs(graph: ConflictGraph) -> set[frozenset[str]]:
+    return {frozenset((edge.source, edge.target)) for edge in graph.edges() if edge.kind == "excludes"}
 
 
-def _excluded_pairs(graph: nx.MultiDiGraph[str]) -> set[frozenset[str]]:
-    return {frozenset((u, v)) for u, v, d in graph.edges(data=True) if d["kind"] == "excludes"}
-
-
-def resolve(graph: nx.MultiDiGraph[str], candidates: dict[str, Candidate]) -> Resolution:
+def resolve(graph: ConflictGraph, candidates: dict[str, Candidate]) -> Resolution:
     left: dict[str, Left] = {}
     # 1. Vetoes are hard.
     for key in sorted(candidates):
         vetoes = _edges(graph, key, "vetoes", outgoing=False)
         if vetoes:
-            rules = tuple(d["because"][0] for _, _, d in vetoes)
-            left[key] = Left(key, rules, " ".join(d["reason"] for _, _, d in vetoes))
+            rules = tuple(edge.because[0] for edge in vetoes)
+            left[key] = Left(key, rules, " ".join(edge.reason or "" for edge in vetoes))
     # 2. A candidate whose requirement cannot be met goes too (repeat until stable).
     changed = True
     while changed:
@@ -123,7 +175,7 @@ def resolve(graph: nx.MultiDiGraph[str], candidates: dict[str, Candidate]) -> Re
                 if not alive:
                     gone = [left[t] for t in targets if t in left]
                     because = tuple(dict.fromkeys(r for lost in gone for r in lost.because)) or \
-                        tuple(d["because"][0] for _, v, d in _edges(graph, key, "requires") if v in targets)
+                        tuple(edge.because[0] for edge in _edges(graph, key, "requires") if edge.target in targets)
                     why = f"it requires {needs}, which " + ("was rejected: " + gone[0].reason if gone else "no rule recommended")
                     left[key] = Left(key, because, why)
                     changed = True
@@ -145,25 +197,25 @@ def resolve(graph: nx.MultiDiGraph[str], candidates: dict[str, Candidate]) -> Re
                       f"excluded by {winner}, chosen as part of a set of higher total weight")
         else:
             unmet = [n for n, targets in _requirements(graph, key).items() if not set(targets) & chosen]
-            because = tuple(d["because"][0] for _, _, d in _edges(graph, key, "requires"))
+            because = tuple(edge.because[0] for edge in _edges(graph, key, "requires"))
             reason = f"it requires {', '.join(unmet)}, which the best compatible set leaves out"
         left[key] = Left(key, because, reason)
     order = sorted(chosen, key=lambda k: (-candidates[k].weight, k))
     return Resolution(tuple(order), tuple(left[k] for k in sorted(left)), graph)
 
 
-def _requirements(graph: nx.MultiDiGraph[str], key: str) -> dict[str, list[str]]:
+def _requirements(graph: ConflictGraph, key: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for _, target, _ in _edges(graph, key, "requires"):
-        out.setdefault(graph.nodes[target]["strategy"], []).append(target)
+    for edge in _edges(graph, key, "requires"):
+        out.setdefault(graph.nodes[edge.target].strategy or edge.target, []).append(edge.target)
     return out
 
 
-def _closed(graph: nx.MultiDiGraph[str], chosen: set[str]) -> bool:
+def _closed(graph: ConflictGraph, chosen: set[str]) -> bool:
     return all(set(targets) & chosen for key in chosen for targets in _requirements(graph, key).values())
 
 
-def _best_set(graph: nx.MultiDiGraph[str], order: list[str], candidates: dict[str, Candidate],
+def _best_set(graph: ConflictGraph, order: list[str], candidates: dict[str, Candidate],
               exclusions: set[frozenset[str]]) -> set[str]:
     if len(order) > EXACT_LIMIT:
         chosen: set[str] = set()

@@ -1,7 +1,7 @@
 """Conflict resolution: deterministic, principled, and every exclusion explained."""
 from __future__ import annotations
 
-from kbopt.engine.conflicts import Candidate, build_graph, resolve
+from kbopt.engine.conflicts import Candidate, GraphEdge, build_graph, resolve
 from kbopt.engine.pack.rule import Drawn, Mitigate, Reject, Require, StrategyRef
 from kbopt.kb.knowledge import builtin_knowledge
 
@@ -56,7 +56,7 @@ def test_best_total_weight_not_greedy():
     # Greedy would take X (5) and lose Y and Z (4 + 4); the best compatible set is {Y, Z}.
     candidates = _candidates(("paged_kv_cache", 5, "X"), ("static_kv_preallocation", 4, "Y"), ("op_fusion", 4, "Z"))
     graph = _graph(candidates, [], [], [])
-    graph.add_edge("op_fusion", "paged_kv_cache", kind="excludes", because=("TEST",))
+    graph.add_edge(GraphEdge("excludes", "op_fusion", "paged_kv_cache", ("TEST",)))
     result = resolve(graph, candidates)
     assert set(result.chosen) == {"static_kv_preallocation", "op_fusion"}
     assert "set of higher total weight" in result.left_out[0].reason
@@ -78,5 +78,17 @@ def test_mitigation_is_an_edge_not_a_constraint():
     graph = _graph(candidates, [], [], [Drawn("B", Mitigate("continuous_batching", "length_bucketing"))])
     result = resolve(graph, candidates)
     assert set(result.chosen) == {"continuous_batching", "length_bucketing"}
-    assert [(u, v, d["kind"]) for u, v, d in graph.edges(data=True)] == \
+    assert [(e.source, e.target, e.kind) for e in graph.edges()] == \
         [("length_bucketing", "continuous_batching", "mitigates")]
+
+
+def test_edges_come_out_in_networkx_order():
+    """Neighbours in the order they were first linked, then parallel edges in insertion order:
+    the order the explanations were written with when the graph was a networkx MultiDiGraph."""
+    candidates = _candidates(("quantization[int8]", 3, "A"), ("mixed_precision", 2, "B"), ("op_fusion", 2, "C"))
+    requires = [Drawn("R1", Require("quantization", "int8", "mixed_precision")),
+                Drawn("R2", Require("quantization", "int8", "op_fusion")),
+                Drawn("R3", Require("quantization", "int8", "mixed_precision"))]
+    graph = _graph(candidates, [], requires, [])
+    out = [(e.target, e.because) for e in graph.out_edges("quantization[int8]") if e.kind == "requires"]
+    assert out == [("mixed_precision", ("R1",)), ("mixed_precision", ("R3",)), ("op_fusion", ("R2",))]

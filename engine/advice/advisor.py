@@ -107,13 +107,13 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
             if StrategyRef(drawn.conclusion.strategy, drawn.conclusion.variant).matches(c.strategy, c.variant):
                 texts.append(RuleNote(drawn.rule, drawn.conclusion.text))
                 because.append(drawn.rule)
-        # Several rules may draw the same edge: order by what the edge says, never by its dict.
-        for source, _, data in sorted(graph.in_edges(key, data=True),
-                                      key=lambda e: (e[0], e[2]["kind"], tuple(e[2]["because"]))):
-            if data["kind"] == "mitigates" and source in chosen:
-                note = next(m for m in mitigates if m.rule == data["because"][0])
+        # Several rules may draw the same edge: order by what the edge says.
+        for edge in sorted(graph.in_edges(key), key=lambda e: (e.source, e.kind, e.because)):
+            if edge.kind == "mitigates" and edge.source in chosen:
+                note = next(m for m in mitigates if m.rule == edge.because[0])
                 mitigation = next((x for x in rules[note.rule].then if isinstance(x, Mitigate)), None)
-                texts.append(RuleNote(note.rule, f"mitigated by {source}" + (f": {mitigation.text}" if mitigation and mitigation.text else "")))
+                texts.append(RuleNote(note.rule, f"mitigated by {edge.source}"
+                                      + (f": {mitigation.text}" if mitigation and mitigation.text else "")))
         texts.extend(notes)
         out.append(StrategyAdvice(
             id=c.strategy, layer=catalog[c.strategy].layer, title=catalog[c.strategy].title, params=params,
@@ -125,7 +125,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
         rejected.append(Rejection(id=c.strategy, params={catalog[c.strategy].variant: c.variant} if c.variant else {},
                                   because=left.because, reason=left.reason, key=left.key))
     edges = tuple(sorted(
-        (Edge(d["kind"], u, v, tuple(d["because"])) for u, v, d in graph.edges(data=True)),
+        (Edge(e.kind, e.source, e.target, e.because) for e in graph.edges()),
         key=lambda e: (e.kind, e.source, e.target)))
     return tuple(out), tuple(rejected), edges
 
