@@ -22,7 +22,7 @@ import yaml
 from kbopt.errors import FactsError
 from kbopt.kb.catalog import match_gpu
 from kbopt.kb.provenance import SET, USER, Provenance
-from kbopt.kb.schema import FACTS_FORMAT, facts_schema
+from kbopt.kb.schema import FACTS_FORMAT, facts_schema, plainly_valid
 from kbopt.kb.vocabulary import QUALITY_PREFIX, Vocabulary, load_vocabulary
 from kbopt.kb.yamlio import DuplicateKey, read_yaml_strict
 
@@ -177,6 +177,8 @@ def validate_document(document: Any, name: str, vocabulary: Vocabulary | None = 
     if not isinstance(document, dict):
         raise FactsError(f"{name}: $: a facts document is a JSON object of sections "
                          f"(hardware, telemetry, model, workload, constraints), got {type(document).__name__}")
+    if plainly_valid(document, vocabulary):
+        return
     errors = sorted(_facts_validator().iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
     if errors:
         shown = [_describe(e, vocabulary) for e in errors[:5]]

@@ -1,6 +1,8 @@
 """JSON Schemas generated from the vocabulary (facts) and for rule files."""
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from kbopt.kb.catalog import LAYERS
@@ -164,3 +166,71 @@ RULE_SCHEMA: dict[str, Any] = {
         },
     },
 }
+
+
+_PROVENANCE_FIELDS = {"source": str, "quality": str, "metric": str, "samples": int, "window_s": (int, float), "note": str}
+_VERSION = re.compile(VERSION_PATTERN)
+
+
+def _plain_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _plainly_valid_value(spec: FactSpec, value: Any) -> bool:
+    if value is None:
+        return True
+    kind = spec.type
+    if kind in ("ratio", "number", "integer"):
+        if not _plain_number(value) or (kind == "integer" and not isinstance(value, int)):
+            return False
+        low, high = (0, 1) if kind == "ratio" else (spec.min, spec.max)
+        if low is not None and (value <= low if spec.exclusive_min and kind != "ratio" else value < low):
+            return False
+        return high is None or value <= high
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "enum":
+        return isinstance(value, str) and value in spec.values
+    if kind == "version":
+        return (isinstance(value, str) and _VERSION.search(value) is not None) or (_plain_number(value) and value >= 1)
+    if kind == "list":
+        return isinstance(value, list) and all(isinstance(v, str) and v in spec.values for v in value) \
+            and len(set(value)) == len(value)
+    return isinstance(value, str)
+
+
+def plainly_valid(document: dict[str, Any], vocabulary: Vocabulary) -> bool:
+    """True only when `document` certainly satisfies facts_schema(vocabulary).
+
+    The ordinary document is checked here without importing jsonschema (a third of a cold start);
+    anything unusual answers False, and the JSON Schema validator then decides and explains. So this
+    may refuse what the schema accepts, never the reverse (tests/test_facts.py checks it)."""
+    sections = vocabulary.input_sections()
+    for key, body in document.items():
+        if key == "kbopt":
+            if body != FACTS_FORMAT or not isinstance(body, str):
+                return False
+        elif key == "provenance":
+            if not isinstance(body, dict):
+                return False
+            for path, entry in body.items():
+                spec = vocabulary.get(path) if isinstance(path, str) else None
+                if spec is None or spec.derived or spec.quality_of or not isinstance(entry, dict) \
+                        or not {"source", "quality"} <= set(entry) <= set(_PROVENANCE_FIELDS):
+                    return False
+                for name, value in entry.items():
+                    if not isinstance(value, _PROVENANCE_FIELDS[name]) or isinstance(value, bool):
+                        return False
+                if entry["quality"] not in QUALITIES or (isinstance(entry.get("samples"), int) and entry["samples"] < 0):
+                    return False
+                window = entry.get("window_s")
+                if window is not None and not (_plain_number(window) and window >= 0):
+                    return False
+        elif key in sections and isinstance(body, dict):
+            for name, value in body.items():
+                spec = vocabulary.get(f"{key}.{name}") if isinstance(name, str) else None
+                if spec is None or spec.derived or not _plainly_valid_value(spec, value):
+                    return False
+        else:
+            return False
+    return True

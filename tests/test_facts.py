@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +177,39 @@ def test_every_dtype_has_a_size():
     vocabulary = load_vocabulary()
     dtypes = set(vocabulary.get("model.weight_dtype").values) | set(vocabulary.get("model.kv_cache_dtype").values)
     assert dtypes <= set(vocabulary.dtype_bytes)
+
+
+def test_the_fast_facts_check_never_accepts_what_the_schema_refuses():
+    """plainly_valid() spares a cold start jsonschema's import; it may only be stricter than the schema."""
+    import copy
+    import random
+
+    import jsonschema
+
+    from kbopt.kb.schema import facts_schema, plainly_valid
+    from kbopt.kb.vocabulary import load_vocabulary
+
+    vocabulary = load_vocabulary()
+    validator = jsonschema.Draft202012Validator(facts_schema())
+    examples = [json.loads(p.read_text()) for p in sorted((Path(__file__).parent.parent / "examples").glob("*.json"))]
+    assert examples and all(plainly_valid(d, vocabulary) for d in examples)      # the fast path is the usual one
+    oddities = [None, True, False, 0, -1, 1, 0.5, 1.5, 2, 4.0, -0.0, 1e308, float("nan"), float("inf"), "", "x", "8.9",
+                "8.96", "10.0", [], ["fp8"], ["fp8", "fp8"], ["bogus"], {}, {"a": 1}, "generation", "vllm", 2**70]
+    rng = random.Random(11)
+    paths = [s.path for s in vocabulary.facts.values() if not s.derived and not s.quality_of]
+    fast = 0
+    for _ in range(3000):
+        document = copy.deepcopy(rng.choice(examples))
+        for _ in range(rng.randint(1, 3)):
+            section, name = rng.choice(paths).split(".")
+            document.setdefault(section, {})[name] = rng.choice(oddities)
+        if rng.random() < 0.1:
+            document["provenance"] = {rng.choice(paths): rng.choice(
+                [{"source": "dcgm", "quality": "measured"}, {"source": "x", "quality": "bogus"}, {"source": 1, "quality": "user"},
+                 {"source": "nvml", "quality": "proxy", "samples": -1}, {"source": "nvml", "quality": "proxy", "window_s": 2.5}])}
+        if rng.random() < 0.05:
+            document[rng.choice(["kbopt", "extra", "hardware"])] = rng.choice(oddities)
+        if plainly_valid(document, vocabulary):
+            fast += 1
+            assert not list(validator.iter_errors(document)), document
+    assert fast > 150          # enough documents took the fast path for the check to mean something
