@@ -4,18 +4,19 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import assert_never
 
 import networkx as nx
 
 from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.lang.text import describe, fmt, render
-from kbopt.engine.pack.rule import LAYERS, Caveat, Derive, Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
+from kbopt.engine.pack.rule import Caveat, Conclusion, Derive, Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
 from kbopt.errors import KboptError
 from kbopt.kb import sources
-from kbopt.kb.catalog import strategies
+from kbopt.kb.catalog import LAYERS, strategies
 
 
-def _conclusion_text(c) -> str:
+def _conclusion_text(c: Conclusion) -> str:
     if isinstance(c, Derive):
         return f"derives {c.path} = {render(c.value)}"
     if isinstance(c, Recommend):
@@ -31,7 +32,7 @@ def _conclusion_text(c) -> str:
         return f"notes that {c.by} mitigates {c.strategy}" + (f": {c.text}" if c.text else "")
     if isinstance(c, Warn):
         return f"warns: {c.text}"
-    return repr(c)
+    assert_never(c)     # a new kind of conclusion says here what it does
 
 
 def rule_markdown(rule: Rule) -> str:
@@ -74,9 +75,9 @@ def write_docs(pack: Pack, folder: Path) -> int:
     return len(pack.rules) + 1
 
 
-def rule_graph(pack: Pack) -> nx.DiGraph:
+def rule_graph(pack: Pack) -> nx.DiGraph[str]:
     """Rules, derived facts and strategies: fact -> rule that reads it -> what it concludes."""
-    graph = nx.DiGraph()
+    graph: nx.DiGraph[str] = nx.DiGraph()
     catalog = strategies()
     for rule in pack.rules:
         graph.add_node(rule.id, kind="rule", layer=rule.layer)
@@ -105,7 +106,8 @@ def graph_text(pack: Pack, fmt: str) -> str:
         data = {"nodes": [{"id": n, **graph.nodes[n]} for n in sorted(graph.nodes)],
                 "edges": [{"from": u, "to": v, **d} for u, v, d in sorted(graph.edges(data=True))]}
         return json.dumps(data, indent=2) + "\n"
-    shapes = {"rule": "box", "derived": "ellipse", "strategy": "hexagon"}
+    # a strategy named only by an `excludes` edge has no kind (None): it is drawn as plain text
+    shapes: dict[str | None, str] = {"rule": "box", "derived": "ellipse", "strategy": "hexagon"}
     lines = ["digraph kbopt {", "  rankdir=LR;"]
     for node in sorted(graph.nodes):
         lines.append(f'  "{node}" [shape={shapes.get(graph.nodes[node].get("kind"), "plaintext")}];')

@@ -1,8 +1,9 @@
 """Run each rule's inline examples: facts in, fires or not, what it concludes."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import assert_never
+from typing import Any, assert_never
 
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.model import Advice
@@ -37,7 +38,7 @@ def check_example(rule: Rule, example: Example, pack: Pack, evaluator: str) -> E
     advice = advise(facts, pack, evaluator)
     values = {**facts.engine_values(pack.kb.vocabulary), **advice.derived}
 
-    def lookup(path):
+    def lookup(path: str) -> tuple[str, Any]:
         if path in values:
             return KNOWN, values[path]
         return (ABSENT, None) if path.startswith("derived.") else (MISSING, None)
@@ -61,7 +62,7 @@ def condition_leaves(node: Condition) -> list[Condition]:
 
 def leaf_coverage(results: list[ExampleResult]) -> tuple[int, int]:
     """(comparisons seen both true and false across their rule's examples, all comparisons)."""
-    seen: dict[tuple[str, int], set] = {}
+    seen: dict[tuple[str, int], set[bool | None]] = {}
     for result in results:
         for index, outcome in enumerate(result.leaves):
             seen.setdefault((result.rule, index), set()).add(outcome)
@@ -95,14 +96,14 @@ def expectation_failures(rule: Rule, example: Example, advice: Advice) -> list[s
             failures.append(f"expected {key} rejected, found rejected {sorted(rejected)}")
     by_id = {s.id: s for s in advice.strategies}
     for strategy, params in (expect.get("params") or {}).items():
-        found = by_id.get(strategy)
+        advised = by_id.get(strategy)
         for name, value in params.items():
-            got = found.params.get(name, "(absent)") if found else "(strategy not chosen)"
+            got = advised.params.get(name, "(absent)") if advised else "(strategy not chosen)"
             if got != value:
                 failures.append(f"expected {strategy}.{name} = {value!r}, found {got!r}")
     return failures
 
 
-def run_examples(pack: Pack, evaluators=("durable", "reference")) -> list[ExampleResult]:
+def run_examples(pack: Pack, evaluators: Sequence[str] = ("durable", "reference")) -> list[ExampleResult]:
     return [check_example(rule, example, pack, evaluator)
             for rule in pack.rules for example in rule.examples for evaluator in evaluators]

@@ -3,18 +3,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import assert_never
+from typing import Any, assert_never
 
 from kbopt.codes import diagnostic
 from kbopt.diagnostics import Diagnostic
 from kbopt.engine.lang.errors import ExprError
-from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
+from kbopt.engine.lang.nodes import Cmp, Condition, Const, Contains, Known, Leaf, Needs, OneOf, Value, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.engine.pack.files import Retired
 from kbopt.engine.pack.loader import read_pack
 from kbopt.engine.pack.rule import Derive, Pack, Recommend, Reject, Rule
-from kbopt.kb.catalog import seed_claims, strategies
+from kbopt.kb.catalog import Strategy, seed_claims, strategies
 from kbopt.kb.vocabulary import load_vocabulary
 
 OUTPUT_FACTS = {"derived.bottleneck"}          # read by reports, so never "unused"
@@ -23,7 +23,7 @@ OUTPUT_FACTS = {"derived.bottleneck"}          # read by reports, so never "unus
 # ------------------------------------------------------------------ satisfiability (per fact intervals)
 
 
-def _term_satisfiable(leaves: list[Leaf], possible: dict[str, set] | None = None) -> bool:
+def _term_satisfiable(leaves: list[Leaf], possible: dict[str, set[Any]] | None = None) -> bool:
     """Can this conjunction hold? `possible` maps a derived fact to the values rules can give it
     (a fact no rule derives maps to the empty set)."""
     possible = possible or {}
@@ -39,9 +39,10 @@ def _term_satisfiable(leaves: list[Leaf], possible: dict[str, set] | None = None
                 return False        # none of the values rules derive satisfies it
     low: dict[str, tuple[float, bool]] = {}
     high: dict[str, tuple[float, bool]] = {}
-    allowed: dict[str, set] = {}
-    excluded: dict[str, set] = {}
-    present, absent = set(), set()
+    allowed: dict[str, set[Any]] = {}
+    excluded: dict[str, set[Any]] = {}
+    present: set[str] = set()
+    absent: set[str] = set()
     for leaf in leaves:
         match leaf:
             case Known(fact=fact, negated=negated):
@@ -92,17 +93,17 @@ def _term_satisfiable(leaves: list[Leaf], possible: dict[str, set] | None = None
     return True
 
 
-def _terms(node) -> list[list[Leaf]]:
+def _terms(node: Condition) -> list[list[Leaf]]:
     return to_dnf(to_nnf(node))
 
 
-def can_be_true(node, possible: dict[str, set] | None = None) -> bool:
+def can_be_true(node: Condition, possible: dict[str, set[Any]] | None = None) -> bool:
     return any(_term_satisfiable(term, possible) for term in _terms(node))
 
 
-def derivable_values(pack: Pack) -> dict[str, set]:
+def derivable_values(pack: Pack) -> dict[str, set[Any]]:
     """For each derived fact, the values rules can derive (None stands for any: an expression)."""
-    out: dict[str, set] = {path: set() for path in load_vocabulary().facts if path.startswith("derived.")}
+    out: dict[str, set[Any]] = {path: set() for path in load_vocabulary().facts if path.startswith("derived.")}
     for rule in pack.rules:
         if not can_be_true(rule.when):
             continue
@@ -112,7 +113,7 @@ def derivable_values(pack: Pack) -> dict[str, set]:
     return out
 
 
-def can_be_true_together(a, b, pack: Pack | None = None) -> bool:
+def can_be_true_together(a: Condition, b: Condition, pack: Pack | None = None) -> bool:
     """Can two conditions hold at once? With a pack, a test on a derived fact is replaced by the
     conditions of the rules that would derive a fitting value (one level deep)."""
     terms_a, terms_b = _terms(a), _terms(b)
@@ -124,13 +125,13 @@ def can_be_true_together(a, b, pack: Pack | None = None) -> bool:
 EXPANSION_LIMIT = 64
 
 
-def _expand(terms: list[list], pack: Pack) -> list[list]:
+def _expand(terms: list[list[Leaf]], pack: Pack) -> list[list[Leaf]]:
     rules = pack.by_id()
-    out = []
+    out: list[list[Leaf]] = []
     for term in terms:
-        expanded = [[]]
+        expanded: list[list[Leaf]] = [[]]
         for leaf in term:
-            options = [[leaf]]
+            options: list[list[Leaf]] = [[leaf]]
             if isinstance(leaf, Cmp) and isinstance(leaf.right, Const) and leaf.left.path in pack.producers:
                 options = []
                 for rule_id in pack.producers[leaf.left.path]:
@@ -161,7 +162,8 @@ def lint_pack(pack: Pack, retired: Mapping[str, Retired] | None = None, errors_o
             if p.startswith("derived.")}
     possible = derivable_values(pack)
     for rule in mine:
-        def add(code, message, snippet=None, help=None, key=None, rule=rule):
+        def add(code: str, message: str, snippet: str | None = None, help: str | None = None, key: str | None = None,
+                rule: Rule = rule) -> None:
             findings.append(diagnostic(code, rule.file, rule.lines.get(key, rule.line) if key else rule.line,
                                        message, snippet=snippet, help=help))
         if rule.id in retired:
@@ -202,13 +204,13 @@ def lint_pack(pack: Pack, retired: Mapping[str, Retired] | None = None, errors_o
     return findings
 
 
-def _example_findings(rule: Rule, catalog) -> list[Diagnostic]:
+def _example_findings(rule: Rule, catalog: Mapping[str, Strategy]) -> list[Diagnostic]:
     """Example facts that are not facts v1, and expectations naming strategies that do not exist."""
     import difflib
 
     from kbopt.errors import FactsError
     from kbopt.kb.facts import facts_from_document
-    out = []
+    out: list[Diagnostic] = []
     names = set(catalog) | {f"{s}[{v}]" for s, spec in catalog.items() for v in spec.variants}
     for example in rule.examples:
         try:
@@ -225,9 +227,9 @@ def _example_findings(rule: Rule, catalog) -> list[Diagnostic]:
     return out
 
 
-def _expressions(rule: Rule) -> list:
+def _expressions(rule: Rule) -> list[Value]:
     """The value expressions of a rule's conclusions (derived values, recommended parameters)."""
-    out = []
+    out: list[Value] = []
     for c in rule.then:
         if isinstance(c, Derive):
             out.append(c.value)
@@ -242,13 +244,13 @@ def _vetoes(rule: Rule, recommend: Recommend) -> bool:
                for c in rule.then)
 
 
-def _ties(pack: Pack, mine: list[Rule], catalog) -> list[Diagnostic]:
+def _ties(pack: Pack, mine: list[Rule], catalog: Mapping[str, Strategy]) -> list[Diagnostic]:
     """Two rules that can fire together and recommend exclusive candidates at the same weight:
     the conflict graph then decides by name, which is no declared resolution."""
-    findings = []
+    findings: list[Diagnostic] = []
     recommends = [(r, c) for r in pack.rules for c in r.then if isinstance(c, Recommend)]
     mine_ids = {r.id for r in mine}
-    seen = set()
+    seen: set[tuple[str, str, str, str]] = set()
     for i, (a, ca) in enumerate(recommends):
         for b, cb in recommends[i + 1:]:
             if a.id == b.id or (a.id not in mine_ids and b.id not in mine_ids) or ca.weight != cb.weight:
@@ -290,4 +292,5 @@ def lint_paths(paths: list[str]) -> tuple[list[Diagnostic], int]:
     loaded = read_pack(paths)
     if loaded.diagnostics:
         return list(loaded.diagnostics), 0
+    assert loaded.pack is not None      # read_pack leaves the pack out only together with diagnostics
     return lint_pack(loaded.pack, loaded.retired) + _limits(loaded.pack), len(loaded.pack.rules)

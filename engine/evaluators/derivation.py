@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Missing, value_of
-from kbopt.engine.lang.nodes import unique_facts
+from kbopt.engine.lang.nodes import Value, unique_facts
 from kbopt.engine.lang.text import fmt
 from kbopt.engine.pack.rule import Derive, Pack, Rule
 from kbopt.errors import EvaluationError
@@ -28,7 +28,7 @@ class DerivedFacts:
         self.order = pack.order          # rule id -> position in the pack, for stable messages
         self.values: dict[str, tuple[Any, str]] = {}
 
-    def lookup(self, path: str) -> tuple[str, Any]:  # an expr.Lookup: (status, value)
+    def lookup(self, path: str) -> tuple[str, Any]:  # a logic.Lookup: (status, value)
         if path in self.inputs:
             return KNOWN, self.inputs[path]
         if path in self.values:
@@ -66,7 +66,7 @@ class DerivedFacts:
             new.append((conclusion.path, value))
         return new
 
-    def _inputs_of(self, node) -> str:
+    def _inputs_of(self, node: Value) -> str:
         return ", ".join(f"{p}={fmt(self.lookup(p)[1])}" for p in unique_facts(node)
                          if self.lookup(p)[0] == KNOWN) or "constants"
 

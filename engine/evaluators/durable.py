@@ -17,20 +17,30 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from typing import Any, assert_never
+from collections.abc import Iterable
+from typing import Any, TypeAlias, TypedDict, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
 from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.engine.pack.rule import Pack, Rule
+from kbopt.kb.vocabulary import Vocabulary
 
 RULESET_SIZE = 60          # compiled rules testing one kind of fact, per ruleset (64 is the limit; +1 marker)
 RULESET_MAX = 240          # compiled rules per ruleset in all, well below the 512-entry test table
 INPUT, DERIVED, MARKER = "i", "d", "marker"
 
+# What durable_rules reads (ruleset definitions, their patterns and tests) is JSON; fact values sit at its leaves.
+Json: TypeAlias = dict[str, "Json"] | list["Json"] | str | int | float | bool | None
 
-def dumps(value: Any) -> str:
+
+class CompiledRuleset(TypedDict):
+    rules: dict[str, Json]         # compiled rule name -> its `all` of patterns; the marker rule among them
+    reads: list[str]               # the kinds of fact its rules test: INPUT, derived paths
+
+
+def dumps(value: object) -> str:
     """JSON with floats durable_rules can parse: `1.0e-05`, never `1e-05`."""
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return json.dumps(value, ensure_ascii=False)
@@ -49,12 +59,12 @@ def dumps(value: Any) -> str:
     raise TypeError(f"cannot serialize {type(value).__name__}")
 
 
-def _exponent_prone(value: Any) -> bool:
+def _exponent_prone(value: object) -> bool:
     """Floats Python's json writes in exponent form (|x| < 1e-4 or >= 1e16)."""
     return isinstance(value, float) and value != 0.0 and not 1e-4 <= abs(value) < 1e16
 
 
-def dumps_fact(fact: dict[str, Any], flat_values) -> str:
+def dumps_fact(fact: dict[str, Any], flat_values: Iterable[Any]) -> str:
     """A fact's JSON: the C encoder when no value needs the careful float form, else `dumps`."""
     if any(_exponent_prone(v) for v in flat_values):
         return dumps(fact)
@@ -81,13 +91,13 @@ def nest(flat: dict[str, Any], list_facts: dict[str, tuple[str, ...]]) -> dict[s
 class _TermCompiler:
     """One conjunction of leaves -> an ordered list of durable_rules patterns."""
 
-    def __init__(self, vocabulary):
+    def __init__(self, vocabulary: Vocabulary) -> None:
         self.vocabulary = vocabulary
         self.aliases: dict[str, str] = {}        # carrier (INPUT or a derived path) -> alias
-        self.tests: dict[str, list] = {}
+        self.tests: dict[str, list[Json]] = {}
 
     def carrier(self, path: str) -> str:
-        return path if self.vocabulary.get(path).derived else INPUT
+        return _carrier(self.vocabulary, path)
 
     def alias(self, carrier: str) -> str:
         if carrier not in self.aliases:
@@ -99,11 +109,11 @@ class _TermCompiler:
     def exists(self, path: str) -> None:
         carrier = self.carrier(path)
         self.alias(carrier)
-        test = {"$ex": {path: 1}}
+        test: Json = {"$ex": {path: 1}}
         if test not in self.tests[carrier]:
             self.tests[carrier].append(test)
 
-    def add(self, path: str, test: dict) -> None:
+    def add(self, path: str, test: Json) -> None:
         self.exists(path)
         self.tests[self.carrier(path)].append(test)
 
@@ -153,13 +163,19 @@ class _TermCompiler:
             flipped = COMPARISONS[comparison.converse].durable
             self.tests[right_carrier].append({flipped: {right: {self.aliases[left_carrier]: left}}})
 
-    def patterns(self) -> list[dict]:
+    def patterns(self) -> list[Json]:
         return [{self.aliases[c]: {"$and": tests}} for c, tests in self.tests.items()]
 
 
-def compile_rule(rule: Rule, vocabulary) -> list[dict]:
+def _carrier(vocabulary: Vocabulary, path: str) -> str:
+    """The kind of fact a path travels in: the input fact, or its own derived fact."""
+    # facts[], not get(): the loader admits only facts the vocabulary declares
+    return path if vocabulary.facts[path].derived else INPUT
+
+
+def compile_rule(rule: Rule, vocabulary: Vocabulary) -> list[dict[str, Json]]:
     """A rule -> one durable_rules `all` per alternative of its condition."""
-    out = []
+    out: list[dict[str, Json]] = []
     for term in to_dnf(to_nnf(rule.fire_condition)):
         compiler = _TermCompiler(vocabulary)
         # The input pattern comes first so derived patterns can refer to it.
@@ -171,36 +187,36 @@ def compile_rule(rule: Rule, vocabulary) -> list[dict]:
     return out
 
 
-def compile_pack(pack: Pack) -> list[dict[str, Any]]:
+def compile_pack(pack: Pack) -> list[CompiledRuleset]:
     """The engine-neutral rules -> durable_rules ruleset definitions (without actions).
 
     Returns one entry per ruleset: {"rules": {name: definition}, "reads": facts it consumes}.
     Compiled rule names are `<rule id>#<alternative>`.
     """
     vocabulary = pack.kb.vocabulary
-    compiled = []
+    compiled: list[tuple[str, dict[str, Json], list[str]]] = []
     for rule in pack.rules:
         for index, definition in enumerate(compile_rule(rule, vocabulary)):
-            reads = sorted({p for p in facts_of(rule.fire_condition)})
-            compiled.append((f"{rule.id}#{index}", definition, reads))
+            paths = sorted({p for p in facts_of(rule.fire_condition)})
+            compiled.append((f"{rule.id}#{index}", definition, paths))
     # A fact may meet at most 64 conditions of one ruleset (docs/evaluators.md): count, per kind of
     # fact (the input, each derived fact), the compiled rules that test it, and start a new
     # ruleset before any count passes RULESET_SIZE (the marker rule takes one more on the input).
-    chunks: list[list] = [[]]
+    chunks: list[list[tuple[str, dict[str, Json], set[str]]]] = [[]]
     counts: dict[str, int] = {}
     for name, definition, paths in compiled:
-        carriers = {INPUT if not vocabulary.get(p).derived else p for p in paths}
+        carriers = {_carrier(vocabulary, p) for p in paths}
         if chunks[-1] and (len(chunks[-1]) >= RULESET_MAX or any(counts.get(c, 0) >= RULESET_SIZE for c in carriers)):
             chunks.append([])
             counts = {}
         chunks[-1].append((name, definition, carriers))
         for carrier in carriers:
             counts[carrier] = counts.get(carrier, 0) + 1
-    rulesets = []
+    rulesets: list[CompiledRuleset] = []
     for chunk in chunks:
         # Every session must see at least one action before delete_state (docs/evaluators.md): this
         # rule matches the input fact, which every ruleset is asserted.
-        rules = {MARKER: {"all": [{"m": {"k": INPUT}}]}}
+        rules: dict[str, Json] = {MARKER: {"all": [{"m": {"k": INPUT}}]}}
         reads: set[str] = set()
         for name, definition, carriers in chunk:
             rules[name] = definition
@@ -224,7 +240,7 @@ class DurableEvaluator:
 
     name = "durable"
 
-    def __new__(cls, pack: Pack):
+    def __new__(cls, pack: Pack) -> DurableEvaluator:
         # Rulesets are created once per process and pack: durable_rules leaks and crashes when
         # rulesets are created and dropped per request.
         key = pack.version + ":" + ",".join(r.id for r in pack.rules)
@@ -243,7 +259,7 @@ class DurableEvaluator:
         # Only the facts some rule reads are worth serializing and asserting.
         self.list_facts = {spec.path: spec.values for spec in pack.kb.vocabulary.facts.values() if spec.type == "list"}
         self.read_paths = frozenset(p for rule in pack.rules for p in facts_of(rule.fire_condition))
-        self.rule_of = {}        # compiled rule name -> rule id
+        self.rule_of: dict[str, str] = {}        # compiled rule name -> rule id
         self.rulesets: list[tuple[int, frozenset[str]]] = []
         self._sids = itertools.count(1)
         prefix = f"kbopt_{pack.version}_{id(self)}"
@@ -258,7 +274,7 @@ class DurableEvaluator:
         if result[0] in (1, 2, 3):     # not handled / already observed / queued: nothing to run
             return []
         state_handle = result[1]
-        started = []
+        started: list[str] = []
         action = self._core.start_action_for_state(handle, state_handle)
         message = action[1] if action else None
         while message:
@@ -275,7 +291,7 @@ class DurableEvaluator:
         sid = str(next(self._sids))
         derived = DerivedFacts(values, self.pack)
         fired: set[str] = set()
-        started = []
+        started: list[int] = []
         try:
             asserted = {p: v for p, v in values.items() if p in self.read_paths}
             pending = [(INPUT, dumps_fact({"sid": sid, "k": INPUT, **nest(asserted, self.list_facts)}, asserted.values()))]

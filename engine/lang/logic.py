@@ -3,7 +3,7 @@ a value expression is computed or names the facts it lacks."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, assert_never
+from typing import Any, TypeAlias, assert_never
 
 from kbopt.engine.lang.nodes import (
     And,
@@ -29,17 +29,20 @@ from kbopt.engine.lang.operators import ARITHMETIC, BOOLEAN, COMPARISONS, FUNCTI
 # KNOWN: has a value. MISSING: an input fact not given. ABSENT: a derived fact no rule can
 # produce. UNKNOWN: a derived fact whose producing rules could not be decided.
 KNOWN, MISSING, ABSENT, UNKNOWN = "known", "missing", "absent", "unknown"
-Lookup = Callable[[str], tuple[str, Any]]   # path -> (status, value)
+Lookup: TypeAlias = Callable[[str], tuple[str, Any]]   # path -> (status, value)
 
-# evaluate() is hot: the table is read once here rather than per node.
-_ALL, _ANY, _NOT = BOOLEAN["and"].apply, BOOLEAN["or"].apply, BOOLEAN["not"].apply
+# evaluate() is hot: the table is read once here rather than per node. The table types a Boolean's
+# apply for all three; these say which takes a list of truth values and which takes one.
+_ALL: Callable[[list[bool | None]], bool | None] = BOOLEAN["and"].apply
+_ANY: Callable[[list[bool | None]], bool | None] = BOOLEAN["or"].apply
+_NOT: Callable[[bool | None], bool | None] = BOOLEAN["not"].apply
 _COMPARE = {symbol: row.apply for symbol, row in COMPARISONS.items()}
 
 
 class Missing(Exception):
     """A value expression needs facts that are not known."""
 
-    def __init__(self, paths):
+    def __init__(self, paths: list[str]) -> None:
         super().__init__(", ".join(paths))
         self.paths = tuple(paths)
 
@@ -54,7 +57,8 @@ def evaluate(node: Condition, lookup: Lookup) -> bool | None:
     # patterns (keyword captures cost more than the attribute reads they replace).
     match node:
         case Cmp():
-            statuses, values = [], []
+            statuses: list[str] = []
+            values: list[Any] = []
             for side in (node.left, node.right):
                 if isinstance(side, Fact):
                     status, value = lookup(side.path)
@@ -83,7 +87,8 @@ def evaluate(node: Condition, lookup: Lookup) -> bool | None:
             status, value = lookup(node.fact.path)
             if status != KNOWN:
                 return False if status == ABSENT else None
-            hit = value in node.values if isinstance(node, OneOf) else node.item in value
+            # `in` always yields a bool; the annotation says so where the fact value is Any
+            hit: bool = value in node.values if isinstance(node, OneOf) else node.item in value
             return hit != node.negated
         case Not():
             return _NOT(evaluate(node.item, lookup))
@@ -123,9 +128,10 @@ def witnesses(node: Condition, lookup: Lookup) -> list[Condition]:
             assert_never(unreachable)
 
 
-def _values(nodes: tuple[Value, ...], lookup: Lookup) -> list:
+def _values(nodes: tuple[Value, ...], lookup: Lookup) -> list[Any]:
     """Every node's value, or Missing naming what all of them lack together."""
-    missing, values = [], []
+    missing: list[str] = []
+    values: list[Any] = []
     for node in nodes:
         try:
             values.append(value_of(node, lookup))
@@ -161,7 +167,7 @@ def value_of(node: Value, lookup: Lookup) -> Any:
         case Call(fn=fn, args=args):
             function = FUNCTIONS[fn]
             if function.apply is None:          # alternatives: the first that computes
-                missing = []
+                missing: list[str] = []
                 for arg in args:
                     try:
                         return value_of(arg, lookup)

@@ -32,7 +32,7 @@ class Cmp:
 class OneOf:
     """`fact in [a, b]` (negated: `not in`)."""
     fact: Fact
-    values: tuple
+    values: tuple[Any, ...]        # literal fact values
     negated: bool = False
 
 

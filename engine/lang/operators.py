@@ -24,7 +24,7 @@ class Operator:
 
 @dataclass(frozen=True)
 class Comparison(Operator):
-    apply: Callable[..., Any]
+    apply: Callable[[Any, Any], bool]
     syntax: type[ast.cmpop]
     negation: str                      # the comparison of `not (a op b)`: the backend has no negation
     converse: str                      # the comparison with its sides swapped: facts go on the left
@@ -34,7 +34,7 @@ class Comparison(Operator):
 
 @dataclass(frozen=True)
 class Arithmetic(Operator):
-    apply: Callable[..., Any]
+    apply: Callable[[Any, Any], Any]   # fact values in, a fact value out
     syntax: type[ast.operator]
     divides: bool = False              # a zero on the right leaves the value undefined, not an error
 
@@ -42,7 +42,7 @@ class Arithmetic(Operator):
 @dataclass(frozen=True)
 class Boolean(Operator):
     """`apply` takes Kleene truth values (None for undecided)."""
-    apply: Callable[..., Any]
+    apply: Callable[..., bool | None]  # `and`, `or`: a list of truth values; `not`: one
     syntax: type[ast.boolop] | type[ast.unaryop]
 
 
@@ -70,23 +70,23 @@ def _negate(result: bool | None) -> bool | None:
 MIN_BUCKET = 16      # a bucket edge below this many tokens separates nothing worth separating
 
 
-def _round(x, n=0):
+def _round(x: float, n: float = 0) -> float:
     return round(x, int(n)) if n else round(x)
 
 
-def _pow2ceil(x):
+def _pow2ceil(x: float) -> int:
     x = max(1, math.ceil(x))
     return 1 << (x - 1).bit_length()
 
 
-def _edges(*values):
+def _edges(*values: float) -> list[int]:
     """Sorted distinct bucket edges, each rounded up to a power of two except the last (the cap)."""
     *inner, cap = values
     edges = sorted({_pow2ceil(v) for v in inner if MIN_BUCKET <= v < cap})
     return [e for e in edges if e < cap] + [int(cap)]
 
 
-def _dtype_bytes(dtype):
+def _dtype_bytes(dtype: str) -> float:
     return load_vocabulary().dtype_bytes[dtype]
 
 

@@ -26,7 +26,7 @@ from kbopt.engine.lang.operators import BOOLEAN, COMPARISONS
 
 def render(node: Node, values: dict[str, Any] | None = None) -> str:
     """Source-like text; with `values`, each known fact is followed by its value: `x (0.93) > 0.9`."""
-    def fact(path):
+    def fact(path: str) -> str:
         if values is not None and path in values:
             return f"{path} ({fmt(values[path])})"
         return path
