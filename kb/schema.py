@@ -168,7 +168,8 @@ RULE_SCHEMA: dict[str, Any] = {
 }
 
 
-_PROVENANCE_FIELDS = {"source": str, "quality": str, "metric": str, "samples": int, "window_s": (int, float), "note": str}
+_PROVENANCE_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "source": str, "quality": str, "metric": str, "samples": int, "window_s": (int, float), "note": str}
 _VERSION = re.compile(VERSION_PATTERN)
 
 
