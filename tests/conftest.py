@@ -1,6 +1,13 @@
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+# The compiled-pack cache of every kbopt the tests start (in process or not) lives in a folder of
+# this run's own: never the user's ~/.cache, and never an entry from another checkout.
+os.environ["KBOPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="kbopt-test-cache-")
 
 from kbopt.cli import main
 from kbopt.engine.evaluators import durable_available

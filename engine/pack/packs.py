@@ -11,7 +11,13 @@ from kbopt.errors import RuleError
 def load_checked_pack(dirs: list[str]) -> Pack:
     """The built-in pack with `dirs` layered over it. A custom pack must pass lint's error checks
     (a rule that can never fire, a retired id, TODOs...), not just load; its warnings are lint's
-    business, not advise's."""
+    business, not advise's. A pack that passed is kept in the compiled-pack cache (cache.py)."""
+    from kbopt.engine.pack.cache import cached_pack
+    layered = tuple(dict.fromkeys(dirs))
+    return cached_pack(layered, lambda: _load_and_check(layered))
+
+
+def _load_and_check(dirs: tuple[str, ...]) -> Pack:
     from kbopt.engine.pack.loader import lint_hint, read_pack
     loaded = read_pack(dirs)
     pack = loaded.checked()

@@ -1,0 +1,85 @@
+"""The compiled-pack cache: same advice from a cached pack, and never a stale or broken entry."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.engine.pack import cache
+from kbopt.engine.pack.packs import load_checked_pack
+from kbopt.errors import RuleError
+from kbopt.kb.facts import load_facts
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "capacity-a100-chat.json"
+PACK = ROOT / "examples" / "packs" / "vllm-tuning"
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("KBOPT_CACHE_DIR", str(folder))
+    monkeypatch.delenv("KBOPT_NO_CACHE", raising=False)
+    return folder
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(folder.glob("pack-*.pickle")) if folder.exists() else []
+
+
+def test_a_cached_pack_gives_byte_identical_advice(cache_dir):
+    facts = load_facts(EXAMPLE)
+    built = load_checked_pack([str(PACK)])
+    assert len(_entries(cache_dir)) == 1
+    loaded = load_checked_pack([str(PACK)])
+    assert loaded is not built and loaded.version == built.version
+    for evaluator in available_evaluators():
+        assert advise(facts, loaded, evaluator).to_json() == advise(facts, built, evaluator).to_json()
+
+
+def test_each_layering_and_each_file_content_has_its_own_entry(cache_dir, tmp_path):
+    load_checked_pack([])
+    copy = tmp_path / "pack"
+    shutil.copytree(PACK, copy)
+    load_checked_pack([str(copy)])
+    assert len(_entries(cache_dir)) == 2
+    rule = next(copy.glob("*/*.yaml"))
+    rule.write_text(rule.read_text().replace("title: ", "title: Edited ", 1))
+    edited = load_checked_pack([str(copy)])
+    assert len(_entries(cache_dir)) == 3
+    assert any(r.title.startswith("Edited ") for r in edited.rules)
+
+
+def test_a_corrupt_entry_is_rebuilt(cache_dir):
+    load_checked_pack([])
+    (entry,) = _entries(cache_dir)
+    entry.write_bytes(b"not a pickle")
+    assert load_checked_pack([]).rules
+    assert entry.read_bytes() != b"not a pickle"
+
+
+def test_a_broken_pack_is_never_cached(cache_dir, tmp_path):
+    broken = tmp_path / "broken" / "diagnosis"
+    broken.mkdir(parents=True)
+    (broken / "x-broken.yaml").write_text("id: X-BROKEN\n")
+    for _ in range(2):          # the second attempt reports the problem again, from the files
+        with pytest.raises(RuleError):
+            load_checked_pack([str(broken.parent)])
+    assert _entries(cache_dir) == []
+
+
+def test_the_cache_can_be_turned_off(cache_dir, monkeypatch):
+    monkeypatch.setenv("KBOPT_NO_CACHE", "1")
+    load_checked_pack([])
+    assert _entries(cache_dir) == []
+    assert cache.cache_dir() is None
+
+
+def test_an_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache folder would be")
+    monkeypatch.setenv("KBOPT_CACHE_DIR", str(blocker / "cache"))
+    assert load_checked_pack([]).rules
