@@ -7,6 +7,7 @@ pack may cite a page the catalog does not list); lint refuses an unknown claim i
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -69,6 +70,6 @@ def url(cited: str) -> str | None:
     return cited.strip() if re.match(r"https?://", cited.strip()) else None
 
 
-def labels(cited) -> str:
+def labels(cited: Iterable[str]) -> str:
     """Several `source:` entries, comma-separated, as readers see them."""
     return ", ".join(label(c) for c in cited)

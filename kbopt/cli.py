@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kbopt import __version__
 from kbopt.engine.pack.packs import configured_packs, load_checked_pack
-from kbopt.engine.pack.rule import LAYERS
 from kbopt.errors import KboptError, RuleError
+from kbopt.kb.catalog import LAYERS
 from kbopt.output import write_output
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2

@@ -8,18 +8,19 @@ from kbopt.engine.advice.model import Advice, Edge, Firing, NotEvaluated, Reject
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
-from kbopt.engine.lang.logic import KNOWN, Missing, evaluate, value_of
+from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, evaluate, value_of
 from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.text import fmt, render
 from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn
+from kbopt.kb.catalog import Strategy
 from kbopt.kb.facts import Facts
 
 
-def fill_because(rule: Rule, lookup) -> str:
+def fill_because(rule: Rule, lookup: Lookup) -> str:
     """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in."""
     parameters = {p.name: p.value for p in rule.parameters}
 
-    def replace(name, spec):
+    def replace(name: str, spec: str | None) -> str:
         if name in parameters:
             value = parameters[name]
         else:
@@ -73,7 +74,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         bottleneck_missing=bottleneck_missing)
 
 
-def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
+def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts) -> tuple[tuple[StrategyAdvice, ...], tuple[Rejection, ...], tuple[Edge, ...]]:
     rules = pack.by_id()
     candidates: dict[str, Candidate] = {}
     order = {rule_id: index for index, rule_id in enumerate(fired)}
@@ -87,7 +88,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
         for name, node in conclusion.params:
             c.params.setdefault(name, (node, rule_id))
     for candidate in candidates.values():
-        candidate.rules.sort(key=order.get)
+        candidate.rules.sort(key=lambda rule_id: order[rule_id])    # every recommending rule fired
     vetoes = _drawn(fired, rules, Reject)
     requires = _drawn(fired, rules, Require)
     mitigates = _drawn(fired, rules, Mitigate)
@@ -103,10 +104,10 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
         params, notes = _params(c, final, catalog[c.strategy])
         because = list(c.rules)
         texts = []
-        for drawn in caveats:
-            if StrategyRef(drawn.conclusion.strategy, drawn.conclusion.variant).matches(c.strategy, c.variant):
-                texts.append(RuleNote(drawn.rule, drawn.conclusion.text))
-                because.append(drawn.rule)
+        for caveat in caveats:
+            if StrategyRef(caveat.conclusion.strategy, caveat.conclusion.variant).matches(c.strategy, c.variant):
+                texts.append(RuleNote(caveat.rule, caveat.conclusion.text))
+                because.append(caveat.rule)
         # Several rules may draw the same edge: order by what the edge says.
         for edge in sorted(graph.in_edges(key), key=lambda e: (e.source, e.kind, e.because)):
             if edge.kind == "mitigates" and edge.source in chosen:
@@ -122,7 +123,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts):
     rejected = []
     for left in resolution.left_out:
         c = candidates[left.key]
-        rejected.append(Rejection(id=c.strategy, params={catalog[c.strategy].variant: c.variant} if c.variant else {},
+        variant_param = catalog[c.strategy].variant    # a candidate has a variant only when its strategy names this parameter
+        rejected.append(Rejection(id=c.strategy, params={variant_param: c.variant} if c.variant and variant_param else {},
                                   because=left.because, reason=left.reason, key=left.key))
     edges = tuple(sorted(
         (Edge(e.kind, e.source, e.target, e.because) for e in graph.edges()),
@@ -135,7 +137,7 @@ def _drawn(fired: tuple[str, ...], rules: dict[str, Rule], kind: type[C]) -> lis
     return [Drawn(rule_id, c) for rule_id in fired for c in rules[rule_id].then if isinstance(c, kind)]
 
 
-def _params(candidate: Candidate, final: FinalFacts, strategy) -> tuple[dict[str, Any], list[RuleNote]]:
+def _params(candidate: Candidate, final: FinalFacts, strategy: Strategy) -> tuple[dict[str, Any], list[RuleNote]]:
     """Evaluate each parameter on the final facts; say so when facts were missing or the value
     falls outside the parameter's range (then it is not given)."""
     params: dict[str, Any] = {}
@@ -143,7 +145,7 @@ def _params(candidate: Candidate, final: FinalFacts, strategy) -> tuple[dict[str
     for name, (node, rule_id) in candidate.params.items():
         looked_up_unknown: list[str] = []
 
-        def lookup(path, looked_up_unknown=looked_up_unknown):
+        def lookup(path: str, looked_up_unknown: list[str] = looked_up_unknown) -> tuple[str, Any]:
             status, value = final.lookup(path)
             if status != KNOWN:
                 looked_up_unknown.append(path)

@@ -52,7 +52,7 @@ class FinalFacts:
                     self.status[path] = ABSENT
                     changed = True
 
-    def lookup(self, path: str):
+    def lookup(self, path: str) -> tuple[str, Any]:     # a Lookup: (status, value)
         if path in self.inputs:
             return KNOWN, self.inputs[path]
         if path in self.derived:

@@ -6,20 +6,26 @@ broken file of every pack in one pass.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import yaml
 
 from kbopt.codes import diagnostic
 from kbopt.diagnostics import Diagnostic
-from kbopt.engine.pack.rule import LAYERS, Parameter
+from kbopt.engine.pack.rule import Parameter
+from kbopt.kb.catalog import LAYERS, Layer
 from kbopt.kb.yamlio import DuplicateKey, SafeLoader, check_duplicate_keys
 
 PARAMETERS, RETIRED, DISABLE = "parameters.yaml", "retired.yaml", "disable.yaml"
 LAYOUT = "a pack is a directory: <dir>/<layer>/<id>.yaml, layers: " + ", ".join(LAYERS)
+
+# Where a node sits in a document: mapping keys and list indexes from the root, () for the root itself.
+KeyPath: TypeAlias = tuple[str | int, ...]
 
 
 def snippet(text: str, line: int | None) -> str | None:
@@ -35,19 +41,19 @@ class Document:
     file: str
     text: str
     data: Any
-    marks: dict[tuple, tuple[int, int]]
+    marks: dict[KeyPath, tuple[int, int]]
 
-    def mark(self, path) -> tuple[int, int]:
+    def mark(self, path: Iterable[str | int]) -> tuple[int, int]:
         """The nearest position on `path`: a key missing from the file points at its parent."""
-        path = tuple(path)
-        while path and path not in self.marks:
-            path = path[:-1]
-        return self.marks.get(path, (1, 1))
+        key = tuple(path)
+        while key and key not in self.marks:
+            key = key[:-1]
+        return self.marks.get(key, (1, 1))
 
-    def line(self, path) -> int:
+    def line(self, path: Iterable[str | int]) -> int:
         return self.mark(path)[0]
 
-    def at(self, path, code: str, message: str, help: str | None = None) -> Diagnostic:
+    def at(self, path: Iterable[str | int], code: str, message: str, help: str | None = None) -> Diagnostic:
         line, column = self.mark(path)
         return diagnostic(code, self.file, line, message, help=help, snippet=snippet(self.text, line), column=column)
 
@@ -74,9 +80,9 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
         return None
     finally:
         loader.dispose()
-    marks: dict[tuple, tuple[int, int]] = {}
+    marks: dict[KeyPath, tuple[int, int]] = {}
 
-    def walk(n, path):
+    def walk(n: yaml.Node, path: KeyPath) -> None:
         marks[path] = (n.start_mark.line + 1, n.start_mark.column + 1)
         if isinstance(n, yaml.MappingNode):
             for key, value in n.value:
@@ -90,7 +96,7 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
     return Document(file, text, data, marks)
 
 
-def read_text(file, shown: str, problems: list[Diagnostic]) -> str | None:
+def read_text(file: Traversable, shown: str, problems: list[Diagnostic]) -> str | None:
     try:
         return file.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
@@ -100,7 +106,7 @@ def read_text(file, shown: str, problems: list[Diagnostic]) -> str | None:
     return None
 
 
-def read_document(file, shown: str, problems: list[Diagnostic]) -> Document | None:
+def read_document(file: Traversable, shown: str, problems: list[Diagnostic]) -> Document | None:
     text = read_text(file, shown, problems)
     return None if text is None else parse(text, shown, problems)
 
@@ -109,20 +115,20 @@ def read_document(file, shown: str, problems: list[Diagnostic]) -> Document | No
 class PackDir:
     """One pack's directory and the rule files found in it."""
     pack: str                  # "builtin", or the directory as given
-    root: Any                  # a Path, or the installed package's Traversable
+    root: Traversable          # a Path, or the installed package's Traversable
     shown: str                 # how diagnostics name the directory
-    rule_files: tuple[tuple[str, Any], ...]      # (layer, file), by layer then name
+    rule_files: tuple[tuple[Layer, Traversable], ...]      # (layer, file), by layer then name
 
     def name(self, *parts: str) -> str:
         return "/".join((self.shown,) + parts)
 
-    def optional(self, name: str):
+    def optional(self, name: str) -> Traversable | None:
         file = self.root.joinpath(name)
         return file if file.is_file() else None
 
 
-def _pack_dir(pack: str, root, shown: str) -> PackDir:
-    files = []
+def _pack_dir(pack: str, root: Traversable, shown: str) -> PackDir:
+    files: list[tuple[Layer, Traversable]] = []
     for layer in LAYERS:
         folder = root.joinpath(layer)
         if folder.is_dir():
@@ -134,7 +140,7 @@ def builtin() -> PackDir:
     return _pack_dir("builtin", resources.files("kbopt.rules"), "rules")
 
 
-def discover(dirs, problems: list[Diagnostic]) -> list[PackDir]:
+def discover(dirs: Iterable[str | Path], problems: list[Diagnostic]) -> list[PackDir]:
     """The built-in pack, then each directory once, in layering order."""
     packs = [builtin()]
     for shown in dict.fromkeys(str(d) for d in dirs):
@@ -194,7 +200,7 @@ class Retired:
 def read_retired(pack: PackDir, problems: list[Diagnostic]) -> dict[str, Retired]:
     """retired.yaml: `retired: {ID: reason}` or `retired: [ID, ...]`."""
     doc, entries = _entries(pack, RETIRED, "retired", problems)
-    if entries is None:
+    if doc is None or entries is None:    # no file gives no document and no entries: the first test is for the checker
         return {}
     if isinstance(entries, list) and all(isinstance(e, str) for e in entries):
         return {e: Retired(e, "retired", doc.file, doc.line(("retired", i))) for i, e in enumerate(entries)}

@@ -3,11 +3,11 @@ of every file collected as a Diagnostic in one pass."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
-from dataclasses import dataclass
-from functools import lru_cache
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields, is_dataclass
+from functools import lru_cache, partial
 from pathlib import Path
-from typing import assert_never
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, assert_never
 
 from kbopt.codes import diagnostic
 from kbopt.diagnostics import Diagnostic
@@ -17,9 +17,10 @@ from kbopt.engine.lang.nodes import And, Arith, Call, Const, Fact, IfElse, ListO
 from kbopt.engine.lang.operators import FUNCTIONS
 from kbopt.engine.lang.parse import parse_condition, parse_value
 from kbopt.engine.pack import files
-from kbopt.engine.pack.files import Document, PackDir, Retired
+from kbopt.engine.pack.files import Document, KeyPath, PackDir, Retired
 from kbopt.engine.pack.rule import (
     Caveat,
+    Conclusion,
     Derive,
     Example,
     Mitigate,
@@ -34,23 +35,32 @@ from kbopt.engine.pack.rule import (
 )
 from kbopt.errors import RuleError
 from kbopt.kb.catalog import strategies
-from kbopt.kb.vocabulary import Vocabulary, load_vocabulary
+from kbopt.kb.vocabulary import FactSpec, Vocabulary, load_vocabulary
+
+if TYPE_CHECKING:  # jsonschema itself is imported only once a rule file is checked
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
+
+T = TypeVar("T")
 
 
-def _schema_error(error, doc: Document) -> Diagnostic:
+def _schema_error(error: ValidationError, doc: Document) -> Diagnostic:
     path = list(error.absolute_path)
     where = "/".join(str(p) for p in path) or "(top level)"
+    instance: Any = error.instance     # the rule file's YAML where the schema failed
+    # jsonschema types a failing (sub)schema as a mapping, a bool or "unset"; the rule schema's are all mappings
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
     if error.validator == "additionalProperties":
-        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        unknown = sorted(set(instance) - set(schema.get("properties", {})))
         import difflib
-        known = sorted(error.schema.get("properties", {}))
+        known = sorted(schema.get("properties", {}))
         close = difflib.get_close_matches(unknown[0], known, n=1) if unknown else []
         hint = f"did you mean '{close[0]}'?" if close else f"allowed here: {', '.join(known)}"
         return doc.at(path + [unknown[0]] if unknown else path, "L004", f"unknown key {unknown[0]!r} in {where}", hint)
     if error.validator == "minItems":
         extra = " (one that fires and one that does not)" if path == ["examples"] else ""
         return doc.at(path, "L004", f"{where}: needs at least {error.validator_value} "
-                      f"item(s), has {len(error.instance)}{extra}")
+                      f"item(s), has {len(instance)}{extra}")
     if error.validator == "required":
         return doc.at(path, "L004", f"{where}: {error.message}",
                       "a rule needs id, title, layer, when, then, because, source and examples")
@@ -72,10 +82,10 @@ class _RuleBuilder:
         self.catalog = strategies()
         self.problems: list[Diagnostic] = []
 
-    def fail(self, path, message, hint=None, code="L005"):
+    def fail(self, path: Iterable[str | int], message: str, hint: str | None = None, code: str = "L005") -> NoReturn:
         raise _Failed(self.doc.at(path, code, message, hint))
 
-    def check(self, step):
+    def check(self, step: Callable[[], T]) -> T | None:
         """Run one independent part of the build; a failure is recorded so the next part still runs."""
         try:
             return step()
@@ -83,20 +93,21 @@ class _RuleBuilder:
             self.problems.append(failure.diagnostic)
             return None
 
-    def expression(self, text, path, kind, parameters):
-        parse = parse_condition if kind == "condition" else parse_value
+    def expression(self, parse: Callable[[str, Vocabulary, dict[str, Any]], T], text: str, path: KeyPath,
+                   parameters: dict[str, Any]) -> T:
+        """`text` read by `parse` (parse_condition or parse_value, so the result has the parser's type)."""
         try:
             return parse(text, self.vocabulary, parameters)
         except ExprError as error:
             self.fail(path, f"{'/'.join(map(str, path))}: {error.message}", error.hint)
 
-    def value(self, raw, path, parameters):
+    def value(self, raw: Any, path: KeyPath, parameters: dict[str, Any]) -> Value:
         """A literal, or an expression written `= expr`."""
         if isinstance(raw, str) and raw.startswith("="):
-            return self.expression(raw[1:], path, "value", parameters)
+            return self.expression(parse_value, raw[1:], path, parameters)
         return Const(raw)
 
-    def strategy(self, name, variant, path):
+    def strategy(self, name: str, variant: str | None, path: KeyPath) -> None:
         if name not in self.catalog:
             import difflib
             close = difflib.get_close_matches(name, list(self.catalog), n=1)
@@ -112,14 +123,15 @@ class _RuleBuilder:
         self.check(self.place)
         local = tuple(Parameter(name, p["value"], p["why"]) for name, p in (d.get("parameters") or {}).items())
         for parameter in local:
-            self.check(lambda parameter=parameter: self.fresh(parameter))
+            self.check(partial(self.fresh, parameter))
         values = {**{name: p.value for name, p in self.shared.items()}, **{p.name: p.value for p in local}}
-        when = self.check(lambda: self.expression(d["when"], ("when",), "condition", values))
-        then = tuple(self.check(lambda i=i, item=item: self.conclusion(item, ("then", i), values))
-                     for i, item in enumerate(d["then"]))
+        when = self.check(lambda: self.expression(parse_condition, d["when"], ("when",), values))
+        built = [self.check(partial(self.conclusion, item, ("then", i), values)) for i, item in enumerate(d["then"])]
         self.check(lambda: self.check_placeholders(d["because"], values))
-        if self.problems:
+        # Only a recorded problem leaves a part None: past this test `when` and every conclusion are built.
+        if self.problems or when is None:
             return None
+        then = tuple(c for c in built if c is not None)
         used = {n.parameter for n in _constants((when,) + then) if n.parameter} | \
             template.parameter_names(d["because"])
         parameters = local + tuple(self.shared[name] for name in sorted(used) if name in self.shared)
@@ -135,7 +147,7 @@ class _RuleBuilder:
                     overrides=bool(d.get("overrides", False)),
                     lines={key: self.doc.line((key,)) for key in ("when", "then", "because", "source", "examples")})
 
-    def place(self):
+    def place(self) -> None:
         """The layer and id agree with where the file lies."""
         d = self.data
         if self.layer_dir and d["layer"] != self.layer_dir:
@@ -145,12 +157,12 @@ class _RuleBuilder:
         if self.layer_dir and stem.upper() != d["id"]:
             self.fail(("id",), f"id {d['id']!r} does not match the file name {stem!r}", f"name the file {d['id'].lower()}.yaml")
 
-    def fresh(self, parameter: Parameter):
+    def fresh(self, parameter: Parameter) -> None:
         if parameter.name in self.shared:
             self.fail(("parameters", parameter.name), f"parameter {parameter.name!r} is already a pack parameter",
                       "use the pack's value (rules/parameters.yaml) or choose another name", code="L006")
 
-    def conclusion(self, item, path, values):
+    def conclusion(self, item: dict[str, Any], path: KeyPath, values: dict[str, Any]) -> Conclusion:
         kind, body = next(iter(item.items()))
         path = path + (kind,)
         if kind == "derive":
@@ -167,19 +179,19 @@ class _RuleBuilder:
             return Derive(target, value)
         if kind == "recommend":
             strategy = body["strategy"]
-            spec = self.catalog.get(strategy)
             self.strategy(strategy, None, path + ("strategy",))
+            offered = self.catalog[strategy]      # a known strategy: self.strategy() failed otherwise
             params = body.get("params") or {}
             for name in params:
-                if name not in spec.params:
+                if name not in offered.params:
                     self.fail(path + ("params", name), f"{strategy} has no parameter {name!r}",
-                              "parameters: " + ", ".join(spec.params))
-            variant = None
-            if spec.variant:
-                variant = params.get(spec.variant)
+                              "parameters: " + ", ".join(offered.params))
+            variant: str | None = None
+            if offered.variant:
+                variant = params.get(offered.variant)
                 if not isinstance(variant, str):
-                    self.fail(path + ("params",), f"{strategy} needs a literal {spec.variant}", "one of: " + ", ".join(spec.variants))
-                self.strategy(strategy, variant, path + ("params", spec.variant))
+                    self.fail(path + ("params",), f"{strategy} needs a literal {offered.variant}", "one of: " + ", ".join(offered.variants))
+                self.strategy(strategy, variant, path + ("params", offered.variant))
             parsed = tuple((name, self.value(raw, path + ("params", name), values)) for name, raw in params.items())
             return Recommend(strategy, variant, parsed, float(body["weight"]), body.get("gain"))
         if kind == "warn":
@@ -197,36 +209,36 @@ class _RuleBuilder:
         self.strategy(body["by"], None, path + ("by",))
         return Mitigate(body["strategy"], body["by"], body.get("text"))
 
-    def check_literal(self, spec, value, path):
+    def check_literal(self, spec: FactSpec, value: Any, path: KeyPath) -> None:
         ok = {"bool": isinstance(value, bool), "enum": value in spec.values,
               "string": isinstance(value, str)}.get(spec.type, isinstance(value, (int, float)) and not isinstance(value, bool))
         if not ok:
             self.fail(path, f"{value!r} is not a valid {spec.type} for {spec.path}",
                       "one of: " + ", ".join(spec.values) if spec.values else None)
 
-    def check_placeholders(self, text, values):
+    def check_placeholders(self, text: str, values: dict[str, Any]) -> None:
         for name, _ in template.placeholders(text):
             if name not in values and self.vocabulary.get(name) is None:
                 hint = self.vocabulary.suggest(name)
                 self.fail(("because",), f"because: unknown placeholder {{{name}}}",
                           f"did you mean '{hint}'?" if hint else "use a fact path or a parameter name")
 
-    def example(self, raw, path) -> Example:
+    def example(self, raw: dict[str, Any], path: KeyPath) -> Example:
         # Example facts are validated when examples run (`kbopt rules test`), not on every load.
         return Example(name=raw["name"], facts=raw["facts"], fires=raw["fires"], expect=raw.get("expect") or {},
                        line=self.doc.line(path))
 
 
-def _constants(nodes) -> list[Const]:
+def _constants(nodes: Iterable[object]) -> list[Const]:
     """Every literal in conditions and conclusions (to find the parameters a rule uses)."""
-    out = []
+    out: list[Const] = []
     for node in nodes:
         if isinstance(node, Const):
             out.append(node)
         elif isinstance(node, (list, tuple)):
             out.extend(_constants(node))
-        elif hasattr(node, "__dataclass_fields__"):
-            out.extend(_constants([getattr(node, f) for f in node.__dataclass_fields__]))
+        elif is_dataclass(node):
+            out.extend(_constants([getattr(node, f.name) for f in fields(node)]))
     return out
 
 
@@ -250,7 +262,7 @@ def _required(node: Value) -> list[str]:
 
 
 @lru_cache(maxsize=1)
-def _rule_validator():
+def _rule_validator() -> Draft202012Validator:
     import jsonschema
 
     from kbopt.kb.schema import RULE_SCHEMA
@@ -263,7 +275,7 @@ def load_rule_text(text: str, file: str, layer_dir: str | None = None, pack: str
     problems: list[Diagnostic] = []
     rule = _load_rule(text, file, layer_dir, pack, vocabulary or load_vocabulary(),
                       builtin_parameters() if shared is None else shared, problems)
-    if problems:
+    if problems or rule is None:      # no rule without a problem said
         raise RuleError(problems)
     return rule
 
@@ -308,12 +320,12 @@ class Loaded:
 
     def checked(self) -> Pack:
         """The pack, or RuleError with every problem (the first said, the others counted)."""
-        if self.diagnostics:
+        if self.diagnostics or self.pack is None:     # no pack without a diagnostic
             raise RuleError(self.diagnostics, lint_hint(self.dirs))
         return self.pack
 
 
-def lint_hint(dirs) -> str:
+def lint_hint(dirs: Iterable[str]) -> str:
     return "run `" + " ".join(["kbopt rules lint", *dirs]) + "` to see them all"
 
 

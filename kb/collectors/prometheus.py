@@ -41,7 +41,8 @@ def read_exposition(source: str, timeout_s: float = 5.0) -> str:
     if source.startswith(("http://", "https://")):
         try:
             with urllib.request.urlopen(source, timeout=timeout_s) as response:
-                return response.read().decode("utf-8", errors="replace")
+                body: bytes = response.read()       # urlopen's response is untyped in typeshed
+                return body.decode("utf-8", errors="replace")
         except (urllib.error.URLError, OSError, ValueError) as error:
             reason = getattr(error, "reason", error)
             raise KboptError(f"--metrics {source}: cannot scrape it: {reason}") from None
@@ -84,6 +85,8 @@ _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"')
 # The sample names prometheus_client's parser lets a # TYPE'd family have (its own table).
 _ALLOWED = {"counter": ("",), "gauge": ("",), "summary": ("_count", "_sum", ""),
             "histogram": ("_count", "_sum", "_bucket")}
+# What the collector reads from a sample's labels: (gpu, has GPU_I_ID, modelName).
+LabelKey = tuple[str | None, bool, str | None]
 
 
 def _wanted(name: str) -> bool:
@@ -93,7 +96,7 @@ def _wanted(name: str) -> bool:
     return suffix in _SUFFIXES and base in READ_FAMILIES
 
 
-def _label_key(rest: str):
+def _label_key(rest: str) -> LabelKey | str | None:
     """What the collector reads from the labels in `rest` (a sample line after its `{`):
     (gpu, has GPU_I_ID, modelName), or None when it has none of them. When they cannot be read
     simply (escapes, a label twice) it is `rest` itself, unique, so that the line is kept: a line
@@ -124,9 +127,11 @@ def prefilter(text: str) -> str:
     families no longer reach the parser, so they are no longer reported."""
     lines = text.split("\n")            # as the parser's StringIO splits them, not splitlines()
     keep = bytearray(len(lines))
-    unseen_prefixes = ENGINE_PREFIXES
-    seen_keys: set = set()
+    unseen_prefixes: tuple[str, ...] = ENGINE_PREFIXES
+    seen_keys: set[LabelKey | str] = set()
     any_sample = False
+    allowed: tuple[str, ...]                    # the sample names the open family allows
+    kept_allowed: tuple[str, ...]
     name, allowed, wanted = "", (), False       # the parser's state over the whole text
     headers: list[int] = []                     # the current family's # HELP/# TYPE lines
     headers_kept = False
@@ -188,7 +193,7 @@ def prefilter(text: str) -> str:
 def parse(text: str, source: str, filtered: bool = True) -> Scrape:
     """`filtered=False` parses every line (the benchmark's and the filter test's reference)."""
     from prometheus_client.parser import text_string_to_metric_families
-    samples: dict[str, list] = {}
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     try:
         for family in text_string_to_metric_families(prefilter(text) if filtered else text):
             for sample in family.samples:
@@ -259,10 +264,10 @@ def _window(first: Scrape, second: Scrape | None, window_s: float | None) -> tup
 
 
 def _mean_gauge(first: Scrape, second: Scrape | None, name: str, scale: float = 1.0, ratio: bool = False,
-                **match) -> float | None:
+                **match: str) -> float | None:
     """A gauge over the window: per scrape, the sum over its series (engines, ranks) for counts, or
     their mean for ratios (two engines at 50% KV usage are not at 100%); then the mean of scrapes."""
-    readings = []
+    readings: list[float] = []
     for s in (first, second):
         rows = [v for _, v in s.values(name, **match)] if s else []
         if rows:
@@ -296,7 +301,8 @@ def _dcgm(first: Scrape, second: Scrape | None, out: Collected, gpu: int | None 
 
     def series(name: str) -> tuple[list[float], bool]:
         """Per-GPU readings of a field (whole GPUs preferred over MIG instances)."""
-        readings, mig = [], False
+        readings: list[float] = []
+        mig = False
         for s in scrapes:
             rows = s.values(name)
             whole = [v for labels, v in rows if "GPU_I_ID" not in labels]
@@ -307,10 +313,10 @@ def _dcgm(first: Scrape, second: Scrape | None, out: Collected, gpu: int | None 
                 mig = True
         return readings, mig
 
-    def mean(values):
-        return sum(values) / len(values) if values else None
+    def mean(values: list[float]) -> float:         # of readings the caller has checked there are
+        return sum(values) / len(values)
 
-    def put(path, name, quality, scale=1.0, note=None):
+    def put(path: str, name: str, quality: str, scale: float = 1.0, note: str | None = None) -> bool:
         readings, mig = series(name)
         if readings:
             out.put(path, mean(readings) * scale, Provenance(
@@ -336,8 +342,9 @@ def _dcgm(first: Scrape, second: Scrape | None, out: Collected, gpu: int | None 
     free, _ = series("DCGM_FI_DEV_FB_FREE")
     reserved, _ = series("DCGM_FI_DEV_FB_RESERVED")
     if used and free:
-        total = mean(used) + mean(free) + (mean(reserved) or 0)
-        out.put("telemetry.memory_used_ratio", (mean(used) + (mean(reserved) or 0)) / total,
+        held = mean(reserved) if reserved else 0.0     # no FB_RESERVED series: nothing reserved
+        total = mean(used) + mean(free) + held
+        out.put("telemetry.memory_used_ratio", (mean(used) + held) / total,
                 Provenance("dcgm", "measured", metric="DCGM_FI_DEV_FB_USED/(FB_USED+FB_FREE+FB_RESERVED)",
                            samples=len(used)))
         out.put("hardware.memory_total_gib", total / 1024, Provenance("dcgm", "measured", metric="FB_USED+FB_FREE+FB_RESERVED"))
@@ -360,7 +367,7 @@ def _engine(out: Collected, engine: str, note: str) -> None:
     out.put("workload.batching", "continuous", Provenance(engine, "derived", note=f"{engine} always batches continuously"))
 
 
-def _latency_p99(first, second, out, path, name, source):
+def _latency_p99(first: Scrape, second: Scrape | None, out: Collected, path: str, name: str, source: str) -> None:
     buckets = _buckets(first, second, name)
     result = histogram_quantile(0.99, buckets)
     if result is None:
@@ -397,7 +404,7 @@ def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
                 Provenance("vllm", "measured", metric="vllm:num_preemptions_total / vllm:request_success_total", note=when))
     prompt_sum, prompt_n = _delta(first, second, "vllm:request_prompt_tokens_sum"), _delta(first, second, "vllm:request_prompt_tokens_count")
     gen_sum, gen_n = _delta(first, second, "vllm:request_generation_tokens_sum"), _delta(first, second, "vllm:request_generation_tokens_count")
-    if prompt_n and gen_n:
+    if prompt_n and gen_n and prompt_sum is not None and gen_sum is not None:    # a histogram may lack its _sum
         out.put("workload.seq_len_mean", prompt_sum / prompt_n + gen_sum / gen_n, Provenance(
             "vllm", "measured", metric="request_prompt_tokens + request_generation_tokens (means)",
             samples=int(prompt_n), note=when))
