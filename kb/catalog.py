@@ -6,8 +6,6 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal, get_args
 
-from kbopt.kb.yamlio import read_yaml
-
 # The methodology's four layers, in the order advice is read: what limits the GPU, then what to
 # change in the math, in memory, in scheduling. Rules and strategies each belong to one.
 Layer = Literal["diagnosis", "compute", "storage", "scheduling"]
@@ -16,7 +14,7 @@ LAYERS: tuple[Layer, ...] = get_args(Layer)
 
 def _load(name: str) -> Any:  # a parsed YAML document
     text = resources.files("kbopt.kb").joinpath(name).read_text(encoding="utf-8")
-    return read_yaml(text)
+    return _read_yaml(text)
 
 
 @dataclass(frozen=True)
@@ -94,3 +92,10 @@ def seed_claims() -> dict[str, str]:
     """The methodology's claims, id -> text (rules cite them as `seed K3.8`)."""
     from kbopt.kb.sources import catalog
     return {cid: claim.text for cid, claim in catalog().claims.items()}
+
+
+def _read_yaml(text: str) -> Any:
+    # PyYAML is imported only when a catalog file is actually read: a cold advise whose pack comes
+    # from the compiled-pack cache never needs it.
+    from kbopt.kb.yamlio import read_yaml
+    return read_yaml(text)

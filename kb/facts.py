@@ -17,14 +17,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import yaml
-
 from kbopt.errors import FactsError
-from kbopt.kb.catalog import match_gpu
+from kbopt.kb.knowledge import builtin_knowledge
 from kbopt.kb.provenance import SET, USER, Provenance
 from kbopt.kb.schema import FACTS_FORMAT, facts_schema, plainly_valid
-from kbopt.kb.vocabulary import QUALITY_PREFIX, Vocabulary, load_vocabulary
-from kbopt.kb.yamlio import DuplicateKey, read_yaml_strict
+from kbopt.kb.vocabulary import QUALITY_PREFIX, Vocabulary
 
 if TYPE_CHECKING:  # jsonschema itself is imported only once a document is at hand
     from jsonschema import Draft202012Validator
@@ -41,7 +38,7 @@ class Facts:
     def engine_values(self, vocabulary: Vocabulary | None = None) -> dict[str, Any]:
         """Values as the evaluators compare them: versions become numbers (8.9), and each fact's
         quality is readable as `quality.<path>`."""
-        vocabulary = vocabulary or load_vocabulary()
+        vocabulary = vocabulary or builtin_knowledge().vocabulary
         out: dict[str, Any] = {}
         for path, value in self.values.items():
             spec = vocabulary.get(path)
@@ -72,6 +69,9 @@ def parse_document(text: str, name: str) -> Any:
     if not text.strip():
         raise FactsError(f"{name}: the facts document is empty; write at least {{\"kbopt\": \"{FACTS_FORMAT}\"}}")
     if name.endswith((".yaml", ".yml")):
+        import yaml  # only for YAML documents: JSON facts never load PyYAML
+
+        from kbopt.kb.yamlio import DuplicateKey, read_yaml_strict
         try:
             return _plain(read_yaml_strict(text), name, "$")
         except DuplicateKey as error:
@@ -173,7 +173,7 @@ def _facts_validator() -> Draft202012Validator:
 
 
 def validate_document(document: Any, name: str, vocabulary: Vocabulary | None = None) -> None:
-    vocabulary = vocabulary or load_vocabulary()
+    vocabulary = vocabulary or builtin_knowledge().vocabulary
     if not isinstance(document, dict):
         raise FactsError(f"{name}: $: a facts document is a JSON object of sections "
                          f"(hardware, telemetry, model, workload, constraints), got {type(document).__name__}")
@@ -197,6 +197,15 @@ def flatten(document: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _yaml_scalar(raw: str) -> Any:
+    """A --set value as YAML reads it (0.95, true, [int8, fp16]); the text itself when it is not YAML."""
+    import yaml
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
 def apply_overrides(document: dict[str, Any], overrides: list[str], vocabulary: Vocabulary) -> dict[str, Any]:
     """`--set PATH=VALUE` what-ifs; VALUE is read as a YAML scalar or list (0.95, true, [int8, fp16])."""
     document = json.loads(json.dumps(document))
@@ -210,10 +219,7 @@ def apply_overrides(document: dict[str, Any], overrides: list[str], vocabulary: 
             hint = vocabulary.suggest(path)
             why = "is derived by rules and cannot be set" if spec else "is not a known fact"
             raise FactsError(f"--set {path}: {path} {why}" + (f"; did you mean '{hint}'?" if hint and not spec else ""))
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
+        value = _yaml_scalar(raw)
         if spec.type in ("string", "enum", "version") and value is not None and not isinstance(value, str):
             value = raw.strip()
         if spec.is_numeric and spec.type != "version" and isinstance(value, str):
@@ -228,7 +234,7 @@ def apply_overrides(document: dict[str, Any], overrides: list[str], vocabulary: 
 
 def enrich_from_catalog(values: dict[str, Any], provenance: dict[str, Provenance]) -> None:
     name = values.get("hardware.gpu_name")
-    gpu = match_gpu(name) if isinstance(name, str) else None
+    gpu = builtin_knowledge().match_gpu(name) if isinstance(name, str) else None
     if gpu is None:
         return
     for path, value in (("hardware.compute_capability", gpu.compute_capability),
@@ -242,7 +248,7 @@ def enrich_from_catalog(values: dict[str, Any], provenance: dict[str, Provenance
 
 
 def facts_from_document(document: Any, name: str, overrides: Sequence[str] = ()) -> Facts:
-    vocabulary = load_vocabulary()
+    vocabulary = builtin_knowledge().vocabulary
     validate_document(document, name, vocabulary)
     if overrides:
         document = apply_overrides(document, list(overrides), vocabulary)
@@ -289,7 +295,7 @@ def check_consistency(values: dict[str, Any], name: str, vocabulary: Vocabulary)
             relation = "below" if rule["op"] == ">=" else "above"
             problems.append(f"$.{rule['fact']}: {fmt(a)} is {relation} {rule['other']} ({fmt(b)}); {rule['why']}")
     name_ = values.get("hardware.gpu_name")
-    gpu = match_gpu(name_) if isinstance(name_, str) else None
+    gpu = builtin_knowledge().match_gpu(name_) if isinstance(name_, str) else None
     given = values.get("hardware.compute_capability")
     if gpu and given and given != gpu.compute_capability:
         problems.append(f"$.hardware.compute_capability: {given} contradicts hardware.gpu_name {name_!r}, "

@@ -1,4 +1,4 @@
-"""The knowledge base as one value: the fact vocabulary and the GPU and strategy catalogs.
+"""The knowledge base as one value: the fact vocabulary, the GPU and strategy catalogs, the sources.
 
 Code that checks or evaluates rules receives this value (a pack carries the one it was checked
 against) instead of reaching for module-level loaders, so what a rule was validated against is
@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
 from kbopt.kb.catalog import Gpu, Strategy, gpus, strategies
+from kbopt.kb.sources import Catalog as SourceCatalog
+from kbopt.kb.sources import load_catalog
 from kbopt.kb.vocabulary import Vocabulary, load_vocabulary
 
 
@@ -20,6 +21,7 @@ class KnowledgeBase:
     vocabulary: Vocabulary
     strategies: Mapping[str, Strategy]
     gpus: tuple[Gpu, ...]
+    sources: SourceCatalog
 
     def match_gpu(self, name: str) -> Gpu | None:
         """The catalog entry whose pattern matches an NVML/DCGM device name, if any."""
@@ -29,6 +31,20 @@ class KnowledgeBase:
         return None
 
 
-@lru_cache(maxsize=1)
+_builtin: KnowledgeBase | None = None
+
+
 def builtin_knowledge() -> KnowledgeBase:
-    return KnowledgeBase(vocabulary=load_vocabulary(), strategies=strategies(), gpus=gpus())
+    """The knowledge base shipped in kb/: read once per process, or adopted from a cached pack."""
+    global _builtin
+    if _builtin is None:
+        _builtin = KnowledgeBase(vocabulary=load_vocabulary(), strategies=strategies(), gpus=gpus(), sources=load_catalog())
+    return _builtin
+
+
+def adopt(knowledge: KnowledgeBase) -> None:
+    """Use the knowledge base a cached pack carries (its cache key covers kb/'s files, so it is the
+    built-in one as it is on disk now): facts are then checked without reading any YAML."""
+    global _builtin
+    if _builtin is None:
+        _builtin = knowledge

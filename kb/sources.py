@@ -11,8 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-
-from kbopt.kb.yamlio import read_yaml
+from typing import Any
 
 CLAIM = re.compile(r"^seed (K(\d+)\.(\d+))$")
 
@@ -33,9 +32,16 @@ class Catalog:
     references: dict[str, Source]      # by url, without fragment
 
 
-@lru_cache(maxsize=1)
 def catalog() -> Catalog:
-    raw = read_yaml(resources.files("kbopt.kb").joinpath("sources.yaml").read_text(encoding="utf-8"))
+    """The built-in catalog, as the process's knowledge base holds it (from a cached pack, or read once)."""
+    from kbopt.kb.knowledge import builtin_knowledge
+    return builtin_knowledge().sources
+
+
+@lru_cache(maxsize=1)
+def load_catalog() -> Catalog:
+    """kb/sources.yaml, read and parsed."""
+    raw = _read_yaml(resources.files("kbopt.kb").joinpath("sources.yaml").read_text(encoding="utf-8"))
     method = raw["methodology"]
     claims = {}
     for cid, text in raw["claims"].items():
@@ -73,3 +79,10 @@ def url(cited: str) -> str | None:
 def labels(cited: Iterable[str]) -> str:
     """Several `source:` entries, comma-separated, as readers see them."""
     return ", ".join(label(c) for c in cited)
+
+
+def _read_yaml(text: str) -> Any:
+    # PyYAML is imported only when a catalog file is actually read: a cold advise whose pack comes
+    # from the compiled-pack cache never needs it.
+    from kbopt.kb.yamlio import read_yaml
+    return read_yaml(text)

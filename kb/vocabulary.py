@@ -7,8 +7,6 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from kbopt.kb.yamlio import read_yaml
-
 FACT_TYPES = ("ratio", "number", "integer", "bool", "string", "enum", "version", "list")
 QUALITIES = ("measured", "proxy", "derived", "user", "catalog")
 QUALITY_PREFIX = "quality."
@@ -101,7 +99,7 @@ def _spec(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
 @lru_cache(maxsize=1)
 def load_vocabulary() -> Vocabulary:
     text = resources.files("kbopt.kb").joinpath("vocabulary.yaml").read_text(encoding="utf-8")
-    raw = read_yaml(text)
+    raw = _read_yaml(text)
     facts: dict[str, FactSpec] = {}
     for section, fields in raw["sections"].items():
         for name, spec in fields.items():
@@ -112,3 +110,10 @@ def load_vocabulary() -> Vocabulary:
         facts[quality] = FactSpec(path=quality, type="enum", values=QUALITIES, quality_of=path,
                                   description=f"where {path} came from: {', '.join(QUALITIES)}")
     return Vocabulary(facts, tuple(raw.get("consistency", ())), dict(raw.get("dtype_bytes", {})))
+
+
+def _read_yaml(text: str) -> Any:
+    # PyYAML is imported only when a catalog file is actually read: a cold advise whose pack comes
+    # from the compiled-pack cache never needs it.
+    from kbopt.kb.yamlio import read_yaml
+    return read_yaml(text)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kbopt.kb.vocabulary import load_vocabulary
+from kbopt.kb.knowledge import builtin_knowledge
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,8 @@ def _edges(*values: float) -> list[int]:
 
 
 def _dtype_bytes(dtype: str) -> float:
-    return load_vocabulary().dtype_bytes[dtype]
+    # The sizes are data of the built-in knowledge base (kb/vocabulary.yaml), read once per process.
+    return builtin_knowledge().vocabulary.dtype_bytes[dtype]
 
 
 _TABLE: tuple[Operator, ...] = (

@@ -17,7 +17,6 @@ import hashlib
 import os
 import pickle
 import sys
-import tempfile
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 from kbopt.diagnostics import Diagnostic
 from kbopt.engine.pack import files
 from kbopt.engine.pack.rule import Pack
+from kbopt.kb.knowledge import adopt
 
 FORMAT = b"kbopt-pack-cache/1"
 KB_FILES = ("vocabulary.yaml", "strategies.yaml", "gpus.yaml", "sources.yaml", "models.yaml")
@@ -85,6 +85,7 @@ def cached_pack(dirs: tuple[str, ...], build: Callable[[], Pack]) -> Pack:
         try:
             pack = pickle.loads(data)
             if isinstance(pack, Pack):
+                adopt(pack.kb)
                 return pack
         except Exception:       # a corrupt or incompatible entry: rebuild it
             pass
@@ -97,6 +98,7 @@ def cached_pack(dirs: tuple[str, ...], build: Callable[[], Pack]) -> Pack:
 
 def _store(folder: Path, entry: Path, pack: Pack) -> None:
     """Write the entry whole or not at all; a cache that cannot be written only costs time."""
+    import tempfile
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(dir=folder, prefix=".pack-")

@@ -13,13 +13,10 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, TypeAlias
 
-import yaml
-
 from kbopt.codes import diagnostic
 from kbopt.diagnostics import Diagnostic
 from kbopt.engine.pack.rule import Parameter
 from kbopt.kb.catalog import LAYERS, Layer
-from kbopt.kb.yamlio import DuplicateKey, SafeLoader, check_duplicate_keys
 
 PARAMETERS, RETIRED, DISABLE = "parameters.yaml", "retired.yaml", "disable.yaml"
 LAYOUT = "a pack is a directory: <dir>/<layer>/<id>.yaml, layers: " + ", ".join(LAYERS)
@@ -60,6 +57,9 @@ class Document:
 
 def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
     """Safe YAML with every key's position; a duplicate key is an error, not a silent overwrite."""
+    import yaml  # here, not at the top: a pack from the compiled-pack cache is never parsed
+
+    from kbopt.kb.yamlio import DuplicateKey, SafeLoader, check_duplicate_keys
     loader = SafeLoader(text)
     try:
         node = loader.get_single_node()
