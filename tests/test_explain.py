@@ -96,3 +96,34 @@ def test_two_rules_requiring_the_same_thing_of_one_strategy(pack):
     assert [(e.target, e.because) for e in requires] == [
         ("quantization[fp16]", ("S-REQUIRE-1",)), ("quantization[fp16]", ("S-REQUIRE-2",))]
     assert {s.key for s in advice.strategies} >= {"weight_layout", "quantization[fp16]"}
+
+
+def test_compiled_conditions_agree_with_the_tree_walk(pack):
+    """The reference evaluator's closures give evaluate()'s Kleene value for every built-in condition."""
+    from kbopt.engine.lang.compiled import compile_condition
+    from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, evaluate
+    from kbopt.engine.lang.nodes import facts_of
+
+    rng = random.Random(3)
+    conditions = [rule.fire_condition for rule in pack.rules] + [rule.when for rule in pack.rules]
+    checked = 0
+    for condition in conditions:
+        paths = sorted(set(facts_of(condition)))
+        check = compile_condition(condition)
+        for _ in range(40):
+            table = {}
+            for path in paths:
+                status = rng.choice([KNOWN, KNOWN, KNOWN, MISSING, ABSENT, UNKNOWN])
+                value = rng.choice([0, 0.2, 0.5, 0.95, 1, 8.9, 64, 4096, True, False, "fp8", "vllm", "compute_capacity",
+                                    ["fp8", "int8"], []]) if status == KNOWN else None
+                table[path] = (status, value)
+
+            def lookup(path, table=table):
+                return table[path]
+            try:
+                expected = evaluate(condition, lookup)
+            except TypeError:
+                continue            # a value of the wrong type for its fact: the tree walk fails too
+            assert check(lookup) == expected, (condition, table)
+            checked += 1
+    assert checked > 2000

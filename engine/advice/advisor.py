@@ -8,7 +8,7 @@ from kbopt.engine.advice.model import Advice, Edge, Firing, NotEvaluated, Reject
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
-from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, evaluate, value_of
+from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, value_of
 from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.text import fmt, render
 from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn
@@ -58,7 +58,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
     not_evaluated = tuple(
         NotEvaluated(rule.id, rule.title, tuple(final.missing_inputs(rule)))
         for rule in pack.rules
-        if rule.id not in final.fired and evaluate(rule.fire_condition, final.lookup) is None)
+        if rule.id not in final.fired and final.decision(rule.id) is None)
 
     strategies_out, rejected, edges = _settle(pack, derivation.fired, final)
     warnings = tuple(RuleNote(rule_id, conclusion.text) for rule_id in derivation.fired

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, evaluate, undecided_by, witnesses
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, undecided_by, witnesses
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
 from kbopt.engine.pack.graph import strongly_connected
@@ -47,8 +47,7 @@ class FinalFacts:
             changed = False
             for path in sorted(undecided):
                 if self.status[path] == UNKNOWN and all(
-                        evaluate(self.rules[r].fire_condition, self.lookup) is False
-                        for r in pack.producers[path] if r not in self.fired):
+                        pack.check(r)(self.lookup) is False for r in pack.producers[path] if r not in self.fired):
                     self.status[path] = ABSENT
                     changed = True
 
@@ -86,10 +85,14 @@ class FinalFacts:
             step = self._steps[rule_id] = (frozenset(missing), tuple(waits_on))
         return step
 
-    def _undecided(self, rule_id: str) -> bool:
+    def decision(self, rule_id: str) -> bool | None:
+        """The rule's condition on the final facts: True, False, or None (not evaluated)."""
         if rule_id not in self._decision:
-            self._decision[rule_id] = evaluate(self.rules[rule_id].fire_condition, self.lookup)
-        return self._decision[rule_id] is None
+            self._decision[rule_id] = self.pack.check(rule_id)(self.lookup)
+        return self._decision[rule_id]
+
+    def _undecided(self, rule_id: str) -> bool:
+        return self.decision(rule_id) is None
 
     def _reachable_missing(self, start: str) -> frozenset[str]:
         """Union of `_step(r)[0]` over every rule r reachable from `start`: components come

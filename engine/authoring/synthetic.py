@@ -6,6 +6,7 @@ notes), every rule reads telemetry, and one rule in seven chains through a deriv
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from kbopt.engine.pack.loader import build_pack, load_rule_text
 from kbopt.engine.pack.rule import Pack
@@ -13,9 +14,10 @@ from kbopt.engine.pack.rule import Pack
 FIELDS = ("compute_utilization", "bandwidth_utilization", "memory_used_ratio")
 
 
-def synthetic_pack(count: int, seed: int = 7) -> Pack:
+def synthetic_rule_texts(count: int, seed: int = 7) -> list[tuple[str, str]]:
+    """(file name, rule text) of each synthetic rule."""
     rng = random.Random(seed)
-    rules = []
+    texts = []
     for index in range(count):
         threshold = round(rng.uniform(0.01, 0.99), 4)
         field = rng.choice(FIELDS)
@@ -25,8 +27,22 @@ def synthetic_pack(count: int, seed: int = 7) -> Pack:
         text = (f"id: S-SYNTH-{index:04d}\ntitle: synthetic rule {index}\nlayer: diagnosis\nwhen: {when}\n"
                 f"then:\n  - derive: {{{derive}}}\nbecause: synthetic rule for scaling tests\nsource: test\n"
                 "examples:\n  - {name: a, facts: {}, fires: true}\n  - {name: b, facts: {}, fires: false}\n")
-        rules.append(load_rule_text(text, f"synthetic/s-synth-{index:04d}.yaml", pack="synthetic"))
+        texts.append((f"s-synth-{index:04d}.yaml", text))
+    return texts
+
+
+def synthetic_pack(count: int, seed: int = 7) -> Pack:
+    rules = [load_rule_text(text, f"synthetic/{name}", pack="synthetic") for name, text in synthetic_rule_texts(count, seed)]
     return build_pack(rules, f"synthetic{count}x{seed}")
+
+
+def write_synthetic_pack(folder: Path, count: int, seed: int = 7) -> Path:
+    """The same rules as a pack directory (diagnosis/<id>.yaml), for `advise --rules`."""
+    layer = folder / "diagnosis"
+    layer.mkdir(parents=True, exist_ok=True)
+    for name, text in synthetic_rule_texts(count, seed):
+        (layer / name).write_text(text, encoding="utf-8")
+    return folder
 
 
 def random_telemetry(rng: random.Random) -> dict[str, float]:

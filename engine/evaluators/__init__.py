@@ -6,12 +6,13 @@ the tests choose one through `make_evaluator`, so a new backend touches this mod
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.pack.rule import Pack
 
 
+@runtime_checkable
 class Evaluator(Protocol):
     name: str
 
@@ -47,4 +48,11 @@ def available_evaluators() -> tuple[str, ...]:
 
 
 def make_evaluator(pack: Pack, name: str = "durable") -> Evaluator:
-    return _REGISTRY[name](pack)
+    """The pack's evaluator of that name, built once and kept with the pack (building one compiles
+    the pack's rules: closures, durable_rules rulesets), so it lives exactly as long as the pack."""
+    key = f"evaluator:{name}"
+    evaluator = pack.artefacts.get(key)
+    if evaluator is None:
+        evaluator = pack.artefacts[key] = _REGISTRY[name](pack)
+    assert isinstance(evaluator, Evaluator)
+    return evaluator

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
-from kbopt.engine.lang.logic import evaluate
 from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.rule import Pack, Rule
@@ -39,7 +38,8 @@ class ReferenceEvaluator:
 
     def __init__(self, pack: Pack):
         self.pack = pack
-        self.schedule = schedule(pack)
+        # Conditions run as closures compiled once per pack (Pack.check), not as tree walks.
+        self.schedule = tuple(tuple((rule, pack.check(rule.id)) for rule in component) for component in schedule(pack))
 
     def run(self, values: dict[str, Any]) -> Derivation:
         derived = DerivedFacts(values, self.pack)
@@ -48,8 +48,8 @@ class ReferenceEvaluator:
             changed = True
             while changed:
                 changed = False
-                for rule in component:
-                    if rule.id not in fired and evaluate(rule.fire_condition, derived.lookup) is True:
+                for rule, check in component:
+                    if rule.id not in fired and check(derived.lookup) is True:
                         fired.add(rule.id)
                         derived.conclude(rule)
                         changed = len(component) > 1

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
+from kbopt.engine.lang.compiled import Check, compile_condition
 from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules are read by layer)
 from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
 
@@ -166,6 +167,20 @@ class Pack:
     version: str                   # content hash of the rule files
     producers: dict[str, tuple[str, ...]] = field(default_factory=dict)   # derived fact -> rule ids
     kb: KnowledgeBase = field(default_factory=builtin_knowledge)          # what the rules were checked against
+    # What backends compile from the rules, kept as long as the pack (an evaluator per backend). Not
+    # part of the pack's value, and never pickled: the compiled-pack cache stores the rules only.
+    artefacts: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "artefacts": {}}
+
+    def check(self, rule_id: str) -> Check:
+        """The rule's fire condition compiled to a closure, once per pack (evaluate()'s value)."""
+        key = f"check:{rule_id}"
+        check = self.artefacts.get(key)
+        if check is None:
+            check = self.artefacts[key] = compile_condition(self.by_id()[rule_id].fire_condition)
+        return check  # type: ignore[return-value]  # artefacts holds what this method put there
 
     def by_id(self) -> dict[str, Rule]:
         return self._by_id
