@@ -23,29 +23,9 @@ def compile_condition(node: Condition) -> Check:
         case Cmp():
             return _compare(node)
         case And():
-            parts = tuple(compile_condition(item) for item in node.items)
-
-            def all_of(lookup: Lookup) -> bool | None:
-                undecided = False
-                for part in parts:
-                    result = part(lookup)
-                    if result is False:
-                        return False
-                    undecided = undecided or result is None
-                return None if undecided else True
-            return all_of
+            return _kleene(tuple(compile_condition(item) for item in node.items), decisive=False)
         case Or():
-            alternatives = tuple(compile_condition(item) for item in node.items)
-
-            def any_of(lookup: Lookup) -> bool | None:
-                undecided = False
-                for alternative in alternatives:
-                    result = alternative(lookup)
-                    if result is True:
-                        return True
-                    undecided = undecided or result is None
-                return None if undecided else False
-            return any_of
+            return _kleene(tuple(compile_condition(item) for item in node.items), decisive=True)
         case Needs():
             path = node.fact.path
 
@@ -87,6 +67,20 @@ def compile_condition(node: Condition) -> Check:
             return negation
         case _ as unreachable:
             assert_never(unreachable)
+
+
+def _kleene(parts: tuple[Check, ...], decisive: bool) -> Check:
+    """`and` (decisive False) or `or` (decisive True): the first part that yields the decisive
+    value settles it; else undecided if any part was, else the other value."""
+    def combined(lookup: Lookup) -> bool | None:
+        undecided = False
+        for part in parts:
+            result = part(lookup)
+            if result is decisive:
+                return decisive
+            undecided = undecided or result is None
+        return None if undecided else not decisive
+    return combined
 
 
 def _compare(node: Cmp) -> Check:
