@@ -47,6 +47,12 @@ def available_evaluators() -> tuple[str, ...]:
     return EVALUATORS if durable_available() is None else ("reference",)
 
 
+def precompile(pack: Pack) -> None:
+    """Compile what each backend keeps with a pack, before the compiled-pack cache stores it."""
+    from kbopt.engine.evaluators.durable import ruleset_texts
+    ruleset_texts(pack)
+
+
 def make_evaluator(pack: Pack, name: str = "durable") -> Evaluator:
     """The pack's evaluator of that name, built once and kept with the pack (building one compiles
     the pack's rules: closures, durable_rules rulesets), so it lives exactly as long as the pack."""

@@ -24,7 +24,7 @@ from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
 from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
-from kbopt.engine.pack.rule import Pack, Rule
+from kbopt.engine.pack.rule import PERSISTENT, Pack, Rule
 from kbopt.kb.vocabulary import Vocabulary
 
 RULESET_SIZE = 60          # compiled rules testing one kind of fact, per ruleset (64 is the limit; +1 marker)
@@ -225,6 +225,19 @@ def compile_pack(pack: Pack) -> list[CompiledRuleset]:
     return rulesets
 
 
+RulesetText = tuple[str, tuple[str, ...], tuple[str, ...]]    # (JSON definition, facts it reads, rule names)
+
+
+def ruleset_texts(pack: Pack) -> list[RulesetText]:
+    """compile_pack's rulesets as the JSON text the C core takes, computed once per pack and kept
+    with it, so the compiled-pack cache spares a cold start the compilation too."""
+    key = PERSISTENT + "durable-rulesets"
+    texts = pack.artefacts.get(key)
+    if texts is None:
+        texts = pack.artefacts[key] = [(dumps(c["rules"]), tuple(c["reads"]), tuple(c["rules"])) for c in compile_pack(pack)]
+    return texts  # type: ignore[return-value]  # artefacts holds what this function put there
+
+
 # ---------------------------------------------------------------- running
 
 _compiled_cache: dict[str, DurableEvaluator] = {}
@@ -263,10 +276,10 @@ class DurableEvaluator:
         self.rulesets: list[tuple[int, frozenset[str]]] = []
         self._sids = itertools.count(1)
         prefix = f"kbopt_{pack.version}_{id(self)}"
-        for index, compiled in enumerate(compile_pack(pack)):
-            self.rule_of.update((name, name.split("#", 1)[0]) for name in compiled["rules"] if name != MARKER)
-            handle = durable_rules_engine.create_ruleset(f"{prefix}_{index}", dumps(compiled["rules"]))
-            self.rulesets.append((handle, frozenset(compiled["reads"])))
+        for index, (text, reads, names) in enumerate(ruleset_texts(pack)):
+            self.rule_of.update((name, name.split("#", 1)[0]) for name in names if name != MARKER)
+            handle = durable_rules_engine.create_ruleset(f"{prefix}_{index}", text)
+            self.rulesets.append((handle, frozenset(reads)))
 
     def _assert(self, handle: int, text: str) -> list[str]:
         """Assert one fact (JSON text); return the compiled rules whose actions it started."""

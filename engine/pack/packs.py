@@ -26,6 +26,8 @@ def _load_and_check(dirs: tuple[str, ...]) -> Pack:
         errors = [d for d in lint_pack(pack, loaded.retired, errors_only=True) if d.severity == "error"]
         if errors:
             raise RuleError(errors, lint_hint(loaded.dirs))
+    from kbopt.engine.evaluators import precompile
+    precompile(pack)
     return pack
 
 

@@ -9,6 +9,8 @@ from kbopt.engine.lang.compiled import Check, compile_condition
 from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules are read by layer)
 from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
 
+PERSISTENT = "persist:"       # Pack.artefacts keys that the compiled-pack cache keeps
+
 
 def candidate_key(strategy: str, variant: str | None = None) -> str:
     """Node name of a candidate strategy: `op_fusion`, `quantization[int8]`."""
@@ -167,12 +169,14 @@ class Pack:
     version: str                   # content hash of the rule files
     producers: dict[str, tuple[str, ...]] = field(default_factory=dict)   # derived fact -> rule ids
     kb: KnowledgeBase = field(default_factory=builtin_knowledge)          # what the rules were checked against
-    # What backends compile from the rules, kept as long as the pack (an evaluator per backend). Not
-    # part of the pack's value, and never pickled: the compiled-pack cache stores the rules only.
+    # What backends compile from the rules, kept as long as the pack (an evaluator per backend,
+    # closures). Not part of the pack's value. Only plain data under a PERSISTENT key is pickled
+    # into the compiled-pack cache (durable_rules' ruleset texts); closures and evaluators are not.
     artefacts: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     def __getstate__(self) -> dict[str, object]:
-        return {**self.__dict__, "artefacts": {}}
+        kept = {key: value for key, value in self.artefacts.items() if key.startswith(PERSISTENT)}
+        return {**self.__dict__, "artefacts": kept}
 
     def check(self, rule_id: str) -> Check:
         """The rule's fire condition compiled to a closure, once per pack (evaluate()'s value)."""
