@@ -75,8 +75,8 @@ def test_lint_reports_every_broken_file_not_just_the_first(run_cli, tmp_path):
 def test_show_explains_a_rule_in_words(run_cli):
     code, out, _ = run_cli("rules", "show", "d-capacity-memory-full")
     assert code == 0
-    assert "In words: telemetry.memory_used_ratio is above 0.9 (capacity_threshold) and (either " \
-           "workload.memory_preallocated is not given or workload.memory_preallocated does not hold)." in out
+    assert "In words: telemetry.memory_used_ratio is above 0.9 (capacity_threshold) and " \
+           "derived.preallocated does not hold." in out
     assert "| `capacity_threshold` | 0.9 |" in out and "rules/diagnosis/d-capacity-memory-full.yaml:1" in out
     code, _, err = run_cli("rules", "show", "D-CAPACITY-MEMORY-FUL")
     assert code == 2 and "did you mean D-CAPACITY-MEMORY-FULL" in err

@@ -85,7 +85,8 @@ def test_vllm_v1_dump():
 def test_preallocating_engine_is_judged_by_its_kv_cache_not_device_memory():
     collected = facts_from_scrapes(scrape(str(REAL / "vllm_v1_metrics_qwen05b_kops.prom")))
     document = collected.document()
-    document["telemetry"].update(memory_used_ratio=0.92, compute_utilization=0.3, bandwidth_utilization=0.6)
+    document["telemetry"].update(memory_used_ratio=0.92, compute_utilization=0.3, bandwidth_utilization=0.6, kv_cache_usage_ratio=0.2)
+    document["workload"].update(requests_running_mean=8)      # the scrape itself is of an idle engine (no_load)
     advice = advise(facts_from_document(document, "x"), _pack(), "reference")
     assert advice.bottleneck == "memory_bandwidth"                       # not memory_capacity
     assert "W-MEMORY-PREALLOCATED" in {w.rule for w in advice.warnings}
