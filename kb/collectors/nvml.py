@@ -17,7 +17,10 @@ from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
 from kbopt.kb.provenance import Provenance
 
-IDLE_REASONS = 0x1 | 0x2     # GPU idle, application clocks setting: not a slowdown under load
+# Clock throttle (clock event) reasons that slow a busy GPU down: SW power cap 0x4, HW slowdown 0x8,
+# SW thermal 0x20, HW thermal 0x40, HW power brake 0x80. Idle (0x1), application clocks (0x2),
+# sync boost (0x10) and display clocks (0x100) are not a slowdown under load.
+SLOWDOWN_REASONS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 NO_NVML_HINT = ("pass --metrics with a dcgm-exporter endpoint or dump (and/or an engine's /metrics) "
                 "and --workload with a request trace, or run `kbopt collect` on the GPU host")
 
@@ -183,7 +186,7 @@ def _sample(nvml: Nvml, handle: object, duration_s: float, interval_s: float, cl
                 for name, call in (("power", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000),
                                    ("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
                                    ("throttled", lambda: float(bool(
-                                       nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle) & ~IDLE_REASONS)))):
+                                       nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle) & SLOWDOWN_REASONS)))):
                     if supported[name]:
                         value = _optional(nvml, call, {"power": "power draw", "sm_clock": "SM clock",
                                                        "throttled": "clock throttle reasons"}[name], out)
