@@ -682,3 +682,20 @@ def test_nan_from_an_exporter_is_not_a_crash(run_cli, tmp_path):
                     '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 3\n')
     code, out, err = run_cli("collect", "--no-nvml", "--metrics", str(path))
     assert code == 0 and "not a finite number" in err and json.loads(out)["workload"]["requests_running_mean"] == 3
+
+
+def test_nvml_power_limit_clocks_and_throttle_ratio():
+    from fake_nvml import ThrottledNVML
+    # Five samples (2 s every 0.5 s): SM clocks 1980, 1980, 1500, 1500, 1500 MHz; reasons 0x1 (idle, not a
+    # slowdown), 0x4 (power cap), 0x4, 0x10 (sync boost, not a slowdown), 0x40 (HW thermal): 3 of 5 slowed.
+    fake = ThrottledNVML(power_limit_mw=700_000, max_sm_clock=1980, clocks=(1980, 1980, 1500, 1500, 1500),
+                         reasons=(0x1, 0x4, 0x4, 0x10, 0x40))
+    collected = _sample(fake)
+    facts = _facts(collected)
+    assert facts["hardware.power_limit_watts"] == 700 and facts["hardware.max_sm_clock_mhz"] == 1980
+    assert facts["telemetry.sm_clock_mhz"] == pytest.approx((2 * 1980 + 3 * 1500) / 5)
+    assert facts["telemetry.throttle_ratio"] == pytest.approx(3 / 5)
+    ratio = collected.facts["telemetry.throttle_ratio"][1]
+    assert (ratio.source, ratio.quality, ratio.samples) == ("nvml", "measured", 5)
+    unsupported = _facts(_sample(FakeNVML(power_supported=False)))
+    assert "hardware.power_limit_watts" not in unsupported and "telemetry.throttle_ratio" not in unsupported
