@@ -699,3 +699,55 @@ def test_nvml_power_limit_clocks_and_throttle_ratio():
     assert (ratio.source, ratio.quality, ratio.samples) == ("nvml", "measured", 5)
     unsupported = _facts(_sample(FakeNVML(power_supported=False)))
     assert "hardware.power_limit_watts" not in unsupported and "telemetry.throttle_ratio" not in unsupported
+
+
+def test_traces_split_prompt_and_output_lengths():
+    # azure_llm_2023_code_first2000.csv: ContextTokens sum 3,973,157 and GeneratedTokens sum 59,024 over 2,000
+    # rows (awk); p99 is the 1,980th of the sorted column (nearest rank): 7,436 and 287.
+    collected = summarize_trace(str(REAL / "azure_llm_2023_code_first2000.csv"), TraceOptions())
+    facts = _facts(collected)
+    assert facts["workload.prompt_len_mean"] == pytest.approx(3973157 / 2000)
+    assert facts["workload.output_len_mean"] == pytest.approx(59024 / 2000)
+    assert (facts["workload.prompt_len_p99"], facts["workload.output_len_p99"]) == (7436, 287)
+    assert collected.facts["workload.prompt_len_mean"][1].metric == "ContextTokens"
+    # mooncake_fast25_conversation_first610.jsonl: input_length sum 8,365,772, output_length sum 216,644 over
+    # 610 requests; p99 the 604th sorted value: 87,172 and 1,019.
+    facts = _facts(summarize_trace(str(REAL / "mooncake_fast25_conversation_first610.jsonl"), TraceOptions()))
+    assert facts["workload.prompt_len_mean"] == pytest.approx(8365772 / 610)
+    assert facts["workload.output_len_mean"] == pytest.approx(216644 / 610)
+    assert (facts["workload.prompt_len_p99"], facts["workload.output_len_p99"]) == (87172, 1019)
+
+
+def test_vllm_bench_means_and_token_rates():
+    # vllm_bench_serve_result_qwen25vl3b.json: total_input_tokens 39800 and total_output_tokens 25472 over 199
+    # completed; mean_itl_ms, mean_ttft_ms and output_throughput as written; 39800 prompt tokens over duration
+    # 204.45408433000557 s.
+    collected = summarize_trace(str(REAL / "vllm_bench_serve_result_qwen25vl3b.json"), TraceOptions())
+    facts = _facts(collected)
+    assert (facts["workload.prompt_len_mean"], facts["workload.output_len_mean"]) == (200, 128)
+    assert facts["workload.itl_mean_ms"] == pytest.approx(34.434617229796345, abs=1e-6)
+    assert facts["workload.ttft_mean_ms"] == pytest.approx(97.50969301155726, abs=1e-6)
+    assert facts["workload.generation_tokens_per_s"] == pytest.approx(124.58542994370372, abs=1e-6)
+    assert facts["workload.prompt_tokens_per_s"] == pytest.approx(39800 / 204.45408433000557, abs=1e-6)
+    assert collected.facts["workload.prompt_tokens_per_s"][1].quality == "derived"
+
+
+def test_generic_trace_split_only_when_the_columns_are(tmp_path):
+    path = tmp_path / "requests.csv"
+    path.write_text("in,out,all\n100,10,110\n300,30,330\n")
+    split = _facts(summarize_trace(str(path), TraceOptions(format="csv", columns={"prompt": "in", "output": "out"})))
+    assert (split["workload.prompt_len_mean"], split["workload.output_len_p99"]) == (200, 30)
+    whole = _facts(summarize_trace(str(path), TraceOptions(format="csv", columns={"total": "all"})))
+    assert "workload.prompt_len_mean" not in whole and whole["workload.seq_len_mean"] == 220
+
+
+@pytest.mark.parametrize("name,content", [
+    ("m.jsonl", '{"timestamp": 0, "input_length": Infinity, "output_length": 1}\n'),
+    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": -1}\n'),
+    ("b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\ninf,ChatGPT,1,2,3,x\n"),
+])
+def test_traces_with_infinite_or_negative_values_are_exit_2(run_cli, tmp_path, name, content):
+    path = tmp_path / name
+    path.write_text(content)
+    code, _, err = run_cli("collect", "--no-nvml", "--workload", str(path))
+    assert code == 2 and f"{name}:" in err and "Traceback" not in err
