@@ -409,7 +409,7 @@ def test_model_from_a_hugging_face_config(run_cli, tmp_path):
     code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
     model = json.loads(out)["model"]
     assert code == 0 and model == {"head_dim": 128, "name": "Qwen/Qwen2.5-7B-Instruct", "num_kv_heads": 4,
-                                   "num_layers": 28, "weight_dtype": "bf16"}
+                                   "num_layers": 28, "weight_dtype": "bf16", "num_attention_heads": 28, "hidden_size": 3584}
     code, _, err = run_cli("collect", "--no-nvml", "--model", "gpt-5")
     assert code == 2 and "not in the model catalog" in err
 
@@ -472,7 +472,9 @@ def test_bad_vllm_bench_results_are_exit_2(run_cli, tmp_path, content):
 
 @pytest.mark.parametrize("content,message", [("[1, 2]", "is a JSON object"),
                                              ('{"num_hidden_layers": "x", "num_attention_heads": 8, "head_dim": 64}', "unexpected values"),
-                                             ('{"num_hidden_layers": 61, "kv_lora_rank": 512, "num_attention_heads": 128}', "MLA")])
+                                             ('{"num_hidden_layers": 61, "kv_lora_rank": "512", "num_attention_heads": 128}',
+                                              "unexpected values"),
+                                             ('{"num_hidden_layers": 1e999, "num_attention_heads": 8, "head_dim": 64}', "unexpected values")])
 def test_bad_model_configs_are_exit_2(run_cli, tmp_path, content, message):
     path = tmp_path / "config.json"
     path.write_text(content)
@@ -751,3 +753,50 @@ def test_traces_with_infinite_or_negative_values_are_exit_2(run_cli, tmp_path, n
     path.write_text(content)
     code, _, err = run_cli("collect", "--no-nvml", "--workload", str(path))
     assert code == 2 and f"{name}:" in err and "Traceback" not in err
+
+
+CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
+
+
+def _model(name):
+    from kbopt.kb.collectors.models import model_facts
+    return model_facts(str(CONFIGS / name))
+
+
+def test_deepseek_v3_config_mla_and_moe():
+    # tests/data/configs/deepseek_v3_config.json (SOURCES.txt there): the MLA latent and rotary sizes, 256 routed
+    # experts, 8 a token; weights FP8 by quantization_config. No KV heads x head_dim: MLA caches a latent.
+    collected = _model("deepseek_v3_config.json")
+    facts = _facts(collected)
+    assert (facts["model.kv_lora_rank"], facts["model.qk_rope_head_dim"]) == (512, 64)
+    assert (facts["model.num_experts"], facts["model.experts_per_token"], facts["model.num_layers"]) == (256, 8, 61)
+    assert (facts["model.num_attention_heads"], facts["model.hidden_size"]) == (128, 7168)
+    assert facts["model.weight_dtype"] == "fp8"
+    assert "model.num_kv_heads" not in facts and "model.head_dim" not in facts
+    # DeepSeek reports 37B activated parameters (671B total): the shape gives 37.55B.
+    assert facts["model.active_params_billion"] == pytest.approx(37.55, abs=0.01)
+    active = collected.facts["model.active_params_billion"][1]
+    assert active.quality == "derived" and "estimate" in active.note
+    facts_from_document(collected.document(), "collected")
+
+
+def test_mixtral_qwen3_and_llama_configs():
+    mixtral = _facts(_model("mixtral_8x7b_config.json"))
+    assert (mixtral["model.num_experts"], mixtral["model.experts_per_token"]) == (8, 2)
+    assert mixtral["model.active_params_billion"] == pytest.approx(12.88, abs=0.01)     # Mistral: 12.9B active
+    qwen3 = _facts(_model("qwen3_4b_config.json"))
+    assert qwen3["model.head_dim"] == 128                   # given, not 2560 / 32 = 80
+    assert (qwen3["model.num_kv_heads"], qwen3["model.num_layers"]) == (8, 36)
+    assert "model.num_experts" not in qwen3 and "model.active_params_billion" not in qwen3
+    llama = _facts(_model("llama31_70b_config.json"))
+    assert (llama["model.hidden_size"], llama["model.num_attention_heads"], llama["model.head_dim"]) == (8192, 64, 128)
+
+
+def test_moe_active_params_formula_gives_the_total_with_every_expert():
+    import json as _json
+
+    from kbopt.kb.collectors.models import moe_active_params
+    config = _json.loads((CONFIGS / "mixtral_8x7b_config.json").read_text())
+    # With all 8 experts routed, the same count is the model's total: Mistral's 46.7B.
+    assert moe_active_params({**config, "num_experts_per_tok": 8}) / 1e9 == pytest.approx(46.7, abs=0.01)
+    assert moe_active_params({**config, "vocab_size": None}) is None
