@@ -800,3 +800,17 @@ def test_moe_active_params_formula_gives_the_total_with_every_expert():
     # With all 8 experts routed, the same count is the model's total: Mistral's 46.7B.
     assert moe_active_params({**config, "num_experts_per_tok": 8}) / 1e9 == pytest.approx(46.7, abs=0.01)
     assert moe_active_params({**config, "vocab_size": None}) is None
+
+
+def test_model_catalog_rows_pass_their_shape_through():
+    from kbopt.kb.collectors.models import CATALOG_FIELDS, model_catalog, model_facts
+    for entry in model_catalog():
+        assert entry["source"].startswith("https://huggingface.co/") and entry["source"].endswith("/config.json")
+        assert set(entry) - {"id", "match", "source"} <= set(CATALOG_FIELDS), entry["id"]
+        collected = model_facts(entry["id"])              # each row's id finds that row (specific before general)
+        assert collected.facts["model.num_layers"][1].source == f"catalog:{entry['id']}"
+        facts_from_document(collected.document(), entry["id"])
+    deepseek = _facts(model_facts("deepseek-ai/DeepSeek-V3-0324"))
+    assert (deepseek["model.kv_lora_rank"], deepseek["model.active_params_billion"]) == (512, 37)
+    assert "model.num_kv_heads" not in deepseek
+    assert _facts(model_facts("meta-llama/Llama-3.1-8B-Instruct"))["model.hidden_size"] == 4096
