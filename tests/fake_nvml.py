@@ -31,11 +31,13 @@ class FakeNVML:
     NVML_CLOCK_SM = NVML_CLOCK_SM
 
     def __init__(self, readings=((55, 30, 70.0),), name="NVIDIA A100-SXM4-80GB", capability=(8, 0), count=1,
-                 total_gib=80.0, power_supported=True, fail_init=None, lose_after=None, interrupt_after=None):
+                 total_gib=80.0, power_supported=True, fail_init=None, lose_after=None, interrupt_after=None,
+                 power_limit_mw=400_000, max_sm_clock=1410, clocks=(1410,)):
         self.readings, self.name, self.capability, self.count = list(readings), name, capability, count
         self.total = int(total_gib * 2**30)
         self.power_supported, self.fail_init = power_supported, fail_init
         self.lose_after, self.interrupt_after = lose_after, interrupt_after
+        self.power_limit_mw, self.max_sm_clock, self.clocks = power_limit_mw, max_sm_clock, list(clocks)
         self.sampled = 0
         self.shut_down = False
 
@@ -82,8 +84,17 @@ class FakeNVML:
         return 250_000
 
     def nvmlDeviceGetClockInfo(self, handle, clock):
+        value = self.clocks[min(self.sampled, len(self.clocks) - 1)]
         self.sampled += 1          # the last call of a sample: the next reading follows
-        return 1410
+        return value
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        if not self.power_supported:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return self.power_limit_mw
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, clock):
+        return self.max_sm_clock
 
 
 class FakeClock:
@@ -100,7 +111,13 @@ class FakeClock:
 
 
 class ThrottledNVML(FakeNVML):
-    """A GPU held at its power cap (throttle reason 0x4, SW power cap) in every sample."""
+    """A GPU held at its power cap (throttle reason 0x4, SW power cap) in every sample, or in the
+    samples `reasons` says (one mask a sample, the last repeated)."""
+
+    def __init__(self, *args, reasons=(0x4,), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reasons = list(reasons)
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle):
-        return 0x4
+        # Read after the SM clock, which has already moved `sampled` on to the next sample.
+        return self.reasons[min(max(0, self.sampled - 1), len(self.reasons) - 1)]

@@ -410,7 +410,7 @@ def test_model_from_a_hugging_face_config(run_cli, tmp_path):
     code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
     model = json.loads(out)["model"]
     assert code == 0 and model == {"head_dim": 128, "name": "Qwen/Qwen2.5-7B-Instruct", "num_kv_heads": 4,
-                                   "num_layers": 28, "weight_dtype": "bf16"}
+                                   "num_layers": 28, "weight_dtype": "bf16", "num_attention_heads": 28, "hidden_size": 3584}
     code, _, err = run_cli("collect", "--no-nvml", "--model", "gpt-5")
     assert code == 2 and "not in the model catalog" in err
 
@@ -473,7 +473,9 @@ def test_bad_vllm_bench_results_are_exit_2(run_cli, tmp_path, content):
 
 @pytest.mark.parametrize("content,message", [("[1, 2]", "is a JSON object"),
                                              ('{"num_hidden_layers": "x", "num_attention_heads": 8, "head_dim": 64}', "unexpected values"),
-                                             ('{"num_hidden_layers": 61, "kv_lora_rank": 512, "num_attention_heads": 128}', "MLA")])
+                                             ('{"num_hidden_layers": 61, "kv_lora_rank": "512", "num_attention_heads": 128}',
+                                              "unexpected values"),
+                                             ('{"num_hidden_layers": 1e999, "num_attention_heads": 8, "head_dim": 64}', "unexpected values")])
 def test_bad_model_configs_are_exit_2(run_cli, tmp_path, content, message):
     path = tmp_path / "config.json"
     path.write_text(content)
@@ -521,3 +523,295 @@ def test_packs_from_the_environment(run_cli, monkeypatch):
     monkeypatch.setenv("KBOPT_RULES", pack)
     code, out, _ = run_cli("rules", "list", "--layer", "storage")
     assert code == 0 and "V-FP8-KV-CACHE" in out
+
+
+# ------------------------------------------------------------------ performance-model facts from /metrics
+
+
+def test_vllm_dump_gives_the_engines_own_settings():
+    # tests/data/real/vllm_v1_metrics_qwen05b_kops.prom, its vllm:cache_config_info line: num_gpu_blocks="101625",
+    # block_size="16", gpu_memory_utilization="0.9", enable_prefix_caching="True", cache_dtype="auto".
+    collected = facts_from_scrapes(scrape(str(REAL / "vllm_v1_metrics_qwen05b_kops.prom")))
+    facts = _facts(collected)
+    assert (facts["serving.num_gpu_blocks"], facts["serving.kv_block_size"]) == (101625, 16)
+    assert facts["serving.memory_fraction"] == 0.9 and facts["serving.prefix_caching"] is True
+    assert "model.kv_cache_dtype" not in facts              # "auto": the model's dtype, which the labels do not say
+    provenance = collected.facts["serving.num_gpu_blocks"][1]
+    assert (provenance.source, provenance.quality, provenance.metric) == \
+        ("vllm", "measured", "vllm:cache_config_info{num_gpu_blocks}")
+    # Idle: every histogram and counter is 0, so no mean, quantile, hit ratio or rate.
+    assert not {"workload.prompt_len_mean", "workload.itl_mean_ms", "workload.prefix_cache_hit_ratio",
+                "workload.generation_tokens_per_s"} & set(facts)
+    assert any("token rates need two scrapes" in n for n in collected.notes)
+
+
+def test_overloaded_sglang_lengths_latencies_and_cache_hits():
+    # tests/data/real/sglang_metrics_llama31_8b_overloaded_docs.prom, by hand from its lines:
+    collected = facts_from_scrapes(scrape(str(REAL / "sglang_metrics_llama31_8b_overloaded_docs.prom")))
+    facts = _facts(collected)
+    # time_per_output_token_seconds_sum 866964.5791549598 / _count 7.400757e+06, in ms
+    assert facts["workload.itl_mean_ms"] == pytest.approx(866964.5791549598 / 7400757 * 1000, abs=1e-5)
+    # time_to_first_token_seconds_sum 2.3518979474117756e+06 / _count 11008, in ms (overloaded: 3.5 minutes)
+    assert facts["workload.ttft_mean_ms"] == pytest.approx(2351897.9474117756 / 11008 * 1000, abs=1e-5)
+    # prompt_tokens_total 8.128902e+06 and generation_tokens_total 7.557572e+06 over
+    # e2e_request_latency_seconds_count 11228 finished requests
+    assert facts["workload.prompt_len_mean"] == pytest.approx(8128902 / 11228, abs=1e-5)
+    assert facts["workload.output_len_mean"] == pytest.approx(7557572 / 11228, abs=1e-5)
+    assert collected.facts["workload.prompt_len_mean"][1].quality == "derived"
+    assert facts["workload.prefix_cache_hit_ratio"] == pytest.approx(0.007507552643049313, abs=1e-6)   # cache_hit_rate
+    generation = collected.facts["workload.generation_tokens_per_s"]       # gen_throughput 86.50814177726902
+    assert generation[0] == pytest.approx(86.508142) and generation[1].quality == "proxy"
+
+
+def test_dcgm_sm_clock_and_the_mig_instances_memory():
+    # dcgm_exporter_A100_loaded_mig_nvdocs.prom: DCGM_FI_DEV_SM_CLOCK 1215 on the whole GPU; its one MIG
+    # instance has GPU_I_PROFILE="1g.5gb", which nvidia-smi mig -lgip lists at 4.75 GiB.
+    collected = facts_from_scrapes(scrape(str(REAL / "dcgm_exporter_A100_loaded_mig_nvdocs.prom")))
+    facts = _facts(collected)
+    assert facts["telemetry.sm_clock_mhz"] == 1215
+    assert facts["hardware.mig_memory_gib"] == 4.75
+    assert collected.facts["hardware.mig_memory_gib"][1].quality == "derived"
+    # DCGM_FI_DEV_SM_CLOCK in the T4 (under load) and the idle L4 dumps
+    assert _facts(facts_from_scrapes(scrape(str(REAL / "dcgm_exporter_T4_ericsson_ccd.prom"))))["telemetry.sm_clock_mhz"] == 660
+    assert _facts(facts_from_scrapes(scrape(str(REAL / "dcgm_exporter_L4_kops.prom"))))["telemetry.sm_clock_mhz"] == 210
+
+
+DCGM_LIMITS = """# TYPE DCGM_FI_DEV_POWER_MGMT_LIMIT gauge
+DCGM_FI_DEV_POWER_MGMT_LIMIT{gpu="0",modelName="NVIDIA H100 80GB HBM3"} 700
+# TYPE DCGM_FI_DEV_ENFORCED_POWER_LIMIT gauge
+DCGM_FI_DEV_ENFORCED_POWER_LIMIT{gpu="0",modelName="NVIDIA H100 80GB HBM3"} 500
+# TYPE DCGM_FI_DEV_MAX_SM_CLOCK gauge
+DCGM_FI_DEV_MAX_SM_CLOCK{gpu="0",modelName="NVIDIA H100 80GB HBM3"} 1980
+# TYPE DCGM_FI_DEV_CLOCK_THROTTLE_REASONS gauge
+DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="0",modelName="NVIDIA H100 80GB HBM3"} 4
+"""
+
+
+def test_dcgm_power_limit_max_clock_and_throttling():
+    first = parse(DCGM_LIMITS, "a")
+    second = parse(DCGM_LIMITS.replace("} 4\n", "} 1\n"), "b")            # 0x4 power cap, then 0x1 idle only
+    facts = _facts(facts_from_scrapes(first, second))
+    assert facts["hardware.power_limit_watts"] == 500                     # the enforced limit, not the one asked for
+    assert facts["hardware.max_sm_clock_mhz"] == 1980
+    assert facts["telemetry.throttle_ratio"] == 0.5
+
+
+def test_several_mig_profiles_ask_for_the_instances_memory():
+    text = ('# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\n'
+            'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",GPU_I_PROFILE="1g.10gb",GPU_I_ID="9"} 0.5\n'
+            'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"} 0.5\n')
+    collected = facts_from_scrapes(parse(text, "mig"))
+    assert "hardware.mig_memory_gib" not in collected.facts
+    assert any("give hardware.mig_memory_gib" in n for n in collected.notes)
+    one = _facts(facts_from_scrapes(parse(text.replace("3g.40gb", "1g.10gb"), "mig")))
+    assert one["hardware.mig_memory_gib"] == 9.75
+
+
+VLLM_LOADED = """# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="32",cache_dtype="fp8_e4m3",enable_prefix_caching="False",gpu_memory_utilization="0.85",num_gpu_blocks="4000"} 1.0
+# TYPE vllm:request_prompt_tokens histogram
+vllm:request_prompt_tokens_bucket{engine="0",le="100.0"} $p100
+vllm:request_prompt_tokens_bucket{engine="0",le="1000.0"} $pall
+vllm:request_prompt_tokens_bucket{engine="0",le="+Inf"} $pall
+vllm:request_prompt_tokens_count{engine="0"} $pall
+vllm:request_prompt_tokens_sum{engine="0"} $psum
+# TYPE vllm:request_generation_tokens histogram
+vllm:request_generation_tokens_bucket{engine="0",le="100.0"} $gall
+vllm:request_generation_tokens_bucket{engine="0",le="+Inf"} $gall
+vllm:request_generation_tokens_count{engine="0"} $gall
+vllm:request_generation_tokens_sum{engine="0"} $gsum
+# TYPE vllm:inter_token_latency_seconds histogram
+vllm:inter_token_latency_seconds_bucket{engine="0",le="0.05"} $gsum
+vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf"} $gsum
+vllm:inter_token_latency_seconds_count{engine="0"} $gsum
+vllm:inter_token_latency_seconds_sum{engine="0"} $isum
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0"} $psum
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{engine="0"} $hits
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{engine="0"} $psum
+# TYPE vllm:generation_tokens counter
+vllm:generation_tokens_total{engine="0"} $gsum
+"""
+
+
+def _vllm_loaded(**counts):
+    from string import Template
+    return Template(VLLM_LOADED).substitute(counts)
+
+
+def test_two_vllm_scrapes_give_lengths_cache_hits_itl_and_token_rates():
+    # Before: 10 requests (500 prompt tokens, 200 generated). After 10 s: 110 requests, 100 of them in the
+    # window, 90 with prompts under 100 tokens; 20,500 prompt tokens and 5,200 generated, 6,000 cache hits.
+    first = parse(_vllm_loaded(p100=10, pall=10, psum=500, gall=10, gsum=200, isum=4, hits=0), "a", at=100.0)
+    second = parse(_vllm_loaded(p100=100, pall=110, psum=20500, gall=110, gsum=5200, isum=104, hits=6000),
+                   "b", at=110.0)
+    collected = facts_from_scrapes(first, second)
+    facts = _facts(collected)
+    assert facts["workload.prompt_len_mean"] == pytest.approx(20000 / 100)
+    assert facts["workload.output_len_mean"] == pytest.approx(5000 / 100)
+    # p99 of the window's prompts: rank 99 of 100, 90 under 100 tokens, 10 in (100, 1000]
+    assert facts["workload.prompt_len_p99"] == pytest.approx(100 + 900 * (99 - 90) / 10)
+    assert facts["workload.itl_mean_ms"] == pytest.approx(100 / 5000 * 1000)
+    assert facts["workload.prefix_cache_hit_ratio"] == pytest.approx(6000 / 20000)
+    assert facts["workload.prompt_tokens_per_s"] == pytest.approx(20000 / 10)
+    assert facts["workload.generation_tokens_per_s"] == pytest.approx(5000 / 10)
+    assert collected.facts["workload.generation_tokens_per_s"][1].window_s == 10
+    assert facts["model.kv_cache_dtype"] == "fp8" and facts["serving.prefix_caching"] is False
+    assert (facts["serving.kv_block_size"], facts["serving.num_gpu_blocks"], facts["serving.memory_fraction"]) == \
+        (32, 4000, 0.85)
+    one = _facts(facts_from_scrapes(second))                       # one scrape: totals since start, no rates
+    assert one["workload.prompt_len_mean"] == pytest.approx(20500 / 110) and "workload.prompt_tokens_per_s" not in one
+
+
+def test_exporter_junk_is_left_out_with_an_inert_note():
+    text = ('# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="1e999",cache_dtype="\x1b[31mx",'
+            'gpu_memory_utilization="NaN",num_gpu_blocks="-5",enable_prefix_caching="yes"} 1.0\n'
+            '# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine="0"} NaN\n'
+            '# TYPE sglang:cache_hit_rate gauge\nsglang:cache_hit_rate 7\n')
+    collected = facts_from_scrapes(parse(text, "junk"))
+    facts = _facts(collected)
+    assert not {"serving.kv_block_size", "serving.num_gpu_blocks", "serving.memory_fraction", "model.kv_cache_dtype",
+                "serving.prefix_caching", "telemetry.kv_cache_usage_ratio", "workload.prefix_cache_hit_ratio"} & set(facts)
+    assert any("not a finite number" in n for n in collected.notes)
+    assert all("\x1b" not in n for n in collected.notes)
+    facts_from_document(collected.document(), "collected")            # what is left reads back
+
+
+def test_nan_from_an_exporter_is_not_a_crash(run_cli, tmp_path):
+    path = tmp_path / "nan.prom"
+    path.write_text('# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine="0"} NaN\n'
+                    '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 3\n')
+    code, out, err = run_cli("collect", "--no-nvml", "--metrics", str(path))
+    assert code == 0 and "not a finite number" in err and json.loads(out)["workload"]["requests_running_mean"] == 3
+
+
+def test_nvml_power_limit_clocks_and_throttle_ratio():
+    from fake_nvml import ThrottledNVML
+    # Five samples (2 s every 0.5 s): SM clocks 1980, 1980, 1500, 1500, 1500 MHz; reasons 0x1 (idle, not a
+    # slowdown), 0x4 (power cap), 0x4, 0x10 (sync boost, not a slowdown), 0x40 (HW thermal): 3 of 5 slowed.
+    fake = ThrottledNVML(power_limit_mw=700_000, max_sm_clock=1980, clocks=(1980, 1980, 1500, 1500, 1500),
+                         reasons=(0x1, 0x4, 0x4, 0x10, 0x40))
+    collected = _sample(fake)
+    facts = _facts(collected)
+    assert facts["hardware.power_limit_watts"] == 700 and facts["hardware.max_sm_clock_mhz"] == 1980
+    assert facts["telemetry.sm_clock_mhz"] == pytest.approx((2 * 1980 + 3 * 1500) / 5)
+    assert facts["telemetry.throttle_ratio"] == pytest.approx(3 / 5)
+    ratio = collected.facts["telemetry.throttle_ratio"][1]
+    assert (ratio.source, ratio.quality, ratio.samples) == ("nvml", "measured", 5)
+    unsupported = _facts(_sample(FakeNVML(power_supported=False)))
+    assert "hardware.power_limit_watts" not in unsupported and "telemetry.throttle_ratio" not in unsupported
+
+
+def test_traces_split_prompt_and_output_lengths():
+    # azure_llm_2023_code_first2000.csv: ContextTokens sum 3,973,157 and GeneratedTokens sum 59,024 over 2,000
+    # rows (awk); p99 is the 1,980th of the sorted column (nearest rank): 7,436 and 287.
+    collected = summarize_trace(str(REAL / "azure_llm_2023_code_first2000.csv"), TraceOptions())
+    facts = _facts(collected)
+    assert facts["workload.prompt_len_mean"] == pytest.approx(3973157 / 2000)
+    assert facts["workload.output_len_mean"] == pytest.approx(59024 / 2000)
+    assert (facts["workload.prompt_len_p99"], facts["workload.output_len_p99"]) == (7436, 287)
+    assert collected.facts["workload.prompt_len_mean"][1].metric == "ContextTokens"
+    # mooncake_fast25_conversation_first610.jsonl: input_length sum 8,365,772, output_length sum 216,644 over
+    # 610 requests; p99 the 604th sorted value: 87,172 and 1,019.
+    facts = _facts(summarize_trace(str(REAL / "mooncake_fast25_conversation_first610.jsonl"), TraceOptions()))
+    assert facts["workload.prompt_len_mean"] == pytest.approx(8365772 / 610)
+    assert facts["workload.output_len_mean"] == pytest.approx(216644 / 610)
+    assert (facts["workload.prompt_len_p99"], facts["workload.output_len_p99"]) == (87172, 1019)
+
+
+def test_vllm_bench_means_and_token_rates():
+    # vllm_bench_serve_result_qwen25vl3b.json: total_input_tokens 39800 and total_output_tokens 25472 over 199
+    # completed; mean_itl_ms, mean_ttft_ms and output_throughput as written; 39800 prompt tokens over duration
+    # 204.45408433000557 s.
+    collected = summarize_trace(str(REAL / "vllm_bench_serve_result_qwen25vl3b.json"), TraceOptions())
+    facts = _facts(collected)
+    assert (facts["workload.prompt_len_mean"], facts["workload.output_len_mean"]) == (200, 128)
+    assert facts["workload.itl_mean_ms"] == pytest.approx(34.434617229796345, abs=1e-6)
+    assert facts["workload.ttft_mean_ms"] == pytest.approx(97.50969301155726, abs=1e-6)
+    assert facts["workload.generation_tokens_per_s"] == pytest.approx(124.58542994370372, abs=1e-6)
+    assert facts["workload.prompt_tokens_per_s"] == pytest.approx(39800 / 204.45408433000557, abs=1e-6)
+    assert collected.facts["workload.prompt_tokens_per_s"][1].quality == "derived"
+
+
+def test_generic_trace_split_only_when_the_columns_are(tmp_path):
+    path = tmp_path / "requests.csv"
+    path.write_text("in,out,all\n100,10,110\n300,30,330\n")
+    split = _facts(summarize_trace(str(path), TraceOptions(format="csv", columns={"prompt": "in", "output": "out"})))
+    assert (split["workload.prompt_len_mean"], split["workload.output_len_p99"]) == (200, 30)
+    whole = _facts(summarize_trace(str(path), TraceOptions(format="csv", columns={"total": "all"})))
+    assert "workload.prompt_len_mean" not in whole and whole["workload.seq_len_mean"] == 220
+
+
+@pytest.mark.parametrize("name,content", [
+    ("m.jsonl", '{"timestamp": 0, "input_length": Infinity, "output_length": 1}\n'),
+    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": -1}\n'),
+    ("b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\ninf,ChatGPT,1,2,3,x\n"),
+])
+def test_traces_with_infinite_or_negative_values_are_exit_2(run_cli, tmp_path, name, content):
+    path = tmp_path / name
+    path.write_text(content)
+    code, _, err = run_cli("collect", "--no-nvml", "--workload", str(path))
+    assert code == 2 and f"{name}:" in err and "Traceback" not in err
+
+
+CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
+
+
+def _model(name):
+    from kbopt.kb.collectors.models import model_facts
+    return model_facts(str(CONFIGS / name))
+
+
+def test_deepseek_v3_config_mla_and_moe():
+    # tests/data/configs/deepseek_v3_config.json (SOURCES.txt there): the MLA latent and rotary sizes, 256 routed
+    # experts, 8 a token; weights FP8 by quantization_config. No KV heads x head_dim: MLA caches a latent.
+    collected = _model("deepseek_v3_config.json")
+    facts = _facts(collected)
+    assert (facts["model.kv_lora_rank"], facts["model.qk_rope_head_dim"]) == (512, 64)
+    assert (facts["model.num_experts"], facts["model.experts_per_token"], facts["model.num_layers"]) == (256, 8, 61)
+    assert (facts["model.num_attention_heads"], facts["model.hidden_size"]) == (128, 7168)
+    assert facts["model.weight_dtype"] == "fp8"
+    assert "model.num_kv_heads" not in facts and "model.head_dim" not in facts
+    # DeepSeek reports 37B activated parameters (671B total): the shape gives 37.55B.
+    assert facts["model.active_params_billion"] == pytest.approx(37.55, abs=0.01)
+    active = collected.facts["model.active_params_billion"][1]
+    assert active.quality == "derived" and "estimate" in active.note
+    facts_from_document(collected.document(), "collected")
+
+
+def test_mixtral_qwen3_and_llama_configs():
+    mixtral = _facts(_model("mixtral_8x7b_config.json"))
+    assert (mixtral["model.num_experts"], mixtral["model.experts_per_token"]) == (8, 2)
+    assert mixtral["model.active_params_billion"] == pytest.approx(12.88, abs=0.01)     # Mistral: 12.9B active
+    qwen3 = _facts(_model("qwen3_4b_config.json"))
+    assert qwen3["model.head_dim"] == 128                   # given, not 2560 / 32 = 80
+    assert (qwen3["model.num_kv_heads"], qwen3["model.num_layers"]) == (8, 36)
+    assert "model.num_experts" not in qwen3 and "model.active_params_billion" not in qwen3
+    llama = _facts(_model("llama31_70b_config.json"))
+    assert (llama["model.hidden_size"], llama["model.num_attention_heads"], llama["model.head_dim"]) == (8192, 64, 128)
+
+
+def test_moe_active_params_formula_gives_the_total_with_every_expert():
+    import json as _json
+
+    from kbopt.kb.collectors.models import moe_active_params
+    config = _json.loads((CONFIGS / "mixtral_8x7b_config.json").read_text())
+    # With all 8 experts routed, the same count is the model's total: Mistral's 46.7B.
+    assert moe_active_params({**config, "num_experts_per_tok": 8}) / 1e9 == pytest.approx(46.7, abs=0.01)
+    assert moe_active_params({**config, "vocab_size": None}) is None
+
+
+def test_model_catalog_rows_pass_their_shape_through():
+    from kbopt.kb.collectors.models import CATALOG_FIELDS, model_catalog, model_facts
+    for entry in model_catalog():
+        assert entry["source"].startswith("https://huggingface.co/") and entry["source"].endswith("/config.json")
+        assert set(entry) - {"id", "match", "source"} <= set(CATALOG_FIELDS), entry["id"]
+        collected = model_facts(entry["id"])              # each row's id finds that row (specific before general)
+        assert collected.facts["model.num_layers"][1].source == f"catalog:{entry['id']}"
+        facts_from_document(collected.document(), entry["id"])
+    deepseek = _facts(model_facts("deepseek-ai/DeepSeek-V3-0324"))
+    assert (deepseek["model.kv_lora_rank"], deepseek["model.active_params_billion"]) == (512, 37)
+    assert "model.num_kv_heads" not in deepseek
+    assert _facts(model_facts("meta-llama/Llama-3.1-8B-Instruct"))["model.hidden_size"] == 4096

@@ -1,6 +1,7 @@
 """Facts read by collectors, each with its provenance, and how several sources combine."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,12 @@ class Collected:
         if value is None:
             return
         if isinstance(value, float):
+            if not math.isfinite(value):
+                # An exporter may say NaN or +Inf (an empty histogram's mean, a broken gauge): one bad
+                # reading costs its fact, not the whole collection.
+                self.notes.append(f"{provenance.source} {provenance.metric or path}: not a finite number "
+                                  f"({value}); {path} left out")
+                return
             value = round(value, 6)
         current = self.facts.get(path)
         rank = (QUALITY_RANK[provenance.quality], SOURCE_RANK.get(provenance.source, 0))

@@ -14,6 +14,9 @@ from kbopt.kb.provenance import Provenance
 from kbopt.kb.yamlio import read_yaml
 
 HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8", "int8": "int8"}
+# The model.* facts a catalog row may give (kb/models.yaml), each optional but the name.
+CATALOG_FIELDS = ("params_billion", "active_params_billion", "num_layers", "num_kv_heads", "head_dim", "weight_dtype",
+                  "num_attention_heads", "hidden_size", "num_experts", "experts_per_token", "kv_lora_rank", "qk_rope_head_dim")
 
 
 @lru_cache(maxsize=1)
@@ -27,8 +30,9 @@ def _from_catalog(name: str) -> Collected:
             out = Collected()
             provenance = Provenance(f"catalog:{entry['id']}", "catalog", note=entry["source"])
             out.put("model.name", name, Provenance("input", "user"))
-            for field in ("params_billion", "num_layers", "num_kv_heads", "head_dim", "weight_dtype"):
-                out.put(f"model.{field}", entry[field], provenance)
+            for field in CATALOG_FIELDS:
+                if field in entry:
+                    out.put(f"model.{field}", entry[field], provenance)
             return out
     known = ", ".join(e["id"] for e in model_catalog())
     raise KboptError(f"--model {name}: not in the model catalog ({known}); pass the model's config.json instead")
@@ -49,30 +53,134 @@ def _from_config(path: Path) -> Collected:
         raise KboptError(f"--model {path}: unexpected values in config.json ({error})") from None
 
 
+def _count(config: dict[str, Any], *keys: str) -> int | None:
+    """The first of `keys` the config gives, as a whole number >= 1 (ValueError for anything else)."""
+    for key in keys:
+        value = config.get(key)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**40:
+                raise ValueError(f"{key} is {value!r}, not a whole number >= 1")
+            return value
+    return None
+
+
+def _quantized_dtype(quantization: object) -> str | None:
+    """The weights' dtype a config.json's quantization_config says: FP8, or AWQ/GPTQ's bits."""
+    if not isinstance(quantization, dict):
+        return None
+    method, bits = quantization.get("quant_method"), quantization.get("bits")
+    if method == "fp8":
+        return "fp8"
+    if method in ("awq", "gptq") and bits in (4, 8):
+        return "int4" if bits == 4 else "int8"
+    return None
+
+
 def _shape(path: Path, config: dict[str, Any]) -> Collected:
     out = Collected()
     def source(field: str) -> Provenance:
         return Provenance(f"config:{path.name}", "measured", metric=field)
-    if config.get("kv_lora_rank"):
-        raise KboptError(f"--model {path}: compressed (MLA) attention (kv_lora_rank) is not modelled: the KV cache "
-                         "holds a latent per token, not heads x head_dim; give model.* facts by hand")
-    layers, heads = config.get("num_hidden_layers"), config.get("num_attention_heads")
-    kv_heads = config.get("num_key_value_heads", heads)
-    head_dim = config.get("head_dim") or (config["hidden_size"] // heads if heads and config.get("hidden_size") else None)
-    if not layers or not kv_heads or not head_dim:
-        raise KboptError(f"--model {path}: num_hidden_layers, num_key_value_heads/num_attention_heads and "
-                         "head_dim/hidden_size are needed")
-    out.put("model.num_layers", int(layers), source("num_hidden_layers"))
-    out.put("model.num_kv_heads", int(kv_heads), source("num_key_value_heads"))
-    out.put("model.head_dim", int(head_dim), source("head_dim" if config.get("head_dim") else "hidden_size/num_attention_heads"))
+    layers = _count(config, "num_hidden_layers")
+    heads = _count(config, "num_attention_heads")
+    hidden = _count(config, "hidden_size")
+    kv_lora_rank = _count(config, "kv_lora_rank")
+    if layers:
+        out.put("model.num_layers", layers, source("num_hidden_layers"))
+    if heads:
+        out.put("model.num_attention_heads", heads, source("num_attention_heads"))
+    if hidden:
+        out.put("model.hidden_size", hidden, source("hidden_size"))
+    experts = _count(config, "num_local_experts", "n_routed_experts", "num_experts")
+    if experts:
+        key = next(k for k in ("num_local_experts", "n_routed_experts", "num_experts") if config.get(k) is not None)
+        out.put("model.num_experts", experts, source(key))
+        routed = _count(config, "num_experts_per_tok")
+        if routed:
+            out.put("model.experts_per_token", routed, source("num_experts_per_tok"))
+    if kv_lora_rank:
+        # Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds one latent of kv_lora_rank plus
+        # the decoupled rotary key (qk_rope_head_dim) per token and layer, shared by all heads. KV heads x
+        # head_dim would size it many times too large, so those two facts are left out.
+        out.put("model.kv_lora_rank", kv_lora_rank, source("kv_lora_rank"))
+        rope = config.get("qk_rope_head_dim")
+        if isinstance(rope, int) and not isinstance(rope, bool) and 0 <= rope < 2**20:
+            out.put("model.qk_rope_head_dim", rope, source("qk_rope_head_dim"))
+        if not layers:
+            raise KboptError(f"--model {path}: num_hidden_layers is needed")
+    else:
+        kv_heads = _count(config, "num_key_value_heads") or heads
+        head_dim = _count(config, "head_dim") or (hidden // heads if heads and hidden else None)
+        if not layers or not kv_heads or not head_dim:
+            raise KboptError(f"--model {path}: num_hidden_layers, num_key_value_heads/num_attention_heads and "
+                             "head_dim/hidden_size are needed")
+        out.put("model.num_kv_heads", kv_heads, source("num_key_value_heads" if config.get("num_key_value_heads") else
+                                                       "num_attention_heads (no GQA)"))
+        out.put("model.head_dim", head_dim, source("head_dim" if config.get("head_dim") else "hidden_size/num_attention_heads"))
     dtype = HF_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or ""))
-    if dtype:
+    quantized = _quantized_dtype(config.get("quantization_config"))
+    if quantized:       # torch_dtype is then the activations' (DeepSeek-V3: bfloat16 beside FP8 weights)
+        out.put("model.weight_dtype", quantized, source("quantization_config"))
+    elif dtype:
         out.put("model.weight_dtype", dtype, source("torch_dtype"))
     name = config.get("_name_or_path") or (config.get("architectures") or [None])[0]
     if name:
         out.put("model.name", str(name), source("_name_or_path"))
+    if experts:
+        active = moe_active_params(config)
+        if active is not None:
+            out.put("model.active_params_billion", active / 1e9, Provenance(
+                f"config:{path.name}", "derived", metric="shape: shared + experts_per_token x per-expert parameters",
+                note="an estimate from the config's shape (kb/collectors/models.py, moe_active_params): embeddings, "
+                     "attention, dense and shared MLPs, routers, and num_experts_per_tok gated experts a layer; "
+                     "norms and biases left out"))
+        else:
+            out.notes.append(f"{path.name}: an MoE config without the sizes to count its active parameters; "
+                             "give model.active_params_billion")
     out.notes.append(f"{path.name}: a config.json has no parameter count; give model.params_billion for memory sizing")
     return out
+
+
+def moe_active_params(config: dict[str, Any]) -> float | None:
+    """Parameters one token reads in a Mixtral/DeepSeek/Qwen-MoE style decoder, from config.json:
+
+        vocab x hidden (x2 when the output head is not tied)
+        + layers x attention
+        + dense layers x 3 x hidden x intermediate_size          (gated MLP: gate, up, down)
+        + MoE layers x (hidden x experts                          (router)
+                        + shared experts' 3 x hidden x their size
+                        + experts_per_token x 3 x hidden x moe_intermediate_size)
+
+    attention: q, k, v, o projections (hidden x heads x head_dim, 2 x hidden x kv_heads x head_dim,
+    heads x head_dim x hidden); with MLA, the low-rank q (q_lora_rank) and kv (kv_lora_rank) down- and
+    up-projections and o. MoE layers: after DeepSeek's first_k_dense_replace dense layers, every layer
+    otherwise. Norms and biases are left out (under 0.1%), so is DeepSeek's multi-token-prediction
+    layer (not used to serve). None when a size it needs is missing."""
+    def get(key: str, default: int | None = None) -> int | None:
+        value = config.get(key, default)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    hidden, layers, heads, vocab = get("hidden_size"), get("num_hidden_layers"), get("num_attention_heads"), get("vocab_size")
+    experts = get("num_local_experts") or get("n_routed_experts") or get("num_experts")
+    routed = get("num_experts_per_tok")
+    expert_size = get("moe_intermediate_size") or get("intermediate_size")
+    if not (hidden and layers and heads and vocab and experts and routed and expert_size):
+        return None
+    if get("kv_lora_rank"):
+        nope, rope, v = get("qk_nope_head_dim"), get("qk_rope_head_dim"), get("v_head_dim")
+        rank, q_rank = get("kv_lora_rank"), get("q_lora_rank", 0)
+        if nope is None or rope is None or not v or not rank or q_rank is None:
+            return None
+        q = (hidden * q_rank + q_rank * heads * (nope + rope)) if q_rank else hidden * heads * (nope + rope)
+        attention = q + hidden * (rank + rope) + rank * heads * (nope + v) + heads * v * hidden
+    else:
+        head_dim = get("head_dim") or hidden // heads
+        kv_heads = get("num_key_value_heads") or heads
+        attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    dense_layers = min(layers, get("first_k_dense_replace", 0) or 0)
+    dense_mlp = 3 * hidden * (get("intermediate_size") or 0)
+    shared = 3 * hidden * ((get("n_shared_experts", 0) or 0) * expert_size + (get("shared_expert_intermediate_size", 0) or 0))
+    moe = hidden * experts + shared + routed * 3 * hidden * expert_size
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return float(embeddings + layers * attention + dense_layers * dense_mlp + (layers - dense_layers) * moe)
 
 
 def model_facts(name_or_file: str) -> Collected:

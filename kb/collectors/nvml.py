@@ -17,7 +17,10 @@ from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
 from kbopt.kb.provenance import Provenance
 
-IDLE_REASONS = 0x1 | 0x2     # GPU idle, application clocks setting: not a slowdown under load
+# Clock throttle (clock event) reasons that slow a busy GPU down: SW power cap 0x4, HW slowdown 0x8,
+# SW thermal 0x20, HW thermal 0x40, HW power brake 0x80. Idle (0x1), application clocks (0x2),
+# sync boost (0x10) and display clocks (0x100) are not a slowdown under load.
+SLOWDOWN_REASONS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 NO_NVML_HINT = ("pass --metrics with a dcgm-exporter endpoint or dump (and/or an engine's /metrics) "
                 "and --workload with a request trace, or run `kbopt collect` on the GPU host")
 
@@ -57,6 +60,8 @@ class Nvml(Protocol):
     def nvmlDeviceGetUtilizationRates(self, handle: object, /) -> Utilization: ...
     def nvmlDeviceGetPowerUsage(self, handle: object, /) -> int: ...                  # milliwatts
     def nvmlDeviceGetClockInfo(self, handle: object, clock: int, /) -> int: ...       # MHz
+    def nvmlDeviceGetMaxClockInfo(self, handle: object, clock: int, /) -> int: ...    # MHz
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: object, /) -> int: ...          # milliwatts
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: object, /) -> int: ...   # a bit mask; older pynvml lacks it
 
 
@@ -164,6 +169,13 @@ def _static_facts(nvml: Nvml, handle: object, count: int, out: Collected) -> Non
     mig = _optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle), "MIG mode", out)
     if mig:
         out.put("hardware.mig_enabled", bool(mig[0]), measured("nvmlDeviceGetMigMode"))
+    # The limit the board enforces (the lower of what was set and what the platform allows), in mW.
+    limit = _optional(nvml, lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle), "enforced power limit", out)
+    if limit:
+        out.put("hardware.power_limit_watts", limit / 1000, measured("nvmlDeviceGetEnforcedPowerLimit"))
+    top = _optional(nvml, lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM), "max SM clock", out)
+    if top:
+        out.put("hardware.max_sm_clock_mhz", top, measured("nvmlDeviceGetMaxClockInfo(SM)"))
 
 
 def _sample(nvml: Nvml, handle: object, duration_s: float, interval_s: float, clock: Callable[[], float],
@@ -183,7 +195,7 @@ def _sample(nvml: Nvml, handle: object, duration_s: float, interval_s: float, cl
                 for name, call in (("power", lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000),
                                    ("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)),
                                    ("throttled", lambda: float(bool(
-                                       nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle) & ~IDLE_REASONS)))):
+                                       nvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle) & SLOWDOWN_REASONS)))):
                     if supported[name]:
                         value = _optional(nvml, call, {"power": "power draw", "sm_clock": "SM clock",
                                                        "throttled": "clock throttle reasons"}[name], out)
@@ -227,9 +239,14 @@ def _series_facts(series: dict[str, Series], out: Collected, interval_s: float) 
         "; share of time memory was read or written, not DRAM bandwidth")
     put("telemetry.memory_used_ratio", "used", "measured", "nvmlDeviceGetMemoryInfo.used/total")
     put("telemetry.power_watts", "power", "measured", "nvmlDeviceGetPowerUsage")
+    put("telemetry.sm_clock_mhz", "sm_clock", "measured", "nvmlDeviceGetClockInfo(SM)")
     if series["sm_clock"].values:
         out.notes.append(f"NVML: SM clock {series['sm_clock'].summary()[1]} MHz")
     throttled = series["throttled"].values
+    if throttled:
+        out.put("telemetry.throttle_ratio", sum(throttled) / len(throttled), Provenance(
+            "nvml", "measured", metric="nvmlDeviceGetCurrentClocksThrottleReasons", samples=len(throttled), window_s=window,
+            note="share of samples with a power, thermal or hardware slowdown reason (idle and application clocks not counted)"))
     if throttled and any(throttled):
         out.notes.append(f"NVML: clocks were held down (power, thermal or reliability limits) in "
                          f"{sum(throttled) / len(throttled):.0%} of samples; utilization figures understate demand")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
+from kbopt.kb.collectors.nvml import SLOWDOWN_REASONS
 from kbopt.kb.provenance import Provenance
 
 Labels = tuple[tuple[str, str], ...]
@@ -25,6 +27,7 @@ Labels = tuple[tuple[str, str], ...]
 class Scrape:
     source: str
     samples: dict[str, list[tuple[dict[str, str], float]]]   # sample name -> [(labels, value)]
+    at: float | None = None      # time.monotonic() when it was read: two scrapes' difference is the rates' window
 
     def values(self, name: str, **match: str) -> list[tuple[dict[str, str], float]]:
         return [(labels, value) for labels, value in self.samples.get(name, [])
@@ -67,12 +70,18 @@ READ_FAMILIES = frozenset({
     "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL",
     "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MAX_SM_CLOCK", "DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
     "vllm:cache_config_info", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
     "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_preemptions", "vllm:request_success",
     "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+    "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:prefix_cache_hits", "vllm:prefix_cache_queries",
+    "vllm:gpu_prefix_cache_hit_rate",
     "sglang:token_usage", "sglang:num_running_reqs", "sglang:num_queue_reqs",
-    "sglang:time_to_first_token_seconds", "sglang:time_per_output_token_seconds",
+    "sglang:time_to_first_token_seconds", "sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds",
+    "sglang:prompt_tokens", "sglang:generation_tokens", "sglang:cache_hit_rate", "sglang:gen_throughput",
+    "sglang:e2e_request_latency_seconds",
     "tgi_queue_size", "tgi_batch_current_size",
     "nv_trt_llm_kv_cache_block_metrics", "nv_trt_llm_request_metrics", "nv_inference_pending_request_count",
 })
@@ -190,8 +199,9 @@ def prefilter(text: str) -> str:
     return "\n".join(line for line, kept in zip(lines, keep, strict=True) if kept)
 
 
-def parse(text: str, source: str, filtered: bool = True) -> Scrape:
-    """`filtered=False` parses every line (the benchmark's and the filter test's reference)."""
+def parse(text: str, source: str, filtered: bool = True, at: float | None = None) -> Scrape:
+    """`filtered=False` parses every line (the benchmark's and the filter test's reference); `at`:
+    when it was read (time.monotonic()), for rates between two scrapes."""
     from prometheus_client.parser import text_string_to_metric_families
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     try:
@@ -202,11 +212,12 @@ def parse(text: str, source: str, filtered: bool = True) -> Scrape:
         raise KboptError(f"--metrics {source}: not Prometheus text exposition: {error}") from None
     if not samples:
         raise KboptError(f"--metrics {source}: no metrics in it")
-    return Scrape(source, samples)
+    return Scrape(source, samples, at)
 
 
 def scrape(source: str) -> Scrape:
-    return parse(read_exposition(source), source)
+    text = read_exposition(source)
+    return parse(text, source, at=time.monotonic())
 
 
 # ------------------------------------------------------------------ helpers
@@ -275,6 +286,45 @@ def _mean_gauge(first: Scrape, second: Scrape | None, name: str, scale: float = 
     return sum(readings) / len(readings) * scale if readings else None
 
 
+def _rate(first: Scrape, second: Scrape | None, name: str) -> tuple[float, float] | None:
+    """A counter's increase per second between two scrapes, and their interval. None from one
+    scrape: its total counts from an exporter start that the scrape does not say."""
+    if second is None or first.at is None or second.at is None or second.at <= first.at:
+        return None
+    increase = _delta(first, second, name)
+    return None if increase is None else (increase / (second.at - first.at), second.at - first.at)
+
+
+def _histogram_facts(first: Scrape, second: Scrape | None, out: Collected, source: str, name: str,
+                     mean_path: str | None = None, p99_path: str | None = None, scale: float = 1.0) -> None:
+    """A histogram's mean (its _sum over its _count) and its p99 (interpolated in the buckets, as
+    Prometheus' histogram_quantile does), over the window or since the exporter started."""
+    _, _, when = _window(first, second, None)
+    total, count = _delta(first, second, f"{name}_sum"), _delta(first, second, f"{name}_count")
+    if mean_path and total is not None and count:
+        out.put(mean_path, total / count * scale, Provenance(
+            source, "measured", metric=f"{name}_sum / {name}_count", samples=int(count), note=when))
+    buckets = _buckets(first, second, name)
+    result = histogram_quantile(0.99, buckets) if p99_path else None
+    if p99_path and result is not None:
+        value, exact = result
+        out.put(p99_path, value * scale, Provenance(
+            source, "measured", metric=f"{name} (p99 from histogram buckets)", samples=int(max(c for _, c in buckets)),
+            note=when + ("" if exact else "; in the +Inf bucket: at least this much")))
+
+
+def _token_rates(first: Scrape, second: Scrape | None, out: Collected, source: str, prompt: str, generation: str) -> None:
+    """Prompt and generated tokens per second from the engine's token counters."""
+    for path, name in (("workload.prompt_tokens_per_s", prompt), ("workload.generation_tokens_per_s", generation)):
+        found = _rate(first, second, name)
+        if found is not None:
+            out.put(path, found[0], Provenance(source, "measured", metric=f"rate({name})", samples=2,
+                                               window_s=round(found[1], 3), note="increase between two scrapes"))
+    if second is None and first.values(generation):
+        out.notes.append(f"{first.source}: {generation} is a total since the engine started: token rates need two "
+                         "scrapes (pass the endpoint's URL; collect reads it at both ends of --duration)")
+
+
 # ------------------------------------------------------------------ dcgm-exporter
 
 
@@ -289,7 +339,7 @@ def _one_gpu(scrape: Scrape, gpu: int | None, out: Collected) -> Scrape:
         raise KboptError(f"--metrics {scrape.source}: no GPU {chosen} in it (it has {', '.join(gpus)}); pass --gpu")
     out.notes.append(f"{scrape.source}: {len(gpus)} GPUs on this exporter; facts are GPU {chosen}'s (--gpu)")
     return Scrape(scrape.source, {name: [(labels, v) for labels, v in rows if labels.get("gpu", chosen) == chosen]
-                                  for name, rows in scrape.samples.items()})
+                                  for name, rows in scrape.samples.items()}, scrape.at)
 
 
 def _dcgm(first: Scrape, second: Scrape | None, out: Collected, gpu: int | None = None) -> bool:
@@ -338,6 +388,22 @@ def _dcgm(first: Scrape, second: Scrape | None, out: Collected, gpu: int | None 
     put("telemetry.bandwidth_utilization", "DCGM_FI_DEV_MEM_COPY_UTIL", "proxy", scale=0.01,
         note="memory busy time, not DRAM bandwidth")
     put("telemetry.power_watts", "DCGM_FI_DEV_POWER_USAGE", "measured")
+    put("telemetry.sm_clock_mhz", "DCGM_FI_DEV_SM_CLOCK", "measured")
+    put("hardware.max_sm_clock_mhz", "DCGM_FI_DEV_MAX_SM_CLOCK", "measured")
+    # The limit the board enforces is the one that binds; the management limit is what was asked for.
+    for name in ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_DEV_POWER_MGMT_LIMIT"):
+        limits, _ = series(name)
+        if limits and min(limits) > 0:
+            put("hardware.power_limit_watts", name, "measured")
+            break
+    for name in ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"):   # new name, old name
+        reasons, _ = series(name)
+        masks = [int(r) for r in reasons if math.isfinite(r) and 0 <= r < 2**64]
+        if masks:
+            out.put("telemetry.throttle_ratio", sum(1 for m in masks if m & SLOWDOWN_REASONS) / len(masks),
+                    Provenance("dcgm", "measured", metric=name, samples=len(masks),
+                               note="share of readings with a power, thermal or hardware slowdown reason"))
+            break
     used, _ = series("DCGM_FI_DEV_FB_USED")
     free, _ = series("DCGM_FI_DEV_FB_FREE")
     reserved, _ = series("DCGM_FI_DEV_FB_RESERVED")
@@ -354,7 +420,39 @@ def _dcgm(first: Scrape, second: Scrape | None, out: Collected, gpu: int | None 
         out.put("hardware.gpu_name", sorted(names)[0], Provenance("dcgm", "measured", metric="modelName label"))
     if any("GPU_I_ID" in labels for rows in first.samples.values() for labels, _ in rows):
         out.put("hardware.mig_enabled", True, Provenance("dcgm", "measured", metric="GPU_I_ID labels"))
+        _mig_memory(first, out)
     return True
+
+
+# GPU-instance memory, GiB, as `nvidia-smi mig -lgip` lists it for A100-40GB (1g.5gb .. 7g.40gb) and
+# A100/H100-80GB (1g.10gb .. 7g.80gb) in the NVIDIA MIG User Guide
+# (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/): a little under the profile name's
+# figure, which is what the model's weights and KV cache must fit in.
+MIG_PROFILE_GIB = {"1g.5gb": 4.75, "1g.10gb": 9.75, "2g.10gb": 9.75, "3g.20gb": 19.62, "4g.20gb": 19.62,
+                   "7g.40gb": 39.38, "1g.20gb": 19.62, "2g.20gb": 19.62, "3g.40gb": 39.5, "4g.40gb": 39.5,
+                   "7g.80gb": 79.25}
+_MIG_PROFILE = re.compile(r"([1-7])g\.([0-9]{1,4})gb")
+
+
+def _mig_memory(scrape: Scrape, out: Collected) -> None:
+    """hardware.mig_memory_gib from the GPU_I_PROFILE label (`1g.5gb`, `3g.40gb+me`), when the
+    exporter reports one profile: with several, which instance serves the model is not known."""
+    profiles = {labels["GPU_I_PROFILE"] for rows in scrape.samples.values() for labels, _ in rows if "GPU_I_PROFILE" in labels}
+    matched = {m.group(0): m for m in (_MIG_PROFILE.match(p) for p in profiles) if m}
+    if len(profiles) > 1 or len(matched) != len(profiles):
+        shown = ", ".join(ascii(p) for p in sorted(profiles)[:4])
+        out.notes.append(f"{scrape.source}: MIG profiles {shown}: give hardware.mig_memory_gib, the memory of "
+                         "the instance that serves the model")
+        return
+    if not matched:
+        return
+    name, found = next(iter(matched.items()))
+    known = MIG_PROFILE_GIB.get(name)
+    out.put("hardware.mig_memory_gib", known if known is not None else float(found.group(2)), Provenance(
+        "dcgm", "derived", metric="GPU_I_PROFILE label",
+        note=f"the one MIG profile exported ({name}): " + (
+            "its memory as nvidia-smi mig -lgip lists it" if known is not None else
+            "the nominal size in its name; the usable memory is a little less")))
 
 
 # ------------------------------------------------------------------ serving engines
@@ -367,16 +465,68 @@ def _engine(out: Collected, engine: str, note: str) -> None:
     out.put("workload.batching", "continuous", Provenance(engine, "derived", note=f"{engine} always batches continuously"))
 
 
-def _latency_p99(first: Scrape, second: Scrape | None, out: Collected, path: str, name: str, source: str) -> None:
-    buckets = _buckets(first, second, name)
-    result = histogram_quantile(0.99, buckets)
-    if result is None:
-        return
-    value, exact = result
-    _, _, when = _window(first, second, None)
-    out.put(path, value * 1000, Provenance(
-        source, "measured", metric=f"{name} (p99 from histogram buckets)", samples=int(max(c for _, c in buckets)),
-        note=when + ("" if exact else "; in the +Inf bucket: at least this much")))
+# vLLM's cache_dtype values (its --kv-cache-dtype choices) in the vocabulary's terms; "auto" is the
+# model's own dtype, which the cache_config_info labels do not say.
+VLLM_CACHE_DTYPES = {"bfloat16": "bf16", "half": "fp16", "float16": "fp16", "float": "fp32", "float32": "fp32",
+                     "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "fp8_inc": "fp8", "fp8_ds_mla": "fp8"}
+_COUNT = re.compile(r"[0-9]{1,12}")      # a block count or size: digits, and few enough to be real
+
+
+def _vllm_cache_config(source: str, rows: list[tuple[dict[str, str], float]], out: Collected) -> None:
+    """The engine's own settings from cache_config_info's labels. Label values are the exporter's
+    strings: each is checked against what it may be, and shown only through ascii() in notes."""
+    def label(key: str) -> str | None:
+        values = {labels.get(key) for labels, _ in rows}
+        if len(values) > 1:
+            out.notes.append(f"{source}: vllm:cache_config_info's {key} differs between engines; left out")
+        value = values.pop() if len(values) == 1 else None
+        return None if value in (None, "None") else value
+
+    def put(path: str, key: str, value: object) -> None:
+        out.put(path, value, Provenance("vllm", "measured", metric=f"vllm:cache_config_info{{{key}}}"))
+
+    def bad(key: str, value: str) -> None:
+        out.notes.append(f"{source}: vllm:cache_config_info {key}={ascii(value)[:60]} is not understood; left out")
+
+    for path, key, least in (("serving.num_gpu_blocks", "num_gpu_blocks", 0), ("serving.kv_block_size", "block_size", 1)):
+        value = label(key)
+        if value is not None:
+            if _COUNT.fullmatch(value) and int(value) >= least:
+                put(path, key, int(value))
+            else:
+                bad(key, value)
+    fraction = label("gpu_memory_utilization")
+    if fraction is not None:
+        try:
+            number = float(fraction)
+        except ValueError:
+            number = math.nan
+        if 0 < number <= 1:
+            put("serving.memory_fraction", "gpu_memory_utilization", number)
+        else:
+            bad("gpu_memory_utilization", fraction)
+    dtype = label("cache_dtype")
+    if dtype is not None and dtype != "auto":
+        if dtype in VLLM_CACHE_DTYPES:
+            put("model.kv_cache_dtype", "cache_dtype", VLLM_CACHE_DTYPES[dtype])
+        else:
+            bad("cache_dtype", dtype)
+    prefix = label("enable_prefix_caching")
+    if prefix is not None:
+        if prefix in ("True", "False"):
+            put("serving.prefix_caching", "enable_prefix_caching", prefix == "True")
+        else:
+            bad("enable_prefix_caching", prefix)
+
+
+def _hit_ratio(first: Scrape, second: Scrape | None, out: Collected, source: str, hits: str, queries: str) -> None:
+    """Share of looked-up prompt tokens found in the prefix cache, from two token counters."""
+    found, asked = _delta(first, second, hits), _delta(first, second, queries)
+    if found is not None and asked and 0 <= found <= asked:
+        _, _, when = _window(first, second, None)
+        out.put("workload.prefix_cache_hit_ratio", found / asked, Provenance(
+            source, "measured", metric=f"{hits} / {queries}", samples=int(asked),
+            note=f"prompt tokens found in the prefix cache / prompt tokens looked up, {when}"))
 
 
 def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
@@ -386,6 +536,7 @@ def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
     info = first.values("vllm:cache_config_info")
     if info:
         out.put("workload.kv_cache", "paged", Provenance("vllm", "measured", metric="vllm:cache_config_info"))
+        _vllm_cache_config(first.source, info, out)
     found = (second or first).first("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
     if found:
         name = found[0]
@@ -408,10 +559,19 @@ def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
         out.put("workload.seq_len_mean", prompt_sum / prompt_n + gen_sum / gen_n, Provenance(
             "vllm", "measured", metric="request_prompt_tokens + request_generation_tokens (means)",
             samples=int(prompt_n), note=when))
-    _latency_p99(first, second, out, "workload.ttft_p99_ms", "vllm:time_to_first_token_seconds", "vllm")
+    _histogram_facts(first, second, out, "vllm", "vllm:request_prompt_tokens", "workload.prompt_len_mean", "workload.prompt_len_p99")
+    _histogram_facts(first, second, out, "vllm", "vllm:request_generation_tokens",
+                     "workload.output_len_mean", "workload.output_len_p99")
+    _histogram_facts(first, second, out, "vllm", "vllm:time_to_first_token_seconds",
+                     "workload.ttft_mean_ms", "workload.ttft_p99_ms", scale=1000)
     itl = "vllm:inter_token_latency_seconds" if (second or first).values("vllm:inter_token_latency_seconds_count") \
         else "vllm:time_per_output_token_seconds"
-    _latency_p99(first, second, out, "workload.itl_p99_ms", itl, "vllm")
+    _histogram_facts(first, second, out, "vllm", itl, "workload.itl_mean_ms", "workload.itl_p99_ms", scale=1000)
+    _hit_ratio(first, second, out, "vllm", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
+    if (second or first).values("vllm:gpu_prefix_cache_hit_rate"):        # V0 engines: a gauge of their own
+        out.put("workload.prefix_cache_hit_ratio", _mean_gauge(first, second, "vllm:gpu_prefix_cache_hit_rate", ratio=True),
+                Provenance("vllm", "measured", metric="vllm:gpu_prefix_cache_hit_rate", samples=2 if second else 1))
+    _token_rates(first, second, out, "vllm", "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
     return True
 
 
@@ -426,8 +586,40 @@ def _sglang(first: Scrape, second: Scrape | None, out: Collected) -> bool:
         value = _mean_gauge(first, second, name, ratio=path.startswith("telemetry."))
         if value is not None:
             out.put(path, value, Provenance("sglang", "measured", metric=name, samples=2 if second else 1))
-    _latency_p99(first, second, out, "workload.ttft_p99_ms", "sglang:time_to_first_token_seconds", "sglang")
-    _latency_p99(first, second, out, "workload.itl_p99_ms", "sglang:time_per_output_token_seconds", "sglang")
+    _histogram_facts(first, second, out, "sglang", "sglang:time_to_first_token_seconds",
+                     "workload.ttft_mean_ms", "workload.ttft_p99_ms", scale=1000)
+    # Newer SGLang exports inter_token_latency_seconds beside time_per_output_token_seconds (a
+    # request's mean gap); the older one only the latter, observed per streamed chunk.
+    itl = "sglang:inter_token_latency_seconds" if (second or first).values("sglang:inter_token_latency_seconds_count") \
+        else "sglang:time_per_output_token_seconds"
+    _histogram_facts(first, second, out, "sglang", itl, "workload.itl_mean_ms", "workload.itl_p99_ms", scale=1000)
+    cache = _mean_gauge(first, second, "sglang:cache_hit_rate", ratio=True)
+    if cache is not None and 0 <= cache <= 1:
+        out.put("workload.prefix_cache_hit_ratio", cache, Provenance(
+            "sglang", "measured", metric="sglang:cache_hit_rate", samples=2 if second else 1,
+            note="the radix cache's share of prompt tokens found cached"))
+    # Tokens are counted, with the end-to-end latency, when a request finishes: per finished request,
+    # the counters give mean lengths (derived: that pairing is SGLang's code, not its metric's name).
+    finished = _delta(first, second, "sglang:e2e_request_latency_seconds_count")
+    _, _, when = _window(first, second, None)
+    means = []
+    for path, name in (("workload.prompt_len_mean", "sglang:prompt_tokens_total"),
+                       ("workload.output_len_mean", "sglang:generation_tokens_total")):
+        tokens = _delta(first, second, name)
+        if tokens is not None and finished:
+            means.append(tokens / finished)
+            out.put(path, tokens / finished, Provenance("sglang", "derived", samples=int(finished), note=when,
+                                                        metric=f"{name} / sglang:e2e_request_latency_seconds_count"))
+    if len(means) == 2:
+        out.put("workload.seq_len_mean", sum(means), Provenance(
+            "sglang", "derived", metric="(prompt_tokens_total + generation_tokens_total) / finished requests",
+            samples=int(finished or 0), note=when))
+    _token_rates(first, second, out, "sglang", "sglang:prompt_tokens_total", "sglang:generation_tokens_total")
+    throughput = _mean_gauge(first, second, "sglang:gen_throughput")
+    if throughput is not None and throughput >= 0:
+        out.put("workload.generation_tokens_per_s", throughput, Provenance(
+            "sglang", "proxy", metric="sglang:gen_throughput", samples=2 if second else 1,
+            note="SGLang's own gauge over its last decode-log interval (a few dozen steps): a point reading"))
     return True
 
 

@@ -1,9 +1,10 @@
 """Workload facts from request traces, streamed (memory bounded by distinct lengths and windows).
 
 Sequence length = prompt tokens + generated tokens: what the KV cache holds when the request
-ends. Formats: Azure LLM inference CSV (TIMESTAMP,ContextTokens,GeneratedTokens), Mooncake
-JSONL (timestamp ms,input_length,output_length), BurstGPT CSV, `vllm bench serve` result JSON,
-and a generic CSV/JSONL with a column mapping.
+ends. Where a trace gives both parts, prompt and output lengths are summarized too (mean, p99).
+Formats: Azure LLM inference CSV (TIMESTAMP,ContextTokens,GeneratedTokens), Mooncake JSONL
+(timestamp ms,input_length,output_length), BurstGPT CSV, `vllm bench serve` result JSON, and a
+generic CSV/JSONL with a column mapping.
 """
 from __future__ import annotations
 
@@ -53,8 +54,14 @@ class TraceSummary:
     with_duration: int = 0
     unsorted: bool = False
     earliest: float | None = None
+    prompts: dict[int, int] = field(default_factory=dict)      # prompt tokens -> requests (when the trace splits them)
+    outputs: dict[int, int] = field(default_factory=dict)      # output tokens -> requests
 
-    def add(self, t: float | None, tokens: int, duration: float | None = None) -> None:
+    def add(self, t: float | None, tokens: int, duration: float | None = None, split: tuple[int, int] | None = None) -> None:
+        """One request of `tokens` in all; `split`: its (prompt, output) tokens when the trace says."""
+        if split is not None:
+            self.prompts[split[0]] = self.prompts.get(split[0], 0) + 1
+            self.outputs[split[1]] = self.outputs.get(split[1], 0) + 1
         self.n += 1
         self.lengths[tokens] = self.lengths.get(tokens, 0) + 1
         self.total += tokens
@@ -65,6 +72,8 @@ class TraceSummary:
             self.long += 1
         if t is None:
             return
+        if not math.isfinite(t):
+            raise ValueError(f"timestamp {t}")
         if self.first_t is None or self.last_t is None or self.earliest is None:   # all three are set by the first
             self.first_t = self.earliest = t
         elif t < self.last_t:
@@ -84,12 +93,7 @@ class TraceSummary:
                 self.concurrency_peak = len(ends)
 
     def percentile(self, q: float) -> int:
-        rank, seen = q * self.n, 0
-        for length in sorted(self.lengths):
-            seen += self.lengths[length]
-            if seen >= rank:
-                return length
-        return self.longest
+        return _percentile(self.lengths, q)
 
     def collected(self, source: str, metric: str) -> Collected:
         out = Collected()
@@ -107,6 +111,12 @@ class TraceSummary:
         out.put("workload.seq_len_p99", self.percentile(0.99), prov())
         out.put("workload.long_seq_fraction", self.long / self.n,
                 prov(note=f"share longer than {self.options.long_threshold} tokens (--long-threshold)"))
+        # Only when every request was split: a mean over some of them would not be the trace's.
+        if sum(self.prompts.values()) == self.n:
+            for part, counts in (("prompt", self.prompts), ("output", self.outputs)):
+                metric_ = metric.split("+")[0 if part == "prompt" else 1] if metric.count("+") == 1 else metric
+                out.put(f"workload.{part}_len_mean", sum(k * v for k, v in counts.items()) / self.n, prov(metric_=metric_))
+                out.put(f"workload.{part}_len_p99", _percentile(counts, 0.99), prov(metric_=metric_))
         if span and span > 0:
             out.put("workload.arrival_rate_per_s", self.n / span, prov(metric_="arrivals / trace span"))
             if self.unsorted:
@@ -128,6 +138,17 @@ class TraceSummary:
                     prov(note=note, metric_="start + duration"))
             out.put("workload.concurrency_peak", self.concurrency_peak, prov(note=note, metric_="start + duration"))
         return out
+
+
+def _percentile(counts: dict[int, int], q: float) -> int:
+    """The smallest length with at least q of the requests at or under it (nearest rank)."""
+    rank, seen = q * sum(counts.values()), 0
+    ordered = sorted(counts)
+    for length in ordered:
+        seen += counts[length]
+        if seen >= rank:
+            return length
+    return ordered[-1]
 
 
 # ------------------------------------------------------------------ readers
@@ -156,6 +177,7 @@ def _azure(path: Path, summary: TraceSummary) -> str:
     threshold = summary.options.long_threshold
     window = summary.options.window_s
     windows = summary.windows
+    prompts, outputs = summary.prompts, summary.outputs
     n = long = longest = 0
     total = total_sq = 0.0
     first_t: float | None = None
@@ -175,8 +197,9 @@ def _azure(path: Path, summary: TraceSummary) -> str:
                     t = minute + float(stamp[17:])
                 except ValueError:          # 2024 traces: `2024-05-10 00:00:00.009930+00:00`
                     t = _offset_seconds(stamp)
-                tokens = int(context) + int(generated)
-                if tokens < 0:
+                prompt, output = int(context), int(generated)
+                tokens = prompt + output
+                if prompt < 0 or output < 0:
                     raise ValueError
             except ValueError:
                 if not text.strip():
@@ -185,6 +208,8 @@ def _azure(path: Path, summary: TraceSummary) -> str:
                                  "TIMESTAMP,ContextTokens,GeneratedTokens") from None
             n += 1
             lengths[tokens] = lengths.get(tokens, 0) + 1
+            prompts[prompt] = prompts.get(prompt, 0) + 1
+            outputs[output] = outputs.get(output, 0) + 1
             total += tokens
             total_sq += tokens * tokens
             if tokens > longest:
@@ -221,11 +246,20 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
         yield from enumerate(csv.DictReader(handle), 2)  # line 1 is the header
 
 
+def _lengths(prompt: object, output: object) -> tuple[int, int]:
+    """A request's (prompt, output) tokens; ValueError unless both are whole numbers >= 0."""
+    pair = (int(prompt), int(output))   # type: ignore[call-overload]   # a row's value: int() says what it cannot read
+    if min(pair) < 0:
+        raise ValueError("a negative length")
+    return pair
+
+
 def _mooncake(path: Path, summary: TraceSummary) -> str:
     for line, row in _jsonl_rows(path):
         try:
-            summary.add(row["timestamp"] / 1000, int(row["input_length"]) + int(row["output_length"]))
-        except (KeyError, TypeError, ValueError):
+            prompt, output = _lengths(row["input_length"], row["output_length"])
+            summary.add(row["timestamp"] / 1000, prompt + output, split=(prompt, output))
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise KboptError(f"--workload {path}:{line}: expected timestamp, input_length, output_length") from None
     return "input_length+output_length"
 
@@ -235,8 +269,9 @@ def _burstgpt(path: Path, summary: TraceSummary) -> str:
         rows = csv.DictReader(handle)
         for line, row in enumerate(rows, 2):
             try:
-                summary.add(float(row["Timestamp"]), int(row["Request tokens"]) + int(row["Response tokens"]))
-            except (KeyError, TypeError, ValueError):
+                prompt, output = _lengths(row["Request tokens"], row["Response tokens"])
+                summary.add(float(row["Timestamp"]), prompt + output, split=(prompt, output))
+            except (KeyError, TypeError, ValueError, OverflowError):
                 raise KboptError(f"--workload {path}:{line}: expected Timestamp, Request tokens, Response tokens") from None
     return "Request tokens+Response tokens"
 
@@ -250,17 +285,19 @@ def _generic(path: Path, summary: TraceSummary, options: TraceOptions, jsonl: bo
     rows = _jsonl_rows(path) if jsonl else _csv_rows(path)
     for line, row in rows:
         try:
-            tokens = int(float(row[columns["total"]])) if "total" in columns else \
-                int(float(row[columns["prompt"]])) + int(float(row[columns["output"]]))
+            split = None if "total" in columns else (int(float(row[columns["prompt"]])), int(float(row[columns["output"]])))
+            tokens = int(float(row[columns["total"]])) if split is None else split[0] + split[1]
             t = float(row[columns["timestamp"]]) * unit if "timestamp" in columns else None
             duration = float(row[columns["duration"]]) * unit if "duration" in columns else None
         except KeyError as error:
             raise KboptError(f"--workload {path}:{line}: no column {error.args[0]!r}") from None
         except (TypeError, ValueError, OverflowError):
             raise KboptError(f"--workload {path}:{line}: a mapped column is not a finite number") from None
-        if tokens < 0 or (duration is not None and duration < 0):
+        if tokens < 0 or min(split or (0,)) < 0 or (duration is not None and duration < 0):
             raise KboptError(f"--workload {path}:{line}: a length or duration is negative")
-        summary.add(t, tokens, duration)
+        if (t is not None and not math.isfinite(t)) or (duration is not None and not math.isfinite(duration)):
+            raise KboptError(f"--workload {path}:{line}: a timestamp or duration is not a finite number")
+        summary.add(t, tokens, duration, split)
     return columns["total"] if "total" in columns else f"{columns['prompt']}+{columns['output']}"
 
 
@@ -292,13 +329,17 @@ def _vllm_bench_facts(path: Path, result: dict[str, Any], options: TraceOptions)
         summary = TraceSummary(options)
         # strict=False: as far as both lists go, as before (a mismatch is not reported)
         for prompt, output in zip(result["input_lens"], result["output_lens"], strict=False):
-            summary.add(None, int(_number(prompt, "input_lens[]")) + int(_number(output, "output_lens[]")))
+            split = (int(_number(prompt, "input_lens[]")), int(_number(output, "output_lens[]")))
+            summary.add(None, split[0] + split[1], split=split)
         out.merge(summary.collected(path.name, "input_lens+output_lens (per request)"))
     else:
-        total = _number(result["total_input_tokens"], "total_input_tokens") + \
-            _number(result["total_output_tokens"], "total_output_tokens")
-        out.put("workload.seq_len_mean", total / completed,
-                Provenance(source, "measured", metric="(total_input_tokens+total_output_tokens)/completed", samples=completed))
+        prompts = _number(result["total_input_tokens"], "total_input_tokens")
+        outputs = _number(result["total_output_tokens"], "total_output_tokens")
+        # The totals count the completed requests only (vllm bench adds a request's lengths when it succeeds).
+        for path_, value, metric in (("workload.seq_len_mean", prompts + outputs, "(total_input_tokens+total_output_tokens)/completed"),
+                                     ("workload.prompt_len_mean", prompts, "total_input_tokens/completed"),
+                                     ("workload.output_len_mean", outputs, "total_output_tokens/completed")):
+            out.put(path_, value / completed, Provenance(source, "measured", metric=metric, samples=completed))
         out.notes.append(f"{path.name}: aggregates only (saved without --save-detailed): no length spread or p99")
     duration = _number(result["duration"], "duration") if result.get("duration") is not None else None
     rate = result.get("request_rate")
@@ -312,9 +353,19 @@ def _vllm_bench_facts(path: Path, result: dict[str, Any], options: TraceOptions)
     if result.get("max_concurrent_requests"):
         out.put("workload.concurrency_peak", int(_number(result["max_concurrent_requests"], "max_concurrent_requests")),
                 Provenance(source, "measured", metric="max_concurrent_requests", window_s=duration))
-    for path_, key in (("workload.ttft_p99_ms", "p99_ttft_ms"), ("workload.itl_p99_ms", "p99_itl_ms")):
+    for path_, key in (("workload.ttft_p99_ms", "p99_ttft_ms"), ("workload.itl_p99_ms", "p99_itl_ms"),
+                       ("workload.ttft_mean_ms", "mean_ttft_ms"), ("workload.itl_mean_ms", "mean_itl_ms")):
         if result.get(key) is not None:
             out.put(path_, _number(result[key], key), Provenance(source, "measured", metric=key, samples=completed))
+    # Token rates at the load the benchmark sent, over its whole run.
+    if result.get("output_throughput") is not None:
+        out.put("workload.generation_tokens_per_s", _number(result["output_throughput"], "output_throughput"),
+                Provenance(source, "measured", metric="output_throughput", samples=completed, window_s=duration,
+                           note="at the benchmark's load"))
+    if duration and result.get("total_input_tokens") is not None:
+        out.put("workload.prompt_tokens_per_s", _number(result["total_input_tokens"], "total_input_tokens") / duration,
+                Provenance(source, "derived", metric="total_input_tokens/duration", samples=completed, window_s=duration,
+                           note="at the benchmark's load"))
     if result.get("failed"):
         out.notes.append(f"{path.name}: {result['failed']} of {completed + result['failed']} requests failed")
     return out
