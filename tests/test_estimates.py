@@ -217,3 +217,21 @@ def test_both_evaluators_give_identical_advice_2_on_random_facts(toy):
         assert durable == advise(facts, toy, "reference").to_json(), document
         checked += bool(json.loads(durable)["estimates"])
     assert checked >= 20
+
+
+def test_text_starts_with_the_bottleneck_then_the_top_actions_with_their_gains(toy):
+    from kbopt.reports.text import render_text
+    text = render_text(advise(toy_facts(), toy, "reference"))
+    head = text.split("\nStrategies (")[0]
+    assert head.startswith("kbopt advice — bottleneck: ")
+    assert "  model: decode step expected 9.18 ms [low], decode step floor 7.34 ms [medium]" in head
+    actions = head[head.index("Top actions (expected by the performance model)"):]
+    assert "  1. quantization[fp8]: decode step expected 9.18 → 6.19 ms (\u221232.5%)" in actions
+    assert "  2. kv_cache_quantization[fp8]: decode step expected 9.18 → 7.57 ms (\u221217.5%), KV pool tokens\n" \
+           "    464,805 → 929,609 tokens (2.0\u00d7)" in actions
+    assert "  3. op_fusion: fused_ops=3" in actions
+    assert "  all together: decode step expected 9.18 → 4.59 ms (\u221250.0%)" in actions
+    # the rest as before, with the estimates and the plan in full
+    assert "\nPlan: quantization[fp8] + kv_cache_quantization[fp8] together, through the model once\n" in text
+    assert "\nEstimates (5)\n  weights_gib_per_gpu = 14.9 GiB  [high; M-WEIGHTS]\n" in text
+    assert "decode_step_expected_ms = 9.18 ms  [low, assumed: default_efficiency; M-STEP-EXPECTED]" in text

@@ -46,12 +46,12 @@ class Gain:
         return float((self.after - self.before) / abs(self.before))
 
     def text(self) -> str:
-        """`decode step expected 21.0 → 19.8 ms (-5.7%)`, with a true minus sign; `(2.0x)` past 50%."""
+        """`decode step expected 21.0 → 19.8 ms (-5.7%)`, with a true minus sign; `(2.0x)` past +50%."""
         unit = f" {self.unit}" if self.unit else ""
         change = self.change
         if change == float("inf"):
             relative = "from zero"
-        elif abs(change) >= 0.5:
+        elif change >= 0.5:            # growth reads as a factor; a cut stays a share (-50%, not 0.5x)
             relative = f"{self.after / self.before:.1f}{TIMES}"
         else:
             relative = f"{change:+.1%}".replace("-", MINUS)
