@@ -5,7 +5,7 @@ import textwrap
 from collections.abc import Iterable
 
 from kbopt.engine.advice.model import Advice
-from kbopt.engine.advice.whatif import number as shown   # `number` numbers the strategies below
+from kbopt.engine.advice.whatif import number as shown  # `number` numbers the strategies below
 from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
 from kbopt.reports.common import (
