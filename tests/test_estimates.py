@@ -51,7 +51,7 @@ def test_estimates_carry_rule_inputs_and_confidence(toy):
     advice = advise(toy_facts(), toy, "reference")
     estimates = advice.to_dict()["estimates"]
     assert list(estimates) == ["weights_gib_per_gpu", "kv_pool_gib_per_gpu", "kv_pool_tokens",
-                               "decode_step_floor_ms", "decode_step_expected_ms"]     # vocabulary order
+                               "decode_step_floor_ms", "decode_step_expected_ms", "arithmetic_intensity"]  # vocabulary order
     weights = estimates["weights_gib_per_gpu"]
     assert weights == {"value": 8e9 * 2 / GIB, "unit": "GiB", "rule": "M-WEIGHTS", "confidence": "high",
                        "inputs": {"model.params_billion": 8, "model.weight_dtype": "fp16",
@@ -147,7 +147,7 @@ def test_negligible_gain_is_rejected_with_its_numbers():
     rejection = next(r for r in advice.rejected if r.key == "quantization[fp8]")
     assert rejection.reason.startswith("negligible: ")
     assert "decode step floor 7.34 → 7.31 ms (\u22120.3%)" in rejection.reason
-    assert rejection.because == ("M-STEP-FLOOR",)
+    assert rejection.because == ("M-INTENSITY",)          # the rule of the estimate that moved most
     assert any(e.kind == "vetoes" and e.target == "quantization[fp8]" for e in advice.graph)
 
 
@@ -233,5 +233,53 @@ def test_text_starts_with_the_bottleneck_then_the_top_actions_with_their_gains(t
     assert "  all together: decode step expected 9.18 → 4.59 ms (\u221250.0%)" in actions
     # the rest as before, with the estimates and the plan in full
     assert "\nPlan: quantization[fp8] + kv_cache_quantization[fp8] together, through the model once\n" in text
-    assert "\nEstimates (5)\n  weights_gib_per_gpu = 14.9 GiB  [high; M-WEIGHTS]\n" in text
+    assert "\nEstimates (6)\n  weights_gib_per_gpu = 14.9 GiB  [high; M-WEIGHTS]\n" in text
     assert "decode_step_expected_ms = 9.18 ms  [low, assumed: default_efficiency; M-STEP-EXPECTED]" in text
+
+
+def test_html_draws_the_roofline_and_the_memory_bar_self_contained(toy):
+    import re
+
+    from kbopt.reports.html import render_html
+    advice = advise(toy_facts(), toy, "reference")
+    page = render_html(advice)
+    roof = page[page.index('<div class="chart" id="roofline">'):]
+    roof = roof[:roof.index("</svg>")]
+    assert "3,350 GB/s bandwidth roof, 989 TFLOP/s compute roof" in roof
+    assert re.search(r"<title>today: 20.8 FLOP/byte, [\d.]+ TFLOP/s achieved</title>", roof)
+    # where each recommended strategy with gains moves the point
+    assert "<title>quantization[fp8]: 30.9 FLOP/byte" in roof and "<title>kv_cache_quantization[fp8]:" in roof
+    bar = page[page.index('<div class="chart" id="memory-bar">'):]
+    bar = bar[:bar.index("</svg>")]
+    assert "<title>weights: 14.9 GiB</title>" in bar and "<title>KV pool: 56.7 GiB</title>" in bar
+    assert "<title>other: 8.0 GiB</title>" in bar or "<title>other: 7.96 GiB</title>" in bar
+    assert "Plan: quantization[fp8] + kv_cache_quantization[fp8], evaluated together" in page
+    assert "<script" not in page and not re.search(r'\b(src|href)\s*=\s*"(https?:)?//', page)
+    assert 'class="pill conf-low">low</span> <span class="muted">assumed: default_efficiency' in page
+
+
+def test_html_says_what_the_charts_lack(toy):
+    from kbopt.reports.html import render_html
+    facts = toy_facts()
+    facts = dataclasses.replace(facts, values={k: v for k, v in facts.values.items() if k != "workload.requests_running_mean"})
+    page = render_html(advise(facts, toy, "reference"))
+    # no running batch: no step, no intensity, so the roofs are drawn but not the operating point
+    assert "The operating point is not drawn: the advice has no <code>arithmetic_intensity</code>, <code>decode_step_floor_ms</code>" in page
+    assert "today:" not in page
+
+
+def test_untrusted_strings_stay_inert_in_the_model_section(toy):
+    from kbopt.reports.html import render_html
+    facts = toy_facts()
+    facts = dataclasses.replace(facts, values={**facts.values, "model.name": "<img src=x onerror=alert(1)>"})
+    page = render_html(advise(facts, toy, "reference"))
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_markdown_shows_estimates_gains_and_the_plan(toy):
+    from kbopt.reports.markdown import render_markdown
+    page = render_markdown(advise(toy_facts(), toy, "reference"))
+    assert "| `weights_gib_per_gpu` | 14.9 | GiB | high | `M-WEIGHTS` | model.params_billion=8, " in page
+    assert "| `decode_step_expected_ms` | 9.18 | ms | low (assumed: default_efficiency) | `M-STEP-EXPECTED` |" in page
+    assert "Expected by the performance model:\n\n- KV pool tokens 464,805 → 929,609 tokens (2.0\u00d7) (medium; " in page
+    assert "## Plan: `quantization[fp8]` + `kv_cache_quantization[fp8]`, evaluated together" in page

@@ -97,7 +97,7 @@ def number(value: Any) -> str:
         return fmt(value)
     if abs(value) >= 1000:
         return f"{value:,.0f}"
-    return f"{value:.3g}" if abs(value) < 100 else f"{value:.1f}"
+    return f"{value:.3g}" if abs(value) < 100 else f"{value:.1f}".removesuffix(".0")
 
 
 class WhatIf:
