@@ -1,7 +1,8 @@
 """Catalogs shipped in kb/: GPUs, strategies and the methodology's claims (kb/sources.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal, get_args
@@ -58,6 +59,17 @@ class Strategy:
     variant: str | None = None            # the parameter that names a variant (quantization.scheme)
     variants: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
+    # What applying it changes in the facts: (fact path, literal | "= expression" | None), None
+    # forgetting a measurement the change makes stale. The advisor re-evaluates the performance
+    # model with them (engine/advice/whatif.py); kb/ stays free of the expression language.
+    effects: tuple[tuple[str, Any], ...] = ()
+    variant_effects: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
+
+    def effects_of(self, variant: str | None) -> tuple[tuple[str, Any], ...]:
+        """The strategy's effects, then its variant's (a variant's entry for a fact wins)."""
+        merged = dict(self.effects)
+        merged.update(self.variant_effects.get(variant, ()) if variant else ())
+        return tuple(merged.items())
 
 
 @lru_cache(maxsize=1)
@@ -83,8 +95,17 @@ def strategies() -> dict[str, Strategy]:
             variant=raw.get("variant"),
             variants=tuple(raw.get("variants", ())),
             excludes=tuple(raw.get("excludes", ())),
+            effects=tuple((raw.get("effects") or {}).items()),
+            variant_effects={variant: tuple(changes.items())
+                             for variant, changes in (raw.get("variant_effects") or {}).items()},
         )
     return out
+
+
+@lru_cache(maxsize=1)
+def negligible_change() -> float:
+    """Relative change of every estimate a strategy moves under which it is not recommended."""
+    return float(_load("strategies.yaml")["negligible_change"]["value"])
 
 
 @lru_cache(maxsize=1)

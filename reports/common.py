@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check
 from kbopt.engine.advice.model import Advice, Firing
+from kbopt.engine.advice.whatif import Gain, label, number
 from kbopt.engine.lang.text import fmt
 
 _BIDI = dict.fromkeys(map(ord, "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"))
@@ -98,3 +100,32 @@ def bottleneck_evidence(advice: Advice) -> list[tuple[Firing, Check]]:
            for check in firing.checks if check.fact in advice.facts]
     compared = {check.fact for _, check in out if check.op != "known"}
     return [(f, c) for f, c in out if not (c.op == "known" and c.fact in compared)]   # `known(x) and x == ..`
+
+
+# The metrics a reader asks about first, in that order; the rest follow by how much they move.
+HEADLINE = ("decode_tokens_per_s", "decode_step_expected_ms", "ttft_floor_ms", "kv_pool_tokens",
+            "kv_pool_sequences", "weights_overflow_gib", "decode_step_floor_ms")
+
+
+def headline(gains: Iterable[Gain], most: int = 3) -> list[Gain]:
+    """The gains worth a summary line: the headline metrics first, then the largest moves."""
+    def rank(gain: Gain) -> tuple[int, float, str]:
+        first = HEADLINE.index(gain.metric) if gain.metric in HEADLINE else len(HEADLINE)
+        return first, -abs(gain.change), gain.metric
+    return sorted(gains, key=rank)[:most]
+
+
+def estimate_text(estimate: Estimate) -> str:
+    """`decode step expected 9.18 ms`."""
+    return f"{label(estimate.name)} {number(estimate.value)}" + (f" {estimate.unit}" if estimate.unit else "")
+
+
+def model_evidence(advice: Advice) -> list[Estimate]:
+    """The estimates that say where the deployment stands, for the summary (headline order)."""
+    return [advice.estimates[name] for name in
+            ("decode_step_expected_ms", "decode_step_floor_ms", "arithmetic_intensity", "ridge_point",
+             "kv_pool_tokens", "weights_overflow_gib") if name in advice.estimates]
+
+
+def gains_text(gains: Iterable[Gain]) -> str:
+    return ", ".join(g.text() for g in gains)

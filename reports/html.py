@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.explain import Check
 from kbopt.engine.advice.model import Advice
+from kbopt.engine.advice.whatif import number
 from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
+from kbopt.reports.charts import MemoryBar, Roofline, memory_bar, roofline
 from kbopt.reports.common import (
     bottleneck_evidence,
     chain,
@@ -70,7 +72,13 @@ def _environment():
 
 def render_html(advice: Advice, comparison: Comparison | None = None) -> str:
     template = _environment().get_template("report.html.j2")
+    roof, memory = roofline(advice), memory_bar(advice)
     return template.render(
+        roof=roof if isinstance(roof, Roofline) else None,
+        roof_missing=roof if isinstance(roof, tuple) else (),
+        memory=memory if isinstance(memory, MemoryBar) else None,
+        memory_missing=memory if isinstance(memory, tuple) else (),
+        number=number,
         advice=advice,
         comparison=comparison,
         by_rule=firings(advice),

@@ -1,8 +1,11 @@
 """Markdown advice, for tickets and pull requests: the same content as the text report."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.model import Advice
+from kbopt.engine.advice.whatif import Gain, number
 from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
 from kbopt.reports.common import (
@@ -57,6 +60,8 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
         out += ["", f"### `{strategy.id}` — {strategy.title}", ""]
         if strategy.gain:
             out += [f"Expected gain: {strategy.gain}", ""]
+        if strategy.expected:
+            out += ["Expected by the performance model:", ""] + _gains(strategy.expected) + [""]
         for depth, firing in chain(advice, strategy.recommended_by):
             pad = "  " * depth
             out.append(f"{pad}- {_code(firing.rule)} {firing.title} ({_sources(firing.source)}; {_code(firing.location)})")
@@ -66,6 +71,9 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
         if strategy.caveats:
             out += ["", "Caveats:"]
             out += [f"- **{c.rule}**: {c.text}" for c in strategy.caveats]
+    if advice.plan:
+        out += ["", f"## Plan: {' + '.join(_code(k) for k in advice.plan.strategies)}, evaluated together", ""]
+        out += _gains(advice.plan.expected)
     out += ["", f"## Rejected ({len(advice.rejected)})", ""]
     out += [f"- `{rejection_label(r.id, r.params)}`: {r.reason} ({', '.join(_code(b) for b in r.because)})"
             for r in advice.rejected] or ["None."]
@@ -79,6 +87,12 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
         out += [f"| `{e.source}` | {e.kind} | `{e.target}` | {_cell(', '.join(e.because))} |" for e in advice.graph]
     if comparison:
         out += _comparison(comparison)
+    if advice.estimates:
+        out += ["", "## Estimates of the performance model", "",
+                "| estimate | value | unit | confidence | rule | from |", "|---|---|---|---|---|---|"]
+        out += [f"| `{name}` | {_cell(number(e.value))} | {_cell(e.unit or '')} | {e.confidence}"
+                f"{_cell(' (assumed: ' + ', '.join(e.defaults) + ')') if e.defaults else ''} | `{e.rule}` | "
+                f"{_cell(', '.join(f'{p}={fmt(v)}' for p, v in e.inputs.items()))} |" for name, e in advice.estimates.items()]
     if advice.derived:
         made_by = {p: f.rule for f in advice.fired for p in f.derived}
         out += ["", "## Derived facts", "", "| fact | value | rule |", "|---|---|---|"]
@@ -90,6 +104,10 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
             f"{'' if f.pack == 'builtin' else ' (pack ' + _cell(f.pack) + ')'} |" for f in advice.fired]
     out += ["", f"_Rule pack {advice.pack_version}._", ""]
     return "\n".join(out)
+
+
+def _gains(gains: Iterable[Gain]) -> list[str]:
+    return [f"- {_cell(g.text())} ({g.confidence}; {', '.join(_code(r) for r in g.rules)})" for g in gains]
 
 
 def _comparison(c: Comparison) -> list[str]:

@@ -5,13 +5,18 @@ import textwrap
 from collections.abc import Iterable
 
 from kbopt.engine.advice.model import Advice
+from kbopt.engine.advice.whatif import number as shown  # `number` numbers the strategies below
 from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
 from kbopt.reports.common import (
     bottleneck_evidence,
     chain,
     check_text,
+    estimate_text,
     facts_to_collect,
+    gains_text,
+    headline,
+    model_evidence,
     origin_detail,
     origin_text,
     params_text,
@@ -19,6 +24,7 @@ from kbopt.reports.common import (
 )
 
 WIDTH = 100
+TOP = 3           # actions in the summary
 
 
 def _wrap(text: str, indent: str) -> list[str]:
@@ -37,6 +43,23 @@ def _proof(advice: Advice, rule_ids: Iterable[str], indent: str) -> list[str]:
     return lines
 
 
+def _summary(advice: Advice) -> list[str]:
+    """Where the deployment stands in the model's numbers, then the top actions with their gains."""
+    lines = []
+    evidence = model_evidence(advice)
+    if evidence:
+        lines.extend(_wrap("model: " + ", ".join(f"{estimate_text(e)} [{e.confidence}]" for e in evidence), "  "))
+    if advice.strategies:
+        lines.append("")
+        lines.append("Top actions" + (" (expected by the performance model)" if any(s.expected for s in advice.strategies) else ""))
+        for rank, strategy in enumerate(advice.strategies[:TOP], 1):
+            gains = gains_text(headline(strategy.expected))
+            lines.extend(_wrap(f"{rank}. {strategy.key}: " + (gains or params_text(strategy.params) or strategy.title), "  "))
+        if advice.plan:
+            lines.extend(_wrap("all together: " + gains_text(headline(advice.plan.expected)), "  "))
+    return lines
+
+
 def render_text(advice: Advice) -> str:
     lines = [f"kbopt advice — bottleneck: {advice.bottleneck}"]
     if advice.bottleneck_rule:
@@ -44,6 +67,7 @@ def render_text(advice: Advice) -> str:
             lines.append(f"  evidence: {check_text(check)}  ({origin_text(advice, check.fact)}; {firing.rule})")
     else:
         lines.extend(_wrap("not identified: the bottleneck rules need " + ", ".join(advice.bottleneck_missing), "  "))
+    lines.extend(_summary(advice))
     for warning in advice.warnings:
         lines.extend(_wrap(f"warning [{warning.rule}]: {warning.text}", "  "))
     lines.append("")
@@ -54,10 +78,17 @@ def render_text(advice: Advice) -> str:
         lines.append(f"  {number}. {strategy.id} [{strategy.layer}]  {params_text(strategy.params)}".rstrip())
         if strategy.gain:
             lines.extend(_wrap(f"expected gain: {strategy.gain}", "     "))
+        for gain in strategy.expected:
+            lines.extend(_wrap(f"model: {gain.text()}  [{gain.confidence}; {', '.join(gain.rules)}]", "     "))
         lines.append("     because:")
         lines.extend(_proof(advice, strategy.recommended_by, "       "))
         for caveat in strategy.caveats:
             lines.extend(_wrap(f"caveat [{caveat.rule}]: {caveat.text}", "     "))
+    if advice.plan:
+        lines.append("")
+        lines.append(f"Plan: {' + '.join(advice.plan.strategies)} together, through the model once")
+        for gain in advice.plan.expected:
+            lines.extend(_wrap(f"{gain.text()}  [{gain.confidence}; {', '.join(gain.rules)}]", "  "))
     lines.append("")
     lines.append(f"Rejected ({len(advice.rejected)})")
     if not advice.rejected:
@@ -74,6 +105,13 @@ def render_text(advice: Advice) -> str:
         lines.extend(_wrap(f"collect (rules waiting on each): {collect}", "  "))
     for item in advice.not_evaluated:
         lines.extend(_wrap(f"- {item.rule} ({item.title}): needs {', '.join(item.missing)}", "  "))
+    if advice.estimates:
+        lines.append("")
+        lines.append(f"Estimates ({len(advice.estimates)})")
+        for estimate in advice.estimates.values():
+            defaults = f", assumed: {', '.join(estimate.defaults)}" if estimate.defaults else ""
+            lines.extend(_wrap(f"{estimate.name} = {shown(estimate.value)}{' ' + estimate.unit if estimate.unit else ''}"
+                               f"  [{estimate.confidence}{defaults}; {estimate.rule}]", "  "))
     lines.append("")
     lines.append("Facts")
     for path, value in advice.facts.items():

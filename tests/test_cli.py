@@ -23,12 +23,13 @@ def test_text_advice_shows_evidence_chain_rejections(run_cli):
     assert "quantization (scheme=fp8)" in out and "R-FP8-NEEDS-TENSOR-CORES" in out
 
 
-def test_json_advice_follows_advice_v1(run_cli):
+def test_json_advice_follows_advice_v2(run_cli):
     code, out, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "json")
     assert code == 0
     advice = json.loads(out)
-    assert advice["kbopt"] == "advice/1"
+    assert advice["kbopt"] == "advice/2"
     assert list(advice)[:7] == ["kbopt", "bottleneck", "strategies", "rejected", "fired", "not_evaluated", "warnings"]
+    assert {"estimates", "plan"} <= set(advice)      # advice/2 adds them; every advice/1 key stays
     paged = next(s for s in advice["strategies"] if s["id"] == "paged_kv_cache")
     assert paged["layer"] == "storage" and "S-PAGED-KV-CAPACITY" in paged["because"]
     capacity = next(f for f in advice["fired"] if f["rule"] == "D-CAPACITY-MEMORY-FULL")
@@ -150,7 +151,7 @@ def test_output_through_a_symlink_keeps_the_link(run_cli, tmp_path):
     link.symlink_to(real)
     code, _, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "json", "-o", str(link))
     assert code == 0 and link.is_symlink()
-    assert json.loads(real.read_text())["kbopt"] == "advice/1"
+    assert json.loads(real.read_text())["kbopt"] == "advice/2"
 
 
 def test_output_through_a_fifo_is_written_not_replaced(run_cli, tmp_path):
@@ -163,7 +164,7 @@ def test_output_through_a_fifo_is_written_not_replaced(run_cli, tmp_path):
     reader.start()
     code, _, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "json", "-o", str(fifo))
     reader.join(timeout=10)
-    assert code == 0 and json.loads(received[0])["kbopt"] == "advice/1"
+    assert code == 0 and json.loads(received[0])["kbopt"] == "advice/2"
     assert not fifo.is_file()
 
 

@@ -65,7 +65,8 @@ def test_self_contained_no_fetches_no_script(pack):
 
 def test_conflict_graph_marks_chosen_and_rejected_differently(pack):
     page = render(_advice(pack), "html")
-    svg = page[page.index("<svg"):page.index("</svg>")]
+    conflicts = page[page.index('<section id="conflicts">'):]
+    svg = conflicts[conflicts.index("<svg"):conflicts.index("</svg>")]
     assert "<title>quantization[int8]: chosen</title>" in svg
     assert "<title>quantization[fp8]: rejected</title>" in svg
     assert "<title>veto:R-FP8-NEEDS-TENSOR-CORES: veto</title>" in svg

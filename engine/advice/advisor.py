@@ -1,10 +1,13 @@
 """Facts + pack -> Advice: run an evaluator, explain what fired, settle conflicts."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, NotEvaluated, Rejection, RuleNote, StrategyAdvice
+from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
@@ -12,7 +15,7 @@ from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, value_of
 from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.text import fmt, render
 from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn
-from kbopt.kb.catalog import Strategy
+from kbopt.kb.catalog import Strategy, negligible_change
 from kbopt.kb.facts import Facts
 
 
@@ -39,8 +42,13 @@ def fill_because(rule: Rule, lookup: Lookup) -> str:
 
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
     inputs = facts.engine_values(pack.kb.vocabulary)
-    derivation = make_evaluator(pack, evaluator).run(inputs)
+    runner = make_evaluator(pack, evaluator)     # what-ifs reuse it: one more run each, no new compile
+    derivation = runner.run(inputs)
     final = FinalFacts(pack, inputs, derivation)
+    model = Model(pack, inputs, derivation)
+    estimates = model.estimates()
+    # Without estimates there is nothing to compare: strategies keep advice/1's behaviour.
+    whatif = WhatIf(pack, runner, inputs, model) if estimates else None
     rules = pack.by_id()
     shown_values = {**facts.values, **final.derived}
 
@@ -60,7 +68,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         for rule in pack.rules
         if rule.id not in final.fired and final.decision(rule.id) is None)
 
-    strategies_out, rejected, edges = _settle(pack, derivation.fired, final)
+    strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)
     warnings = tuple(RuleNote(rule_id, conclusion.text) for rule_id in derivation.fired
                      for conclusion in rules[rule_id].then if isinstance(conclusion, Warn))
     bottleneck = final.derived.get("derived.bottleneck", "unknown")
@@ -71,10 +79,11 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         bottleneck=bottleneck, bottleneck_rule=bottleneck_rule, strategies=strategies_out, rejected=rejected,
         fired=tuple(firings), not_evaluated=not_evaluated, facts=dict(facts.values), provenance=dict(facts.provenance),
         derived=dict(sorted(final.derived.items())), graph=edges, pack_version=pack.version, warnings=warnings,
-        bottleneck_missing=bottleneck_missing)
+        bottleneck_missing=bottleneck_missing, estimates=estimates, plan=plan)
 
 
-def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts) -> tuple[tuple[StrategyAdvice, ...], tuple[Rejection, ...], tuple[Edge, ...]]:
+def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatIf | None
+            ) -> tuple[tuple[StrategyAdvice, ...], tuple[Rejection, ...], tuple[Edge, ...], Plan | None]:
     rules = pack.by_id()
     candidates: dict[str, Candidate] = {}
     order = {rule_id: index for index, rule_id in enumerate(fired)}
@@ -94,6 +103,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts) -> tuple[tupl
     mitigates = _drawn(fired, rules, Mitigate)
     caveats = _drawn(fired, rules, Caveat)
     catalog = pack.kb.strategies
+    outcomes = _what_ifs(candidates, catalog, whatif, vetoes) if whatif else {}
     graph = build_graph(candidates, vetoes, requires, mitigates, catalog)
     resolution = resolve(graph, candidates)
     chosen = set(resolution.chosen)
@@ -119,7 +129,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts) -> tuple[tupl
         out.append(StrategyAdvice(
             id=c.strategy, layer=catalog[c.strategy].layer, title=catalog[c.strategy].title, params=params,
             because=tuple(dict.fromkeys(because)), caveats=tuple(texts), gain=c.gain, weight=c.weight,
-            recommended_by=tuple(c.rules), key=key))
+            recommended_by=tuple(c.rules), key=key,
+            expected=outcomes[key].gains if key in outcomes else ()))
     rejected = []
     for left in resolution.left_out:
         c = candidates[left.key]
@@ -129,7 +140,30 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts) -> tuple[tupl
     edges = tuple(sorted(
         (Edge(e.kind, e.source, e.target, e.because) for e in graph.edges()),
         key=lambda e: (e.kind, e.source, e.target)))
-    return tuple(out), tuple(rejected), edges
+    plan = whatif.plan([(key, catalog[candidates[key].strategy], candidates[key].variant)
+                        for key in resolution.chosen]) if whatif else None
+    return tuple(out), tuple(rejected), edges, plan
+
+
+def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy], whatif: WhatIf,
+              vetoes: list[Drawn[Reject]]) -> dict[str, Outcome]:
+    """Each candidate's what-if, by key. One that the model can evaluate but that moves no
+    estimate by the negligible share gets a veto (before resolution, so that whatever requires it
+    goes too and an alternative it excluded can take its place); the rule named is the one that
+    computed the estimate that moved most."""
+    outcomes: dict[str, Outcome] = {}
+    threshold = negligible_change()
+    for key in sorted(candidates):
+        c = candidates[key]
+        outcome = whatif.strategy(catalog[c.strategy], c.variant, key)
+        if outcome is None:
+            continue
+        outcomes[key] = outcome
+        if outcome.negligible(threshold):
+            moved = sorted(outcome.gains, key=lambda g: -round(abs(g.change), 6))   # float noise is no tie-break
+            rule = moved[0].rules[0] if moved else whatif.before[outcome.reached[0]].rule
+            vetoes.append(Drawn(rule, Reject(c.strategy, c.variant, negligible_reason(outcome, whatif.before))))
+    return outcomes
 
 
 def _drawn(fired: tuple[str, ...], rules: dict[str, Rule], kind: type[C]) -> list[Drawn[C]]:

@@ -1,14 +1,18 @@
-"""Advice v1: the frozen, ordered value every renderer formats, and its canonical JSON."""
+"""Advice: the frozen, ordered value every renderer formats, and its canonical JSON (advice/2:
+advice/1 plus the performance model's estimates, each strategy's expected gains and the plan;
+docs/advice-format.md)."""
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check
+from kbopt.engine.advice.whatif import Gain, Plan
 from kbopt.kb.provenance import Provenance
 
-ADVICE_FORMAT = "advice/1"
+ADVICE_FORMAT = "advice/2"
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class StrategyAdvice:
     weight: float = 0.0
     recommended_by: tuple[str, ...] = ()   # the subset of `because` that recommended it
     key: str = ""                          # node in the conflict graph: `quantization[int8]`
+    expected: tuple[Gain, ...] = ()        # what the performance model says applying it moves
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,8 @@ class Advice:
     pack_version: str
     warnings: tuple[RuleNote, ...] = ()
     bottleneck_missing: tuple[str, ...] = ()   # input facts the bottleneck rules wait on, when unknown
+    estimates: dict[str, Estimate] = field(default_factory=dict)   # name (path without `derived.`) -> estimate
+    plan: Plan | None = None                   # the chosen strategies' effects together, evaluated once
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,7 +102,8 @@ class Advice:
             "strategies": [
                 {"id": s.id, "layer": s.layer, "params": s.params, "because": list(s.because),
                  "caveats": [{"rule": c.rule, "text": c.text} for c in s.caveats],
-                 **({"gain": s.gain} if s.gain else {})}
+                 **({"gain": s.gain} if s.gain else {}),
+                 **({"expected": [g.to_dict() for g in s.expected]} if s.expected else {})}
                 for s in self.strategies
             ],
             "rejected": [{"id": r.id, **({"params": r.params} if r.params else {}), "because": list(r.because),
@@ -107,6 +115,8 @@ class Advice:
             "warnings": [{"rule": w.rule, "text": w.text} for w in self.warnings],
             "facts": {path: {"value": value, **_provenance(self.provenance.get(path))} for path, value in self.facts.items()},
             "derived": self.derived,
+            "estimates": {name: e.to_dict() for name, e in self.estimates.items()},
+            "plan": self.plan.to_dict() if self.plan else None,
             "conflicts": [{"kind": e.kind, "from": e.source, "to": e.target, "because": list(e.because)} for e in self.graph],
             "rules": {"pack": self.pack_version, "bottleneck_rule": self.bottleneck_rule},
         }

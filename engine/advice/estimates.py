@@ -1,0 +1,201 @@
+"""The performance model's numbers: every derived fact the vocabulary marks `estimate: true`, with
+the rule that computed it, the facts its expression read, and how far it can be trusted.
+
+Confidence follows the inputs, transitively through derived ones, and the lowest wins:
+  high    measured (or collector-derived) facts, and configuration the user states (model shape,
+          hardware, serving settings, constraints: it is what it is)
+  medium  catalog values, proxy telemetry, and workload or telemetry numbers a user typed in
+          (kbopt did not see them measured)
+  low     a default stood in: the expression fell back past a fact that is not known
+          (`coalesce(workload.concurrency_mean, default_batch_size)` without the concurrency), or
+          it used a rule parameter named `default_*` (the pack's convention for a value assumed
+          when a fact is missing, rules/parameters.yaml)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, assert_never
+
+from kbopt.engine.evaluators.derivation import Derivation
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Lookup, Missing, evaluate, value_of
+from kbopt.engine.lang.nodes import Arith, Call, Const, Fact, IfElse, ListOf, Value, facts_of, unique_facts
+from kbopt.engine.lang.operators import FUNCTIONS
+from kbopt.engine.pack.rule import Derive, Pack
+from kbopt.kb.vocabulary import QUALITY_PREFIX
+
+Confidence = Literal["low", "medium", "high"]
+LEVELS: tuple[Confidence, ...] = ("low", "medium", "high")    # weakest first: min() by index
+DEFAULT_PARAMETER = "default_"                                 # a parameter assumed for a missing fact
+CONFIGURATION = ("model", "hardware", "serving", "constraints")  # sections a user states, not measures
+DERIVED = "derived."
+
+
+def weakest(levels: list[Confidence]) -> Confidence:
+    return min(levels, key=LEVELS.index, default="high")
+
+
+def input_confidence(path: str, quality: str | None) -> Confidence:
+    """How far an input fact of this quality can be trusted (module docstring)."""
+    if quality in ("measured", "derived"):
+        return "high"
+    if quality == "user" or quality is None:
+        return "high" if path.split(".", 1)[0] in CONFIGURATION else "medium"
+    return "medium"        # proxy, catalog
+
+
+@dataclass(frozen=True)
+class Trace:
+    """What one derive expression read on the way to its value, following only the branches
+    taken: the known facts with their values, the facts it fell back past, the parameters used."""
+    read: dict[str, Any]
+    fell_back: tuple[str, ...]
+    parameters: tuple[str, ...]
+
+
+def trace(node: Value, lookup: Lookup) -> Trace:
+    read: dict[str, Any] = {}
+    fell_back: dict[str, None] = {}
+    parameters: dict[str, None] = {}
+
+    def note(path: str) -> None:
+        status, value = lookup(path)
+        if status == KNOWN:
+            read[path] = value
+        else:
+            fell_back[path] = None
+
+    def walk(item: Value) -> None:
+        match item:
+            case Const(parameter=parameter):
+                if parameter:
+                    parameters[parameter] = None
+            case Fact(path=path):
+                note(path)
+            case Arith(left=left, right=right):
+                walk(left)
+                walk(right)
+            case ListOf(items=items):
+                for each in items:
+                    walk(each)
+            case Call(fn=fn, args=args) if FUNCTIONS[fn].alternatives:
+                for arg in args:      # coalesce: the first alternative that computes is the one used
+                    try:
+                        value_of(arg, lookup)
+                    except Missing:
+                        fell_back.update((p, None) for p in unique_facts(arg) if lookup(p)[0] != KNOWN)
+                        continue
+                    walk(arg)
+                    break
+            case Call(args=args):
+                for arg in args:
+                    walk(arg)
+            case IfElse(condition=condition, then=then, otherwise=otherwise):
+                for path in dict.fromkeys(facts_of(condition)):
+                    note(path)
+                walk(then if evaluate(condition, lookup) else otherwise)
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    walk(node)
+    return Trace(read, tuple(fell_back), tuple(parameters))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    name: str                      # the derived fact's path without `derived.`
+    value: Any
+    unit: str | None
+    rule: str                      # the rule that derived it
+    confidence: Confidence
+    inputs: dict[str, Any]         # fact path -> value its derive expression read
+    defaults: tuple[str, ...] = ()  # what made it low: facts fallen back past, `default_*` parameters
+
+    @property
+    def path(self) -> str:
+        return DERIVED + self.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "unit": self.unit, "rule": self.rule,
+                "confidence": self.confidence, "inputs": self.inputs,
+                **({"defaults": list(self.defaults)} if self.defaults else {})}
+
+
+class Model:
+    """The estimates of one evaluation, and the confidence of every derived fact behind them."""
+
+    def __init__(self, pack: Pack, inputs: Mapping[str, Any], derivation: Derivation,
+                 levels: Mapping[str, Confidence] | None = None) -> None:
+        self.pack, self.inputs, self.derivation = pack, inputs, derivation
+        self.levels = levels or {}      # input facts whose confidence the caller decides (a what-if's changes)
+        self.traces: dict[str, Trace] = {}
+        self._confidence: dict[str, tuple[Confidence, tuple[str, ...]]] = {}
+        self.lookup: Lookup = self._lookup
+
+    def _lookup(self, path: str) -> tuple[str, Any]:
+        """The facts as chaining left them: a derived fact no rule produced is absent."""
+        if path in self.inputs:
+            return KNOWN, self.inputs[path]
+        if path in self.derivation.derived:
+            return KNOWN, self.derivation.derived[path][0]
+        return (ABSENT, None) if path.startswith(DERIVED) else (MISSING, None)
+
+    def rule_of(self, path: str) -> str:
+        return self.derivation.derived[path][1]
+
+    def trace_of(self, path: str) -> Trace:
+        if path not in self.traces:
+            rule = self.pack.by_id()[self.rule_of(path)]
+            node = next(c.value for c in rule.then if isinstance(c, Derive) and c.path == path)
+            self.traces[path] = trace(node, self.lookup)
+        return self.traces[path]
+
+    def confidence(self, path: str) -> tuple[Confidence, tuple[str, ...]]:
+        """A derived fact's confidence and the defaults behind it (its own and its inputs')."""
+        if path in self._confidence:
+            return self._confidence[path]
+        self._confidence[path] = ("high", ())        # a cycle of rules adds nothing to itself
+        t = self.trace_of(path)
+        defaults = list(t.fell_back) + [p for p in t.parameters if p.startswith(DEFAULT_PARAMETER)]
+        levels: list[Confidence] = ["low"] if defaults else []
+        for fact in t.read:
+            if fact.startswith(DERIVED):
+                level, behind = self.confidence(fact)
+                defaults.extend(behind)
+            elif fact in self.levels:
+                level = self.levels[fact]
+            else:
+                quality = self.inputs.get(QUALITY_PREFIX + fact)
+                level = input_confidence(fact, quality if isinstance(quality, str) else None)
+            levels.append(level)
+        result = (weakest(levels), tuple(dict.fromkeys(defaults)))
+        self._confidence[path] = result
+        return result
+
+    def estimates(self) -> dict[str, Estimate]:
+        """Every `estimate: true` fact this evaluation derived, by name, in vocabulary order."""
+        out: dict[str, Estimate] = {}
+        for path, spec in self.pack.kb.vocabulary.facts.items():
+            if not spec.estimate or path not in self.derivation.derived:
+                continue
+            level, defaults = self.confidence(path)
+            out[path.removeprefix(DERIVED)] = Estimate(
+                name=path.removeprefix(DERIVED), value=self.derivation.derived[path][0], unit=spec.unit,
+                rule=self.rule_of(path), confidence=level, inputs=dict(self.trace_of(path).read),
+                defaults=defaults)
+        return out
+
+    def reads(self, path: str, visit: Callable[[str], None]) -> None:
+        """Call `visit` on every fact a derived fact rests on, transitively (inputs and derived)."""
+        seen: set[str] = set()
+        stack = [path]
+        while stack:
+            current = stack.pop()
+            t = self.trace_of(current)
+            for fact in list(t.read) + list(t.fell_back):
+                if fact in seen:
+                    continue
+                seen.add(fact)
+                visit(fact)
+                if fact.startswith(DERIVED) and fact in self.derivation.derived:
+                    stack.append(fact)

@@ -1,0 +1,221 @@
+"""What a strategy would bring, by re-evaluating the performance model with its effects applied.
+
+A strategy's effects (kb/strategies.yaml) change input facts. The rules run again on the changed
+facts, with the same evaluator, and every estimate is compared before and after: the gain is what
+the model says, never a hand formula, and several strategies applied together (the plan) go
+through the model once, so their gains combine where the model combines them and stop at the
+next roof (max of compute and bandwidth) instead of multiplying.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kbopt.engine.advice.estimates import DERIVED, Confidence, Estimate, Model, input_confidence, trace, weakest
+from kbopt.engine.lang.logic import KNOWN, Missing, value_of
+from kbopt.engine.lang.parse import parse_value
+from kbopt.engine.lang.text import fmt
+from kbopt.engine.pack.rule import Pack
+from kbopt.errors import EvaluationError, KboptError
+from kbopt.kb.catalog import Strategy
+from kbopt.kb.vocabulary import QUALITY_PREFIX
+
+if TYPE_CHECKING:
+    from kbopt.engine.evaluators import Evaluator
+
+MINUS, TIMES = "\u2212", "\u00d7"   # typeset minus and times signs (ruff flags them written out)
+FORGET = None          # an effect's value that forgets a measurement the change makes stale
+
+
+@dataclass(frozen=True)
+class Gain:
+    """How one estimate moves: `before` on today's facts, `after` with the changes applied."""
+    metric: str                    # the estimate's name
+    before: Any
+    after: Any
+    unit: str | None
+    rules: tuple[str, ...]         # the rules that computed the after-value, its own first
+    confidence: Confidence         # the weaker of the two values'
+
+    @property
+    def change(self) -> float:
+        """Relative change; a move away from zero counts as infinite."""
+        if self.before == 0:
+            return 0.0 if self.after == 0 else float("inf")
+        return float((self.after - self.before) / abs(self.before))
+
+    def text(self) -> str:
+        """`decode step expected 21.0 → 19.8 ms (-5.7%)`, with a true minus sign; `(2.0x)` past +50%."""
+        unit = f" {self.unit}" if self.unit else ""
+        change = self.change
+        if change == float("inf"):
+            relative = "from zero"
+        elif change >= 0.5:            # growth reads as a factor; a cut stays a share (-50%, not 0.5x)
+            relative = f"{self.after / self.before:.1f}{TIMES}"
+        else:
+            relative = f"{change:+.1%}".replace("-", MINUS)
+        return f"{label(self.metric)} {number(self.before)} → {number(self.after)}{unit} ({relative})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "before": self.before, "after": self.after, "unit": self.unit,
+                "rules": list(self.rules), "confidence": self.confidence}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One what-if: the changes made, and how the estimates moved."""
+    changes: tuple[tuple[str, Any], ...]   # fact -> new value (None: forgotten)
+    gains: tuple[Gain, ...]                # every estimate known before and after whose value moved
+    reached: tuple[str, ...]               # the estimates that rest on a changed fact
+    unevaluated: str | None = None         # why the model could not evaluate the effects
+
+    def negligible(self, threshold: float) -> bool:
+        return bool(self.reached) and self.unevaluated is None and all(abs(g.change) < threshold for g in self.gains)
+
+
+@dataclass(frozen=True)
+class Plan:
+    strategies: tuple[str, ...]    # candidate keys whose effects were applied together
+    expected: tuple[Gain, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategies": list(self.strategies), "expected": [g.to_dict() for g in self.expected]}
+
+
+def label(metric: str) -> str:
+    """A metric's name as prose: `decode_step_expected_ms` -> `decode step expected`."""
+    words = metric.split("_")
+    while len(words) > 1 and words[-1] in ("ms", "gib", "s", "gpu", "per"):
+        words.pop()
+    return " ".join(words).replace("kv ", "KV ")
+
+
+def number(value: Any) -> str:
+    """A number as people read it: thousands separated, three significant figures past them."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return fmt(value)
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) < 100 else f"{value:.1f}".removesuffix(".0")
+
+
+class WhatIf:
+    """Re-evaluates one pack's rules on changed facts, reusing its evaluator and today's model."""
+
+    def __init__(self, pack: Pack, evaluator: Evaluator, inputs: Mapping[str, Any], baseline: Model) -> None:
+        self.pack, self.evaluator, self.inputs, self.baseline = pack, evaluator, inputs, baseline
+        self.before = baseline.estimates()
+        self.parameters = {p.name: p.value for rule in pack.rules for p in rule.parameters}
+
+    def changes(self, effects: tuple[tuple[str, Any], ...], owner: str) -> tuple[tuple[str, Any], ...]:
+        """Each effect's value on today's final facts; Missing when an expression lacks facts."""
+        out: list[tuple[str, Any]] = []
+        for path, raw in effects:
+            spec = self.pack.kb.vocabulary.get(path)
+            if spec is None or spec.derived or spec.quality_of:
+                raise KboptError(f"kb/strategies.yaml: {owner} changes {path}, which is not an input fact "
+                                 "(effects change input facts; derived ones follow through the rules)")
+            if isinstance(raw, str) and raw.startswith("="):
+                node = parse_value(raw[1:], self.pack.kb.vocabulary, self.parameters)
+                out.append((path, value_of(node, self.baseline.lookup)))
+            else:
+                out.append((path, raw))
+        return tuple(out)
+
+    def run(self, effects: tuple[tuple[str, Any], ...], owner: str) -> Outcome:
+        try:
+            changes = self.changes(effects, owner)
+        except Missing as missing:
+            return Outcome((), (), (), f"its effects need {', '.join(dict.fromkeys(missing.paths))}")
+        inputs = dict(self.inputs)
+        levels: dict[str, Confidence] = {}
+        for path, value in changes:
+            inputs.pop(path, None)
+            inputs.pop(QUALITY_PREFIX + path, None)
+            if value is not FORGET:
+                inputs[path] = value
+                inputs[QUALITY_PREFIX + path] = "user"      # a setting the change makes
+                levels[path] = self._level_of(effects, path)
+        try:
+            derivation = self.evaluator.run(inputs)
+        except EvaluationError as error:
+            return Outcome(changes, (), (), f"the model cannot evaluate it: {error}")
+        after = Model(self.pack, inputs, derivation, levels)
+        changed = {path for path, _ in changes}
+        reached: dict[str, None] = {}
+        for name, estimate in after.estimates().items():
+            def visit(fact: str, name: str = name) -> None:
+                if fact in changed:
+                    reached[name] = None
+            after.reads(estimate.path, visit)
+        return Outcome(changes, self._gains(after), tuple(reached))
+
+    def _level_of(self, effects: tuple[tuple[str, Any], ...], path: str) -> Confidence:
+        """A literal setting is what it is; a computed one is as good as the facts it read."""
+        raw = dict(effects)[path]
+        if not (isinstance(raw, str) and raw.startswith("=")):
+            return "high"
+        t = trace(parse_value(raw[1:], self.pack.kb.vocabulary, self.parameters), self.baseline.lookup)
+        levels: list[Confidence] = ["low"] if t.fell_back else []
+        for fact in t.read:
+            if fact.startswith(DERIVED):
+                levels.append(self.baseline.confidence(fact)[0])
+            else:
+                quality = self.inputs.get(QUALITY_PREFIX + fact)
+                levels.append(input_confidence(fact, quality if isinstance(quality, str) else None))
+        return weakest(levels)
+
+    def _gains(self, after: Model) -> tuple[Gain, ...]:
+        out = []
+        for name, now in after.estimates().items():
+            was: Estimate | None = self.before.get(name)
+            if was is None or was.value == now.value:
+                continue
+            out.append(Gain(name, was.value, now.value, now.unit, self._rules(after, now.path),
+                            weakest([was.confidence, now.confidence])))
+        return tuple(out)
+
+    def _rules(self, after: Model, path: str) -> tuple[str, ...]:
+        """The rule of the after-value, then those of the derived facts it rests on that moved."""
+        rules = {after.rule_of(path): None}
+
+        def visit(fact: str) -> None:
+            if fact in after.derivation.derived and self.baseline.lookup(fact) != (KNOWN, after.derivation.derived[fact][0]):
+                rules[after.rule_of(fact)] = None
+        after.reads(path, visit)
+        order = self.pack.order
+        first, *rest = rules
+        return (first, *sorted(rest, key=lambda r: order.get(r, 0)))
+
+    def strategy(self, strategy: Strategy, variant: str | None, key: str) -> Outcome | None:
+        """The outcome of applying one candidate, or None when it has no effects."""
+        effects = strategy.effects_of(variant)
+        return self.run(effects, key) if effects else None
+
+    def plan(self, chosen: list[tuple[str, Strategy, str | None]]) -> Plan | None:
+        """Every chosen strategy's effects together, evaluated once. Where two change the same
+        fact, the stronger (earlier) strategy's change stands."""
+        merged: dict[str, Any] = {}
+        applied = []
+        for key, strategy, variant in chosen:
+            effects = strategy.effects_of(variant)
+            if effects:
+                applied.append(key)
+                for path, value in effects:
+                    merged.setdefault(path, value)
+        if not applied:
+            return None
+        outcome = self.run(tuple(merged.items()), "the plan")
+        if outcome.unevaluated is not None:
+            return None
+        return Plan(tuple(applied), outcome.gains)
+
+
+def negligible_reason(outcome: Outcome, before: Mapping[str, Estimate]) -> str:
+    """`negligible: decode step expected 12.3 → 12.1 ms (-1.6%)`, or what stays the same."""
+    if outcome.gains:
+        return "negligible: " + "; ".join(g.text() for g in outcome.gains)
+    unchanged = "; ".join(f"{label(e.name)} stays {number(e.value)}{' ' + e.unit if e.unit else ''}"
+                          for e in before.values() if e.name in outcome.reached)
+    return "negligible: no estimate moves" + (f" ({unchanged})" if unchanged else "")
