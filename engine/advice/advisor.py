@@ -161,7 +161,8 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
         outcomes[key] = outcome
         if outcome.negligible(threshold):
             moved = sorted(outcome.gains, key=lambda g: -round(abs(g.change), 6))   # float noise is no tie-break
-            rule = moved[0].rules[0] if moved else whatif.before[outcome.reached[0]].rule
+            known_before = [name for name in outcome.reached if name in whatif.before]   # one may appear only after
+            rule = moved[0].rules[0] if moved else (whatif.before[known_before[0]].rule if known_before else c.rules[0])
             vetoes.append(Drawn(rule, Reject(c.strategy, c.variant, negligible_reason(outcome, whatif.before))))
     return outcomes
 

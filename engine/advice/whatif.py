@@ -62,6 +62,20 @@ class Gain:
                 "rules": list(self.rules), "confidence": self.confidence}
 
 
+# The estimates that say what a deployment gets (time per step, throughput, first token, how much
+# the KV cache holds); the others (ridge point, bytes per token, weights per GPU) describe it.
+PERFORMANCE_METRICS = frozenset({
+    "decode_step_floor_ms", "decode_step_expected_ms", "decode_tokens_per_s", "ttft_floor_ms",
+    "kv_pool_tokens", "kv_pool_sequences", "max_batch_kv", "max_batch_itl"})
+
+
+# Facts an effect forgets or carries over only to keep the model consistent with the change
+# (measurements made before it, the efficiency they calibrated); they are not what it changes.
+BOOKKEEPING = frozenset({
+    "workload.itl_mean_ms", "workload.itl_p99_ms", "workload.generation_tokens_per_s", "workload.prompt_tokens_per_s",
+    "serving.num_gpu_blocks", "telemetry.bandwidth_efficiency"})
+
+
 @dataclass(frozen=True)
 class Outcome:
     """One what-if: the changes made, and how the estimates moved."""
@@ -71,7 +85,11 @@ class Outcome:
     unevaluated: str | None = None         # why the model could not evaluate the effects
 
     def negligible(self, threshold: float) -> bool:
-        return bool(self.reached) and self.unevaluated is None and all(abs(g.change) < threshold for g in self.gains)
+        """Negligible only when the model measured what a deployment gains (a performance metric
+        known before and after) and nothing moved enough: a change the model cannot size, because
+        the facts lack the model's shape, is not thereby a change that brings nothing."""
+        sized = [name for name in self.reached if name in PERFORMANCE_METRICS]
+        return bool(sized) and self.unevaluated is None and all(abs(g.change) < threshold for g in self.gains)
 
 
 @dataclass(frozen=True)
@@ -109,7 +127,7 @@ class WhatIf:
         self.parameters = {p.name: p.value for rule in pack.rules for p in rule.parameters}
 
     def changes(self, effects: tuple[tuple[str, Any], ...], owner: str) -> tuple[tuple[str, Any], ...]:
-        """Each effect's value on today's final facts; Missing when an expression lacks facts."""
+        """Each effect's value on today's final facts (FORGET where an expression lacks facts)."""
         out: list[tuple[str, Any]] = []
         for path, raw in effects:
             spec = self.pack.kb.vocabulary.get(path)
@@ -118,16 +136,18 @@ class WhatIf:
                                  "(effects change input facts; derived ones follow through the rules)")
             if isinstance(raw, str) and raw.startswith("="):
                 node = parse_value(raw[1:], self.pack.kb.vocabulary, self.parameters)
-                out.append((path, value_of(node, self.baseline.lookup)))
+                try:
+                    out.append((path, value_of(node, self.baseline.lookup)))
+                except Missing:
+                    # What the facts cannot compute is left unknown: a calibration the model never
+                    # made carries nothing over, and the model says what it then cannot estimate.
+                    out.append((path, FORGET))
             else:
                 out.append((path, raw))
         return tuple(out)
 
     def run(self, effects: tuple[tuple[str, Any], ...], owner: str) -> Outcome:
-        try:
-            changes = self.changes(effects, owner)
-        except Missing as missing:
-            return Outcome((), (), (), f"its effects need {', '.join(dict.fromkeys(missing.paths))}")
+        changes = self.changes(effects, owner)
         inputs = dict(self.inputs)
         levels: dict[str, Confidence] = {}
         for path, value in changes:
@@ -142,7 +162,9 @@ class WhatIf:
         except EvaluationError as error:
             return Outcome(changes, (), (), f"the model cannot evaluate it: {error}")
         after = Model(self.pack, inputs, derivation, levels)
-        changed = {path for path, _ in changes}
+        # What the strategy changes, not the measurements it keeps consistent: an estimate reached
+        # only through those says nothing of what the strategy brings.
+        changed = {path for path, _ in changes if path not in BOOKKEEPING}
         reached: dict[str, None] = {}
         for name, estimate in after.estimates().items():
             def visit(fact: str, name: str = name) -> None:
