@@ -92,14 +92,22 @@ def facts_to_collect(advice: Advice) -> list[tuple[str, int]]:
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def bottleneck_evidence(advice: Advice) -> list[tuple[Firing, Check]]:
-    """The comparisons on input facts that decided the bottleneck, through derived facts."""
+def bottleneck_evidence(advice: Advice, most: int = 6) -> list[tuple[Firing, Check]]:
+    """What decided the bottleneck, in numbers: the deciding rule's own comparisons (a derived
+    number such as the share of the KV pool in use counts; the yes/no steps of the diagnosis do
+    not), else the comparisons on input facts found through the facts it derived from. The whole
+    chain stays in each strategy's proof."""
     if not advice.bottleneck_rule:
         return []
+    deciding = firings(advice).get(advice.bottleneck_rule)
+    own = [(deciding, check) for check in deciding.checks
+           if not isinstance(check.value, bool) and check.op != "known"] if deciding else []
+    if own:
+        return own[:most]
     out = [(firing, check) for _, firing in chain(advice, [advice.bottleneck_rule])
            for check in firing.checks if check.fact in advice.facts]
     compared = {check.fact for _, check in out if check.op != "known"}
-    return [(f, c) for f, c in out if not (c.op == "known" and c.fact in compared)]   # `known(x) and x == ..`
+    return [(f, c) for f, c in out if not (c.op == "known" and c.fact in compared)][:most]   # `known(x) and x == ..`
 
 
 # The metrics a reader asks about first, in that order; the rest follow by how much they move.
