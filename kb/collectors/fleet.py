@@ -264,7 +264,14 @@ def read_fleet(client: PrometheusClient, window: str = "30m", selector: str | No
     at = time.time() if at is None else at       # one evaluation time for every query: a consistent join
     expressions = [promql(name, kind, window, matchers) for name, kind in FAMILIES]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        results = list(pool.map(lambda expr: client.query(expr, at), expressions))
+        futures = [pool.submit(client.query, expr, at) for expr in expressions]
+        try:
+            results = [future.result() for future in futures]
+        except BaseException:
+            # An unusable server (or Ctrl-C): the queries not yet sent are not sent at all.
+            for future in futures:
+                future.cancel()
+            raise
     by_family = {name: rows for (name, _), rows in zip(FAMILIES, results, strict=True)}
     queries = dict(zip((name for name, _ in FAMILIES), expressions, strict=True))
 
