@@ -97,26 +97,8 @@ class Exporter:
         self.templates: dict[str, _Template] = {}
         self.started = time.monotonic()
         self.scrapes: dict[str, int] = {}
-        exporter = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                body = exporter.render(self.path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                data = body.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = loopback_server(lambda method, path, body: (200, "text/plain; version=0.0.4", data.encode())
+                                      if (data := self.render(path)) is not None else (404, "text/plain", b""))
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -204,6 +186,28 @@ class Exporter:
             labels = re.sub(r'gpu="\d+"', f'gpu="{sim.gpu}"', labels)
             out.append(f"{name}{_with_labels(labels, extra)} {repr(values[name]) if name in values else value}")
         return "\n".join(out) + "\n"
+
+
+def loopback_server(respond) -> ThreadingHTTPServer:
+    """An HTTP server on a free loopback port: respond(method, path, body) -> (status, type, bytes)."""
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self):
+            length = int(self.headers.get("Content-Length", 0) or 0)
+            status, content_type, data = respond(self.command, self.path, self.rfile.read(length) if length else b"")
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    return server
 
 
 def target_count(sims: list[Sim], fleet: str) -> int:

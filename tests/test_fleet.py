@@ -6,10 +6,11 @@ import io
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
+from prometheus_harness import loopback_server
 
 from kbopt.fleet import slug, write_directory
 from kbopt.kb.collectors.fleet import FAMILIES, PrometheusClient, host_of, missing_families, read_fleet
@@ -22,27 +23,12 @@ class FakePrometheus:
 
     def __init__(self, respond):
         self.requests = 0
-        fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                fake.requests += 1
-                from urllib.parse import parse_qs
-                length = int(self.headers.get("Content-Length", 0))
-                query = parse_qs(self.rfile.read(length).decode())["query"][0]
-                status, body = respond(query)
-                data = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        def answer(method, path, body):
+            self.requests += 1
+            status, reply = respond(parse_qs(body.decode())["query"][0])
+            return status, "application/json", reply if isinstance(reply, bytes) else json.dumps(reply).encode()
+        self.server = loopback_server(answer)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
