@@ -6,6 +6,7 @@ read and written a line at a time, so memory stays flat however many lines there
 """
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterable, Iterator
@@ -37,15 +38,39 @@ def advise_line(line: str, pack: Pack, evaluator: str = "reference", name: str =
 
 
 def advise_stream(lines: Iterable[str], out: IO[str], pack: Pack, evaluator: str, source: str,
-                  overrides: tuple[str, ...] = ()) -> tuple[int, int]:
-    """Advise every line (each input line gives exactly one output line, so the two zip);
-    returns (lines read, lines that failed)."""
+                  overrides: tuple[str, ...] = (), jobs: int = 1) -> tuple[int, int]:
+    """Advise every line (each input line gives exactly one output line, in order, so the two
+    zip); returns (lines read, lines that failed). With jobs > 1, batches of lines are advised by
+    that many worker processes; a batch at a time is held, so memory stays flat."""
+    numbered = ((n, raw.rstrip("\r\n")) for n, raw in enumerate(lines, start=1))
     count = failed = 0
-    for count, raw in enumerate(lines, start=1):
-        ok, text = advise_line(raw.rstrip("\r\n"), pack, evaluator, f"{source}:{count}", overrides)
-        failed += not ok
-        out.write(text + "\n")
+    if jobs <= 1:
+        results: Iterable[tuple[bool, str]] = (advise_line(raw, pack, evaluator, f"{source}:{n}", overrides)
+                                               for n, raw in numbered)
+        for ok, text in results:
+            count, failed = count + 1, failed + (not ok)
+            out.write(text + "\n")
+        return count, failed
+    import multiprocessing
+    global _WORKER
+    _WORKER = (pack, evaluator, source, overrides)
+    # fork: the workers inherit the checked pack and its compiled evaluators instead of loading them again
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        while batch := list(itertools.islice(numbered, BATCH_PER_JOB * jobs)):
+            for ok, text in pool.map(_advise_numbered, batch, chunksize=max(1, len(batch) // (4 * jobs))):
+                count, failed = count + 1, failed + (not ok)
+                out.write(text + "\n")
     return count, failed
+
+
+BATCH_PER_JOB = 256
+_WORKER: tuple[Pack, str, str, tuple[str, ...]] | None = None    # what a forked worker advises with
+
+
+def _advise_numbered(item: tuple[int, str]) -> tuple[bool, str]:
+    assert _WORKER is not None
+    pack, evaluator, source, overrides = _WORKER
+    return advise_line(item[1], pack, evaluator, f"{source}:{item[0]}", overrides)
 
 
 def input_lines(path: str) -> Iterator[str]:

@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--facts-jsonl", metavar="FILE",
                         help="one facts document per line (- for standard input): one advice JSON per line, streamed; "
                              "a bad line gives an error record naming it and the rest go on (exit 2 at the end)")
+    advise.add_argument("--jobs", type=int, default=0, metavar="N",
+                        help="with --facts-jsonl: worker processes (default: one per CPU)")
     advise.add_argument("--format", choices=("text", "json", "md", "html"), default="text",
                         help="output format (default text); html and md also show a --set what-if")
     advise.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
@@ -220,7 +222,8 @@ def _advise_jsonl(args, pack) -> int:
     evaluator = _evaluator(args.engine)
     source = "-" if args.facts_jsonl == "-" else Path(args.facts_jsonl).name
     with streamed_output(args.output) as out:
-        count, failed = advise_stream(input_lines(args.facts_jsonl), out, pack, evaluator, source, tuple(args.overrides))
+        count, failed = advise_stream(input_lines(args.facts_jsonl), out, pack, evaluator, source, tuple(args.overrides),
+                                      jobs=args.jobs if args.jobs > 0 else (os.cpu_count() or 1))
     if failed:
         print(f"kbopt: error: {failed} of {count} lines could not be advised (their error records name them)", file=sys.stderr)
         return EXIT_BAD_INPUT

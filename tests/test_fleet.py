@@ -216,6 +216,14 @@ def test_facts_jsonl_one_line_out_per_line_in(run_cli, tmp_path, monkeypatch):
     assert json.loads((tmp_path / "advice.jsonl").read_text())["kbopt"] == "advice/1"
 
 
+def test_facts_jsonl_in_worker_processes_keeps_the_order(run_cli, tmp_path):
+    path = tmp_path / "facts.jsonl"
+    path.write_text(_lines() * 3)
+    one = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "1")
+    two = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2")
+    assert one[0] == two[0] == 2 and one[1] == two[1] and len(one[1].splitlines()) == 12
+
+
 def test_facts_jsonl_refuses_other_formats(run_cli, tmp_path):
     (tmp_path / "f.jsonl").write_text("{}\n")
     assert run_cli("advise", "--facts-jsonl", str(tmp_path / "f.jsonl"), "--format", "html")[0] == 2
