@@ -11,10 +11,14 @@ same run, since absolute figures vary from machine to machine and run to run.
     evaluation and whole advise(), against the 50-rule pack;
 (d) collect's own overhead per NVML sample, with a fake NVML module, against the NVML calls alone;
 (e) summarizing a 1,000,000-request trace (Azure format): time, and peak memory against 100,000;
-(f) parsing a 50,000-series Prometheus exposition with the prefilter, against without it.
+(f) parsing a 50,000-series Prometheus exposition with the prefilter, against without it;
+(g) `kbopt advise --facts-jsonl` on 10,000 facts documents: wall time, peak RSS against 1,000;
+(h) `kbopt fleet` against a real Prometheus with 200 simulated replicas: queries and wall time,
+    against 20 replicas (benchmarks/fleet.py).
 Targets (from the issue "Fast at every size"): cold advise <= 8x `python -c pass` (text) and
 <= 12x (html); >= 5,000 whole advise()/s per core; one evaluation <= 25 us (reference) and
-<= 100 us (durable); 2,000-rule pack <= 2 ms per whole advise(); trace < 3 s, memory bounded.
+<= 100 us (durable); 2,000-rule pack <= 2 ms per whole advise(); trace < 3 s, memory bounded;
+10,000 --facts-jsonl documents <= 10 s with flat memory; fleet queries independent of replicas.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
 sys.path.insert(0, str(ROOT / "tests"))     # the fake NVML module and the synthetic exposition
+sys.path.insert(0, str(ROOT / "benchmarks"))   # fleet.py
 
 
 def verdict(ok: bool, target: str) -> str:
@@ -292,6 +297,9 @@ def main() -> None:
     nvml_overhead(samples=200 if quick else 5000)
     trace_scaling(rows=20_000 if quick else 1_000_000)
     prometheus_parsing(series=20_000 if quick else 50_000, runs=1 if quick else 5)
+    from fleet import fleet_against_prometheus, jsonl_throughput
+    jsonl_throughput(count=2_000 if quick else 10_000, measured=measured, verdict=verdict)
+    fleet_against_prometheus(replicas=20 if quick else 200, verdict=verdict)
 
 
 if __name__ == "__main__":

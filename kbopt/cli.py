@@ -32,6 +32,11 @@ def _parser() -> argparse.ArgumentParser:
     source = advise.add_mutually_exclusive_group(required=True)
     source.add_argument("--facts", metavar="FILE", help="facts document, JSON or YAML")
     source.add_argument("--collect", action="store_true", help="collect the facts first (takes the collect options below)")
+    source.add_argument("--facts-jsonl", metavar="FILE",
+                        help="one facts document per line (- for standard input): one advice JSON per line, streamed; "
+                             "a bad line gives an error record naming it and the rest go on (exit 2 at the end)")
+    advise.add_argument("--jobs", type=int, default=0, metavar="N",
+                        help="with --facts-jsonl: worker processes (default: one per CPU)")
     advise.add_argument("--format", choices=("text", "json", "md", "html"), default="text",
                         help="output format (default text); html and md also show a --set what-if")
     advise.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
@@ -58,6 +63,24 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--format", choices=("html", "md"), default="html", help="report format (default html)")
     report.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     _pack_options(report)
+
+    fleet = commands.add_parser("fleet", help="advice for every deployment a Prometheus server sees",
+                                description="Read every replica of every deployment (vLLM, SGLang, TGI, Triton, with "
+                                            "dcgm-exporter's GPU series) from a Prometheus server in a fixed number of "
+                                            "queries, advise each deployment and say where its replicas disagree.",
+                                epilog="Exit codes: 0 done (deployments with missing metrics are listed with what is "
+                                       "missing); 2 the server cannot be used (unreachable, refusing, timing out), a bad "
+                                       "option, or no deployment under the selector; 130 interrupted, nothing written.")
+    fleet.add_argument("--prometheus", required=True, metavar="URL", help="the server, e.g. http://prometheus:9090")
+    fleet.add_argument("--window", default="30m", metavar="DURATION", help="averages and rates over this window (default 30m)")
+    fleet.add_argument("--selector", metavar="'{LABEL=\"VALUE\",...}'",
+                       help="label matchers added to every query, e.g. '{namespace=\"llm\"}'")
+    fleet.add_argument("--timeout", type=float, default=10.0, metavar="S", help="per query (default 10)")
+    fleet.add_argument("--retries", type=int, default=2, metavar="N", help="retries of a failed query (default 2)")
+    fleet.add_argument("-o", "--output", metavar="DIR",
+                       help="write fleet.jsonl, index.html and deployments/*.html here (all or nothing); "
+                            "without it, fleet.jsonl goes to standard output")
+    _pack_options(fleet)
 
     schema = commands.add_parser("schema", help="print a JSON Schema (for editors)")
     schema.add_argument("which", choices=("facts", "rules"))
@@ -173,6 +196,8 @@ def _advise(args) -> int:
     from kbopt.kb.facts import facts_from_document, load_facts
     from kbopt.reports import render
     pack = load_checked_pack(args.rules)        # broken rules fail before a long collection
+    if args.facts_jsonl is not None:
+        return _advise_jsonl(args, pack)
     if args.collect:
         document, name = _collected_document(args), "collected facts"
         read = lambda overrides: facts_from_document(document, name, overrides)   # noqa: E731
@@ -187,6 +212,44 @@ def _advise(args) -> int:
         from kbopt.engine.advice.compare import compare
         comparison = compare(advise(read([]), pack, evaluator), advice, name, "with --set")
     write_output(render(advice, args.format, comparison), args.output)
+    return EXIT_OK
+
+
+def _advise_jsonl(args, pack) -> int:
+    from kbopt.batch import advise_stream, input_lines, streamed_output
+    if args.format not in ("text", "json"):
+        raise KboptError(f"--facts-jsonl writes JSON lines; --format {args.format} is for one facts file")
+    evaluator = _evaluator(args.engine)
+    source = "-" if args.facts_jsonl == "-" else Path(args.facts_jsonl).name
+    with streamed_output(args.output) as out:
+        count, failed = advise_stream(input_lines(args.facts_jsonl), out, pack, evaluator, source, tuple(args.overrides),
+                                      jobs=args.jobs if args.jobs > 0 else (os.cpu_count() or 1))
+    if failed:
+        print(f"kbopt: error: {failed} of {count} lines could not be advised (their error records name them)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_OK
+
+
+def _fleet(args) -> int:
+    import time
+
+    from kbopt.fleet import build_fleet, fleet_files, fleet_lines, summary_text, write_directory
+    from kbopt.kb.collectors.fleet import PrometheusClient, read_fleet
+    started = time.monotonic()
+    pack = load_checked_pack(args.rules)
+    evaluator = _evaluator(args.engine)
+    client = PrometheusClient(args.prometheus, timeout_s=args.timeout, retries=max(0, args.retries))
+    read = read_fleet(client, args.window, args.selector)
+    if not read.replicas:
+        raise KboptError(f"--prometheus {args.prometheus}: no vLLM, SGLang, TGI or Triton series"
+                         + (f" under {args.selector}" if args.selector else "") + f" over the last {args.window} "
+                         f"({read.queries} queries); is the engine's /metrics scraped?")
+    fleet = build_fleet(read, pack, evaluator, args.prometheus, args.selector, started)
+    if args.output:
+        write_directory(fleet_files(fleet), args.output)
+    else:
+        write_output(fleet_lines(fleet), None)
+    sys.stderr.write(summary_text(fleet))
     return EXIT_OK
 
 
@@ -289,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
             return _collect(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "fleet":
+            return _fleet(args)
         if args.command == "schema":
             return _schema(args)
         return _rules(args)

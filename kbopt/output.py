@@ -4,7 +4,10 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from kbopt.errors import KboptError
 
@@ -38,13 +41,22 @@ def write_output(text: str, output: str | None) -> None:
         except OSError as error:
             raise KboptError(f"-o {output}: cannot write there: {error.strerror}") from None
         return
+    with replaced(target, output) as handle:
+        handle.write(text)
+
+
+@contextmanager
+def replaced(target: Path, output: str) -> Iterator[IO[str]]:
+    """A handle on a temporary file beside `target`, renamed over it when the block ends well
+    and removed when it does not (an error, Ctrl-C): what is written lands whole or not at all.
+    `kbopt advise --facts-jsonl -o` streams through it line by line."""
     try:
         fd, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
     except OSError as error:
         raise KboptError(f"-o {output}: cannot write there: {error.strerror}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+            yield handle
         os.chmod(temporary, _new_file_mode(target))     # mkstemp makes 0600; honour umask instead
         os.replace(temporary, target)
     except OSError as error:

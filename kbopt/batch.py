@@ -1,0 +1,100 @@
+"""`kbopt advise --facts-jsonl`: one facts document per line in, one advice JSON per line out.
+
+`advise_line` is a pure function of (line, pack): the building block a batch pipeline maps over
+its records, in this process or any distributed engine's workers (docs/fleet.md). The stream is
+read and written a line at a time, so memory stays flat however many lines there are.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from kbopt.engine.pack.rule import Pack
+from kbopt.errors import KboptError
+from kbopt.output import replaced
+
+ERROR_FORMAT = "error"
+
+
+def advise_line(line: str, pack: Pack, evaluator: str = "reference", name: str = "-:1",
+                overrides: tuple[str, ...] = ()) -> tuple[bool, str]:
+    """(ok, one JSON line without its newline): the advice (advice/1), or an error record
+    {"kbopt": "error", "line": N, "error": "..."} naming the input line."""
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.kb.facts import facts_from_document, parse_document
+    try:
+        facts = facts_from_document(parse_document(line, name), name, overrides)
+        record: dict[str, Any] = advise(facts, pack, evaluator).to_dict()
+        ok = True
+    except KboptError as error:
+        record = {"kbopt": ERROR_FORMAT, "line": int(name.rpartition(":")[2]), "error": str(error)}
+        ok = False
+    return ok, json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def advise_stream(lines: Iterable[str], out: IO[str], pack: Pack, evaluator: str, source: str,
+                  overrides: tuple[str, ...] = (), jobs: int = 1) -> tuple[int, int]:
+    """Advise every line (each input line gives exactly one output line, in order, so the two
+    zip); returns (lines read, lines that failed). With jobs > 1, batches of lines are advised by
+    that many worker processes; a batch at a time is held, so memory stays flat."""
+    numbered = ((n, raw.rstrip("\r\n")) for n, raw in enumerate(lines, start=1))
+    count = failed = 0
+    if jobs <= 1:
+        results: Iterable[tuple[bool, str]] = (advise_line(raw, pack, evaluator, f"{source}:{n}", overrides)
+                                               for n, raw in numbered)
+        for ok, text in results:
+            count, failed = count + 1, failed + (not ok)
+            out.write(text + "\n")
+        return count, failed
+    import multiprocessing
+    global _WORKER
+    _WORKER = (pack, evaluator, source, overrides)
+    # fork: the workers inherit the checked pack and its compiled evaluators instead of loading them again
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        while batch := list(itertools.islice(numbered, BATCH_PER_JOB * jobs)):
+            for ok, text in pool.map(_advise_numbered, batch, chunksize=max(1, len(batch) // (4 * jobs))):
+                count, failed = count + 1, failed + (not ok)
+                out.write(text + "\n")
+    return count, failed
+
+
+BATCH_PER_JOB = 256
+_WORKER: tuple[Pack, str, str, tuple[str, ...]] | None = None    # what a forked worker advises with
+
+
+def _advise_numbered(item: tuple[int, str]) -> tuple[bool, str]:
+    assert _WORKER is not None
+    pack, evaluator, source, overrides = _WORKER
+    return advise_line(item[1], pack, evaluator, f"{source}:{item[0]}", overrides)
+
+
+def input_lines(path: str) -> Iterator[str]:
+    if path == "-":
+        yield from sys.stdin
+        return
+    try:
+        handle = open(path, encoding="utf-8", errors="replace")   # noqa: SIM115 (closed below, also on Ctrl-C)
+    except OSError as error:
+        raise KboptError(f"--facts-jsonl {path}: cannot read it: {error.strerror}") from None
+    with handle:
+        yield from handle
+
+
+@contextmanager
+def streamed_output(output: str | None) -> Iterator[IO[str]]:
+    """Standard output, or a file written all or nothing like kbopt.output.write_output, but
+    line by line: a temporary file beside the target, renamed into place when all went well."""
+    if output is None or output == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    target = Path(output)
+    if target.is_dir():
+        raise KboptError(f"-o {output}: is a directory; give a file name")
+    with replaced(target, output) as handle:
+        yield handle

@@ -1,0 +1,229 @@
+"""`kbopt fleet` without Prometheus: a fake server on loopback for each way a server can fail,
+the all-or-nothing output folder, and `advise --facts-jsonl`."""
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import pytest
+from prometheus_harness import loopback_server
+
+from kbopt.fleet import slug, write_directory
+from kbopt.kb.collectors.fleet import FAMILIES, PrometheusClient, host_of, missing_families, read_fleet
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+class FakePrometheus:
+    """Answers /api/v1/query with `respond(query) -> (status, body)`; counts the requests."""
+
+    def __init__(self, respond):
+        self.requests = 0
+
+        def answer(method, path, body):
+            self.requests += 1
+            status, reply = respond(parse_qs(body.decode())["query"][0])
+            return status, "application/json", reply if isinstance(reply, bytes) else json.dumps(reply).encode()
+        self.server = loopback_server(answer)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake():
+    servers = []
+
+    def start(respond):
+        servers.append(FakePrometheus(respond))
+        return servers[-1]
+    yield start
+    for server in servers:
+        server.close()
+
+
+def vector(rows, warnings=None):
+    body = {"status": "success", "data": {"resultType": "vector",
+                                          "result": [{"metric": m, "value": [0, str(v)]} for m, v in rows]}}
+    if warnings:
+        body["warnings"] = warnings
+    return 200, body
+
+
+def fleet_of(replicas: int, warnings=None):
+    """Answers as a Prometheus holding `replicas` vLLM replicas (running requests only)."""
+    def respond(query):
+        if "vllm:num_requests_running" in query:
+            return vector([({"instance": f"10.0.0.{i}:8000", "model_name": "m"}, 3.0) for i in range(replicas)], warnings)
+        return vector([], warnings)
+    return respond
+
+
+def test_every_family_the_collector_reads_is_queried():
+    assert missing_families() == set()
+
+
+def test_host_of():
+    assert host_of("10.0.0.5:8000") == "10.0.0.5"
+    assert host_of("[fe80::1]:9400") == "fe80::1"
+    assert host_of("node-a") == "node-a"
+
+
+def test_slug_is_a_plain_file_name():
+    name = slug("../../etc/passwd <script>")
+    assert "/" not in name and ".." not in name and "<" not in name
+    assert slug("a/b") != slug("a-b")
+
+
+def test_query_count_is_fixed(fake):
+    counts = []
+    for replicas in (1, 50):
+        server = fake(fleet_of(replicas))
+        client = PrometheusClient(server.url)
+        read = read_fleet(client, "5m")
+        assert len(read.replicas) == replicas
+        counts.append((client.queries, server.requests))
+    assert counts[0] == counts[1] == (len(FAMILIES), len(FAMILIES))
+
+
+def test_retries_a_server_error_then_succeeds(fake):
+    seen, lock = set(), threading.Lock()
+
+    def first_refused(query):               # each query's first try fails as a busy server's would
+        with lock:
+            retry = query in seen
+            seen.add(query)
+        return fleet_of(1)(query) if retry else (503, {"status": "error", "error": "busy"})
+    server = fake(first_refused)
+    client = PrometheusClient(server.url, retries=2, sleep=lambda s: None)
+    assert len(read_fleet(client, "5m").replicas) == 1
+
+
+def test_unreachable_server_exits_2(run_cli, tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]          # closed again: nothing listens there
+    code, _, err = run_cli("fleet", "--prometheus", f"http://127.0.0.1:{port}", "--retries", "0",
+                           "-o", str(tmp_path / "out"))
+    assert code == 2 and "cannot reach it" in err and not (tmp_path / "out").exists()
+
+
+def test_bad_query_is_not_retried_and_says_why(fake, run_cli):
+    server = fake(lambda q: (400, {"status": "error", "errorType": "bad_data", "error": "parse error at char 5"}))
+    code, _, err = run_cli("fleet", "--prometheus", server.url, "--selector", '{namespace="llm"}')
+    assert code == 2 and "HTTP 400" in err and "parse error at char 5" in err
+    assert server.requests < len(FAMILIES)      # no retry, and the queries not yet sent are dropped
+
+
+def test_timeout_exits_2(fake, run_cli):
+    server = fake(lambda q: (time.sleep(1.5), vector([]))[1])
+    code, _, err = run_cli("fleet", "--prometheus", server.url, "--timeout", "0.3", "--retries", "0")
+    assert code == 2 and ("no answer within 0.3 s" in err or "timed out" in err), err
+
+
+def test_not_prometheus_exits_2(fake, run_cli):
+    server = fake(lambda q: (200, b"<html>login</html>"))
+    code, _, err = run_cli("fleet", "--prometheus", server.url)
+    assert code == 2 and "not JSON" in err
+
+
+def test_no_deployment_exits_2(fake, run_cli):
+    server = fake(fleet_of(0))
+    code, _, err = run_cli("fleet", "--prometheus", server.url, "--selector", '{namespace="none"}')
+    assert code == 2 and "no vLLM, SGLang, TGI or Triton series under" in err
+
+
+def test_partial_answer_is_reported(fake, run_cli, tmp_path):
+    server = fake(fleet_of(2, warnings=["remote read of store b failed"]))
+    code, _, err = run_cli("fleet", "--prometheus", server.url, "-o", str(tmp_path / "out"))
+    assert code == 0 and "Prometheus answered in part" in err and "store b failed" in err
+    assert "Partial answer" in (tmp_path / "out" / "index.html").read_text()
+    (record,) = [json.loads(line) for line in (tmp_path / "out" / "fleet.jsonl").read_text().splitlines()]
+    assert len(record["replicas"]) == 2 and "telemetry.compute_utilization" in record["missing"]
+
+
+def test_without_output_fleet_jsonl_goes_to_stdout(fake, run_cli):
+    server = fake(fleet_of(1))
+    code, out, _ = run_cli("fleet", "--prometheus", server.url)
+    assert code == 0 and json.loads(out)["kbopt"] == "fleet/1"
+
+
+def test_bad_window_and_selector(run_cli):
+    assert run_cli("fleet", "--prometheus", "http://127.0.0.1:1", "--window", "soon")[0] == 2
+    assert "braces" in run_cli("fleet", "--prometheus", "http://127.0.0.1:1", "--selector", 'namespace="x"')[2]
+
+
+def test_directory_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    target = tmp_path / "out"
+    write_directory({"fleet.jsonl": "{}\n", "index.html": "old"}, str(target))
+    calls = []
+    original = Path.write_text
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(self)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(Path, "write_text", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_directory({"fleet.jsonl": "new\n", "index.html": "new", "deployments/a.html": "x"}, str(target))
+    monkeypatch.undo()
+    assert (target / "index.html").read_text() == "old"          # the earlier output, untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # and no temporary folder left
+    write_directory({"fleet.jsonl": "new\n", "deployments/a.html": "x"}, str(target))
+    assert sorted(p.name for p in target.iterdir()) == ["deployments", "fleet.jsonl"]
+
+
+def test_directory_refuses_a_folder_of_other_things(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    from kbopt.errors import KboptError
+    with pytest.raises(KboptError, match="not an earlier kbopt fleet output"):
+        write_directory({"fleet.jsonl": ""}, str(tmp_path))
+
+
+# ------------------------------------------------------------------ advise --facts-jsonl
+
+
+def _lines() -> str:
+    good = json.dumps(json.loads((EXAMPLES / "capacity-a100-chat.json").read_text()))
+    return "\n".join([good, "{not json", json.dumps({"telemetry": {"memory_used_ratio": 93}}), good]) + "\n"
+
+
+def test_facts_jsonl_one_line_out_per_line_in(run_cli, tmp_path, monkeypatch):
+    path = tmp_path / "facts.jsonl"
+    path.write_text(_lines())
+    code, out, err = run_cli("advise", "--facts-jsonl", str(path))
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code == 2 and "2 of 4 lines could not be advised" in err
+    assert [line["kbopt"] for line in lines] == ["advice/1", "error", "error", "advice/1"]
+    assert lines[1]["line"] == 2 and "facts.jsonl:2: not valid JSON" in lines[1]["error"]
+    assert lines[2]["line"] == 3 and "percentage" in lines[2]["error"]
+    assert lines[0] == lines[3] and lines[0]["bottleneck"] == "memory_capacity"
+    single = run_cli("advise", "--facts", str(EXAMPLES / "capacity-a100-chat.json"), "--format", "json")[1]
+    assert lines[0] == json.loads(single)             # the same advice as one file gives
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(_lines().split("\n")[0] + "\n"))
+    code, out, _ = run_cli("advise", "--facts-jsonl", "-", "-o", str(tmp_path / "advice.jsonl"))
+    assert code == 0 and out == ""
+    assert json.loads((tmp_path / "advice.jsonl").read_text())["kbopt"] == "advice/1"
+
+
+def test_facts_jsonl_in_worker_processes_keeps_the_order(run_cli, tmp_path):
+    path = tmp_path / "facts.jsonl"
+    path.write_text(_lines() * 3)
+    one = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "1")
+    two = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2")
+    assert one[0] == two[0] == 2 and one[1] == two[1] and len(one[1].splitlines()) == 12
+
+
+def test_facts_jsonl_refuses_other_formats(run_cli, tmp_path):
+    (tmp_path / "f.jsonl").write_text("{}\n")
+    assert run_cli("advise", "--facts-jsonl", str(tmp_path / "f.jsonl"), "--format", "html")[0] == 2
