@@ -203,7 +203,7 @@ def test_facts_jsonl_one_line_out_per_line_in(run_cli, tmp_path, monkeypatch):
     code, out, err = run_cli("advise", "--facts-jsonl", str(path))
     lines = [json.loads(line) for line in out.splitlines()]
     assert code == 2 and "2 of 4 lines could not be advised" in err
-    assert [line["kbopt"] for line in lines] == ["advice/1", "error", "error", "advice/1"]
+    assert [line["kbopt"] for line in lines] == ["advice/2", "error", "error", "advice/2"]
     assert lines[1]["line"] == 2 and "facts.jsonl:2: not valid JSON" in lines[1]["error"]
     assert lines[2]["line"] == 3 and "percentage" in lines[2]["error"]
     assert lines[0] == lines[3] and lines[0]["bottleneck"] == "memory_capacity"
@@ -213,7 +213,7 @@ def test_facts_jsonl_one_line_out_per_line_in(run_cli, tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(_lines().split("\n")[0] + "\n"))
     code, out, _ = run_cli("advise", "--facts-jsonl", "-", "-o", str(tmp_path / "advice.jsonl"))
     assert code == 0 and out == ""
-    assert json.loads((tmp_path / "advice.jsonl").read_text())["kbopt"] == "advice/1"
+    assert json.loads((tmp_path / "advice.jsonl").read_text())["kbopt"] == "advice/2"
 
 
 def test_facts_jsonl_in_worker_processes_keeps_the_order(run_cli, tmp_path):
