@@ -59,15 +59,18 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
     """Safe YAML with every key's position; a duplicate key is an error, not a silent overwrite."""
     import yaml  # here, not at the top: a pack from the compiled-pack cache is never parsed
 
-    from kbopt.kb.yamlio import DuplicateKey, SafeLoader, check_duplicate_keys
-    loader = SafeLoader(text)
+    from kbopt.kb.yamlio import DuplicateKey, YamlRefused, compose_checked
+    loader = None
     try:
-        node = loader.get_single_node()
+        loader, node = compose_checked(text)
         if node is None:
             problems.append(diagnostic("L003", file, 1, "the file is empty"))
             return None
-        check_duplicate_keys(node)
         data = loader.construct_document(node)
+    except YamlRefused as error:
+        problems.append(diagnostic("L003", file, error.line, error.problem, snippet=snippet(text, error.line),
+                                   column=error.column))
+        return None
     except DuplicateKey as error:
         problems.append(diagnostic("L003", file, error.line, f"duplicate key {error.key!r}", snippet=snippet(text, error.line),
                                    column=error.column, help="a later copy would silently replace the first"))
@@ -79,13 +82,17 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
                                    snippet=snippet(text, line), column=mark.column + 1 if mark else None))
         return None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     marks: dict[KeyPath, tuple[int, int]] = {}
+    not_names: list[yaml.Node] = []
 
     def walk(n: yaml.Node, path: KeyPath) -> None:
         marks[path] = (n.start_mark.line + 1, n.start_mark.column + 1)
         if isinstance(n, yaml.MappingNode):
             for key, value in n.value:
+                if key.tag != "tag:yaml.org,2002:str":     # `1:` or `true:` would reach the schema as a non-string
+                    not_names.append(key)
                 walk(value, path + (key.value,))
                 marks[path + (key.value,)] = (key.start_mark.line + 1, key.start_mark.column + 1)   # the key, not its value
         elif isinstance(n, yaml.SequenceNode):
@@ -93,6 +100,12 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
                 walk(item, path + (index,))
 
     walk(node, ())
+    if not_names:
+        key = not_names[0]
+        line = key.start_mark.line + 1
+        problems.append(diagnostic("L004", file, line, f"the key {key.value!r} is not a name", snippet=snippet(text, line),
+                                   column=key.start_mark.column + 1, help="quote it, or fix the indentation"))
+        return None
     return Document(file, text, data, marks)
 
 
