@@ -213,7 +213,12 @@ class Retired:
 def read_retired(pack: PackDir, problems: list[Diagnostic]) -> dict[str, Retired]:
     """retired.yaml: `retired: {ID: reason}` or `retired: [ID, ...]`."""
     doc, entries = _entries(pack, RETIRED, "retired", problems)
-    if doc is None or entries is None:    # no file gives no document and no entries: the first test is for the checker
+    if doc is None:
+        return {}
+    if entries is None and not (isinstance(doc.data, dict) and "retired" in doc.data):     # e.g. a bare list
+        problems.append(doc.at((), "L004", "expected `retired: {RULE-ID: reason, ...}` or `retired: [RULE-ID, ...]`"))
+        return {}
+    if entries is None:        # `retired:` with nothing under it
         return {}
     if isinstance(entries, list) and all(isinstance(e, str) for e in entries):
         return {e: Retired(e, "retired", doc.file, doc.line(("retired", i))) for i, e in enumerate(entries)}
