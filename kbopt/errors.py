@@ -5,7 +5,6 @@ from collections.abc import Sequence
 
 from kbopt.diagnostics import Diagnostic, render
 
-
 MAX_MESSAGE = 4000      # characters of one error message: one paragraph, whatever the input quoted in it
 
 
