@@ -19,6 +19,11 @@ from kbopt.engine.pack.rule import Parameter
 from kbopt.kb.catalog import LAYERS, Layer
 
 PARAMETERS, RETIRED, DISABLE = "parameters.yaml", "retired.yaml", "disable.yaml"
+MAX_SNIPPET = 300
+# A pack's size limits (docs/usage.md, Limits): a rule file is a few kilobytes and the largest packs tested
+# hold 2,000 rules; these bound what one hostile pack can make every command read, parse and compile.
+MAX_FILE = 1024 * 1024         # characters of one pack file
+MAX_RULE_FILES = 10_000        # rule files in one pack
 LAYOUT = "a pack is a directory: <dir>/<layer>/<id>.yaml, layers: " + ", ".join(LAYERS)
 
 # Where a node sits in a document: mapping keys and list indexes from the root, () for the root itself.
@@ -29,7 +34,9 @@ def snippet(text: str, line: int | None) -> str | None:
     lines = text.splitlines()
     if not line or not 0 < line <= len(lines):
         return None
-    return lines[line - 1].rstrip() or None
+    shown = lines[line - 1].rstrip()
+    # A diagnostic is one paragraph: a line of thousands of characters is shown by its start.
+    return (shown if len(shown) <= MAX_SNIPPET else shown[:MAX_SNIPPET] + " ...") or None
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,12 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
 
 def read_text(file: Traversable, shown: str, problems: list[Diagnostic]) -> str | None:
     try:
-        return file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8")
+        if len(text) > MAX_FILE:
+            problems.append(diagnostic("L002", shown, None, f"{len(text):,} characters long; a pack file may hold "
+                                       f"at most {MAX_FILE:,}"))
+            return None
+        return text
     except UnicodeDecodeError as error:
         problems.append(diagnostic("L002", shown, None, f"not UTF-8 text (byte {error.start})"))
     except OSError as error:
@@ -162,6 +174,10 @@ def discover(dirs: Iterable[str | Path], problems: list[Diagnostic]) -> list[Pac
             problems.append(diagnostic("L001", shown, None, "not a rules directory", help=LAYOUT))
             continue
         pack = _pack_dir(shown, root, shown)
+        if len(pack.rule_files) > MAX_RULE_FILES:
+            problems.append(diagnostic("L001", shown, None, f"{len(pack.rule_files):,} rule files; a pack may hold at "
+                                       f"most {MAX_RULE_FILES:,}", help="split it into several packs"))
+            continue
         if not pack.rule_files and not pack.optional(DISABLE) and not pack.optional(PARAMETERS):
             problems.append(diagnostic("L001", shown, None, "no rule files found", help=LAYOUT))
             continue
