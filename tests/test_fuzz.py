@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import needs_durable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import needs_durable
 from kbopt.cli import main
 from kbopt.engine.evaluators import durable_available
 from kbopt.engine.lang.errors import ExprError
