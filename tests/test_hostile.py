@@ -14,6 +14,7 @@ import pytest
 from conftest import needs_durable
 
 from kbopt import output
+from kbopt.engine.evaluators import durable_available
 from kbopt.errors import MAX_MESSAGE
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "capacity-a100-chat.json")
@@ -303,3 +304,14 @@ def test_pack_file_size_is_bounded(tmp_path, run_cli):
     pack = write_pack(tmp_path, "workload.itl_p99_ms > 100", extra="notes: " + "x" * (1024 * 1024) + "\n")
     for code, text in _lint_and_advise(run_cli, pack):
         assert_refused(code, text, "error[L002]", "a pack file may hold at most 1,048,576")
+
+
+@pytest.mark.parametrize("fact", ["hardware.memory_total_gib=1e300", "hardware.memory_total_gib=1.7e308",
+                                  "model.params_billion=1e300", "model.num_layers=9007199254740992"])
+def test_extreme_numbers_give_the_same_advice_on_both_evaluators(run_cli, fact):
+    results = []
+    for engine in ("durable", "reference") if durable_available() is None else ("reference",):
+        code, out, err = run_cli("advise", "--facts", EXAMPLE, "--set", fact, "--format", "json", "--engine", engine)
+        assert code in (0, 2) and "internal error" not in err, err
+        results.append((code, out))
+    assert len(set(results)) == 1
