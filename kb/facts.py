@@ -8,6 +8,7 @@ it), else `input`/`set` with quality `user`.
 """
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import math
@@ -52,12 +53,67 @@ def version_number(text: str) -> float:
     return int(major) + int(minor) / 10  # minor is one digit (schema), so 8.9 < 9.0 < 10.0
 
 
+# Bounds on what a facts document may hold (docs/usage.md, Limits). A real one is a few kilobytes; these
+# keep a hostile one from costing minutes or gigabytes, and keep every number one both evaluators hold
+# exactly: durable_rules' core saturates integers at 2^63 and compares in doubles, exact only to 2^53.
+MAX_FACTS_BYTES = 1024 * 1024
+MAX_DEPTH = 16
+MAX_STRING = 10_000
+MAX_EXACT_INT = 2 ** 53
+MAX_SET_TEXT = 10_000
+SHOWN = 5                   # schema errors (and unknown keys) said in full; the rest are counted
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    duplicates = sorted({key for key in keys if keys.count(key) > 1})
-    if duplicates:
-        raise ValueError(f"duplicate key {duplicates[0]!r}")
-    return dict(pairs)
+    found = dict(pairs)
+    if len(found) < len(pairs):      # linear: 40,000 keys must not take key-count squared steps
+        counts = collections.Counter(key for key, _ in pairs)
+        duplicates = sorted(key for key, count in counts.items() if count > 1)
+        raise ValueError(f"duplicate key {_clip(duplicates[0])!r}")
+    return found
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    """A value quoted in a message, cut short: a message is one paragraph, whatever the input."""
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
+
+
+def _has_surrogate(text: str) -> bool:
+    # JSON may escape a lone surrogate ("\ud800"), and a command line's undecodable bytes arrive as
+    # surrogates; neither can be written back out as UTF-8.
+    return any("\ud800" <= ch <= "\udfff" for ch in text)
+
+
+def check_plain(document: Any, name: str) -> None:
+    """Bounds every consumer relies on, checked without recursion before anything else reads the
+    document: nesting depth, string lengths and encodability, integers within ±2^53, finite floats."""
+    pending: list[tuple[Any, str, int]] = [(document, "$", 0)]
+    while pending:
+        value, where, depth = pending.pop()
+        if isinstance(value, dict):
+            if depth >= MAX_DEPTH:
+                raise FactsError(f"{name}: {where}: nested more than {MAX_DEPTH} levels deep; facts are section.name")
+            for key, item in value.items():
+                if not isinstance(key, str) or _has_surrogate(key) or len(key) > MAX_STRING:
+                    raise FactsError(f"{name}: {where}: the key {_clip(ascii(key))} is not a name")
+                pending.append((item, f"{where}.{key}", depth + 1))
+        elif isinstance(value, list):
+            if depth >= MAX_DEPTH:
+                raise FactsError(f"{name}: {where}: nested more than {MAX_DEPTH} levels deep; facts are section.name")
+            pending.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            if len(value) > MAX_STRING:
+                raise FactsError(f"{name}: {where}: a string of {len(value):,} characters; kbopt reads at most {MAX_STRING:,}")
+            if _has_surrogate(value):
+                raise FactsError(f"{name}: {where}: {_clip(ascii(value))} holds a lone surrogate, which is not text")
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, int):
+            if abs(value) > MAX_EXACT_INT:
+                shown = f"{value:.3e}" if abs(value) < 10 ** 4000 else "an integer of over 4,000 digits"
+                raise FactsError(f"{name}: {where}: {shown} is beyond ±2^53, the largest integers kbopt compares exactly")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise FactsError(f"{name}: {where}: {value} is not a finite number")
 
 
 def _reject_constant(name: str) -> NoReturn:
@@ -66,16 +122,19 @@ def _reject_constant(name: str) -> NoReturn:
 
 def parse_document(text: str, name: str) -> Any:
     """Parse JSON or YAML text; errors name the file, line and column."""
+    if len(text) > MAX_FACTS_BYTES:
+        raise FactsError(f"{name}: the facts document is {len(text):,} characters long; kbopt reads at most "
+                         f"{MAX_FACTS_BYTES:,} (a real one is a few kilobytes)")
     if not text.strip():
         raise FactsError(f"{name}: the facts document is empty; write at least {{\"kbopt\": \"{FACTS_FORMAT}\"}}")
     if name.endswith((".yaml", ".yml")):
         import yaml  # only for YAML documents: JSON facts never load PyYAML
 
-        from kbopt.kb.yamlio import DuplicateKey, read_yaml_strict
+        from kbopt.kb.yamlio import DuplicateKey, YamlRefused, read_yaml_strict
         try:
             return _plain(read_yaml_strict(text), name, "$")
-        except DuplicateKey as error:
-            raise FactsError(f"{name}: {error}") from None
+        except (DuplicateKey, YamlRefused) as error:
+            raise FactsError(f"{name}: not valid facts YAML: {error}") from None
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
@@ -84,6 +143,8 @@ def parse_document(text: str, name: str) -> Any:
         return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as error:
         raise FactsError(f"{name}: not valid JSON: line {error.lineno} column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise FactsError(f"{name}: not valid facts: nested more than {MAX_DEPTH} levels deep; facts are section.name") from None
     except ValueError as error:
         raise FactsError(f"{name}: not valid JSON: {error}") from None
 
@@ -121,7 +182,8 @@ def _describe(error: ValidationError, vocabulary: Vocabulary) -> str:
         unknown = sorted(set(error.instance) - known)
         prefix = ".".join(str(p) for p in path)
         sentences = []
-        for key in unknown:
+        # The first few with a hint each (difflib is slow), then a count: 40,000 keys make one short message.
+        for key in unknown[:SHOWN]:
             full = f"{prefix}.{key}" if prefix else key
             hint = vocabulary.suggest(full) if prefix else None
             if not prefix:
@@ -129,7 +191,9 @@ def _describe(error: ValidationError, vocabulary: Vocabulary) -> str:
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = close[0] if close else None
             did_you_mean = f"; did you mean '{hint}'?" if hint else f"; known keys here: {', '.join(sorted(known))}"
-            sentences.append(f"{where}.{key}: unknown key{did_you_mean}")
+            sentences.append(f"{where}.{_clip(key)}: unknown key{did_you_mean}")
+        if len(unknown) > SHOWN:
+            sentences.append(f"(and {len(unknown) - SHOWN:,} more unknown keys)")
         return " ".join(sentences)
     dotted = ".".join(str(p) for p in path if not isinstance(p, int))
     spec = vocabulary.get(dotted)
@@ -177,12 +241,13 @@ def validate_document(document: Any, name: str, vocabulary: Vocabulary | None = 
     if not isinstance(document, dict):
         raise FactsError(f"{name}: $: a facts document is a JSON object of sections "
                          f"(hardware, telemetry, model, workload, constraints), got {type(document).__name__}")
+    check_plain(document, name)
     if plainly_valid(document, vocabulary):
         return
     errors = sorted(_facts_validator().iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
     if errors:
-        shown = [_describe(e, vocabulary) for e in errors[:5]]
-        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        shown = [_describe(e, vocabulary) for e in errors[:SHOWN]]
+        more = f" (and {len(errors) - SHOWN} more)" if len(errors) > SHOWN else ""
         raise FactsError(f"{name}: invalid facts: " + " ".join(shown) + more)
 
 
@@ -200,8 +265,12 @@ def flatten(document: dict[str, Any]) -> dict[str, Any]:
 def _yaml_scalar(raw: str) -> Any:
     """A --set value as YAML reads it (0.95, true, [int8, fp16]); the text itself when it is not YAML."""
     import yaml
+
+    from kbopt.kb.yamlio import YamlRefused, read_yaml
     try:
-        return yaml.safe_load(raw)
+        return read_yaml(raw)
+    except YamlRefused as error:
+        raise FactsError(f"--set: the value {_clip(raw)!r} is refused: {error}") from None
     except yaml.YAMLError:
         return raw
 
@@ -210,15 +279,18 @@ def apply_overrides(document: dict[str, Any], overrides: list[str], vocabulary: 
     """`--set PATH=VALUE` what-ifs; VALUE is read as a YAML scalar or list (0.95, true, [int8, fp16])."""
     document = json.loads(json.dumps(document))
     for item in overrides:
+        if len(item) > MAX_SET_TEXT or _has_surrogate(item):
+            raise FactsError(f"--set {_clip(ascii(item))}: not a PATH=VALUE kbopt reads (at most {MAX_SET_TEXT:,} "
+                             "characters of UTF-8 text)")
         path, sep, raw = item.partition("=")
         path = path.strip()
         if not sep or not path:
-            raise FactsError(f"--set {item!r}: expected PATH=VALUE, e.g. --set telemetry.memory_used_ratio=0.95")
+            raise FactsError(f"--set {_clip(item)!r}: expected PATH=VALUE, e.g. --set telemetry.memory_used_ratio=0.95")
         spec = vocabulary.get(path)
         if spec is None or spec.derived:
             hint = vocabulary.suggest(path)
             why = "is derived by rules and cannot be set" if spec else "is not a known fact"
-            raise FactsError(f"--set {path}: {path} {why}" + (f"; did you mean '{hint}'?" if hint and not spec else ""))
+            raise FactsError(f"--set {_clip(path)}: {_clip(path)} {why}" + (f"; did you mean '{hint}'?" if hint and not spec else ""))
         value = _yaml_scalar(raw)
         if spec.type in ("string", "enum", "version") and value is not None and not isinstance(value, str):
             value = raw.strip()
@@ -258,7 +330,11 @@ def facts_from_document(document: Any, name: str, overrides: Sequence[str] = ())
         spec = vocabulary.get(path)     # never None: validation allows only the vocabulary's facts
         if isinstance(value, (int, float)) and not isinstance(value, bool) and \
                 spec is not None and spec.type == "version":
-            values[path] = f"{value:.1f}"     # YAML reads an unquoted 8.9 as a number
+            text = f"{value:.1f}"     # YAML reads an unquoted 8.9 as a number
+            if float(text) != value:     # 8.96 is not 9.0: refuse rather than round
+                raise FactsError(f"{name}: $.{path}: {value!r} is not a compute capability \"major.minor\" with a "
+                                 f"one-digit minor; write it quoted, e.g. \"8.9\"")
+            values[path] = text
     check_consistency(values, name, vocabulary)
     recorded = {path: Provenance(**raw) for path, raw in (document.get("provenance") or {}).items()}
     provenance = {path: recorded.get(path, USER) for path in values}

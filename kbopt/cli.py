@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kbopt import __version__
 from kbopt.engine.pack.packs import configured_packs, load_checked_pack
-from kbopt.errors import KboptError, RuleError
+from kbopt.errors import KboptError, RuleError, bounded
 from kbopt.kb.catalog import LAYERS
 from kbopt.output import write_output
 
@@ -358,10 +358,10 @@ def main(argv: list[str] | None = None) -> int:
             return _schema(args)
         return _rules(args)
     except RuleError as error:         # the rendered diagnostic says "error[L...]" itself
-        print(f"kbopt: {error}", file=sys.stderr)
+        print(f"kbopt: {bounded(str(error))}", file=sys.stderr)
         return error.exit_code
     except KboptError as error:
-        print(f"kbopt: error: {error}", file=sys.stderr)
+        print(f"kbopt: error: {bounded(str(error))}", file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:
         return EXIT_OK
@@ -371,6 +371,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:   # a bug, not bad input: say so without a wall of traceback
         if os.environ.get("KBOPT_DEBUG"):
             raise
-        print(f"kbopt: internal error: {type(error).__name__}: {error} "
+        print(f"kbopt: internal error: {type(error).__name__}: {bounded(str(error))} "
               "(set KBOPT_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
         return EXIT_FAILED

@@ -47,6 +47,12 @@ _ENTRIES = (
          "Packs are layered over the built-in one, and a later pack must say what it changes: a rule id already "
          "taken needs `overrides: true`, a retuned shared parameter needs `overrides: true`, and disabling or "
          "overriding needs an earlier pack that has the rule or parameter. Anything else would silently shadow."),
+    Code("L007", "error", "beyond kbopt's limits",
+         "The rule is valid but asks for more than kbopt evaluates safely and identically on both evaluators: an "
+         "expression over 4,000 characters or nested over 32 levels, an `in [..]` of more than 126 values (durable_rules' "
+         "core crashes from 127), a condition whose normal form has more than 64 alternatives, a number that is not "
+         "finite or an integer beyond ±2^53, or a `because` format spec with a width or precision over 100. The limits "
+         "are listed in docs/usage.md."),
     # L1xx: identity and citations
     Code("L101", "error", "retired id",
          "The rule uses an id listed in a `retired.yaml`. Retired ids are never reused, so that an old report's "

@@ -5,6 +5,15 @@ from collections.abc import Sequence
 
 from kbopt.diagnostics import Diagnostic, render
 
+MAX_MESSAGE = 4000      # characters of one error message: one paragraph, whatever the input quoted in it
+
+
+def bounded(text: str) -> str:
+    """A message cut to MAX_MESSAGE characters, saying how much was left out."""
+    if len(text) <= MAX_MESSAGE:
+        return text
+    return text[:MAX_MESSAGE] + f"... ({len(text) - MAX_MESSAGE:,} more characters)"
+
 
 class KboptError(Exception):
     """Bad input the user can fix. `str(error)` is the whole message."""

@@ -1,9 +1,12 @@
 """Writing a result: to standard output, or all-or-nothing to a file (-o)."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,18 +24,56 @@ def _new_file_mode(target: Path) -> int:
         return 0o666 & ~umask
 
 
+def _utf8(text: str) -> str:
+    """The text as valid UTF-8 will carry it: a lone surrogate (from an escaped JSON string, say) is
+    written as its \\udXXX escape rather than as bytes no reader can decode, or a failed write."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@contextlib.contextmanager
+def _terminations_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise SystemExit while the temporary file exists, so that it is removed
+    (Python's default for them is to die on the spot, leaving it behind). SIGKILL cannot be caught."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def write_output(text: str, output: str | None) -> None:
     """Write all or nothing: a temporary file beside the target, renamed into place."""
+    text = _utf8(text)
     if output is None or output == "-":
         sys.stdout.write(text)
         return
     if not output:
         raise KboptError("-o: the file name is empty; give a path, or - for standard output")
+    try:
+        _write_file(text, output)
+    except (OSError, RuntimeError) as error:      # Path.resolve raises RuntimeError on a symlink loop before 3.13
+        reason = getattr(error, "strerror", None) or str(error)
+        raise KboptError(f"-o {output}: cannot write there: {reason}") from None
+
+
+def _write_file(text: str, output: str) -> None:
     target = Path(output)
     if target.is_dir():
         raise KboptError(f"-o {output}: is a directory; give a file name")
     if target.is_symlink():
-        target = target.resolve()           # replace the file the link points to, keep the link
+        target = target.resolve(strict=True)   # replace the file the link points to, keep the link
     if target.exists() and not target.is_file():
         # A FIFO, device or socket: write through it, since it cannot be replaced atomically.
         try:
@@ -48,20 +89,23 @@ def write_output(text: str, output: str | None) -> None:
 @contextmanager
 def replaced(target: Path, output: str) -> Iterator[IO[str]]:
     """A handle on a temporary file beside `target`, renamed over it when the block ends well
-    and removed when it does not (an error, Ctrl-C): what is written lands whole or not at all.
-    `kbopt advise --facts-jsonl -o` streams through it line by line."""
-    try:
-        fd, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
-    except OSError as error:
-        raise KboptError(f"-o {output}: cannot write there: {error.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            yield handle
-        os.chmod(temporary, _new_file_mode(target))     # mkstemp makes 0600; honour umask instead
-        os.replace(temporary, target)
-    except OSError as error:
-        Path(temporary).unlink(missing_ok=True)
-        raise KboptError(f"-o {output}: cannot write there: {error.strerror}") from None
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    and removed when it does not (an error, Ctrl-C, SIGTERM or SIGHUP): what is written lands
+    whole or not at all. `kbopt advise --facts-jsonl -o` streams through it line by line."""
+    # The temporary name keeps at most 32 characters (128 bytes) of the target's, so that a target name near the
+    # file system's 255-byte limit still has a temporary file beside it.
+    with _terminations_interrupt():
+        try:
+            fd, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name[:32]}.")
+        except OSError as error:
+            raise KboptError(f"-o {output}: cannot write there: {error.strerror}") from None
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                yield handle
+            os.chmod(temporary, _new_file_mode(target))     # mkstemp makes 0600; honour umask instead
+            os.replace(temporary, target)
+        except OSError as error:
+            Path(temporary).unlink(missing_ok=True)
+            raise KboptError(f"-o {output}: cannot write there: {error.strerror}") from None
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise

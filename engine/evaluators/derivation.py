@@ -7,6 +7,7 @@ from typing import Any
 
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Missing, value_of
 from kbopt.engine.lang.nodes import Value, unique_facts
+from kbopt.engine.lang.parse import MAX_EXACT
 from kbopt.engine.lang.text import fmt
 from kbopt.engine.pack.rule import Derive, Pack, Rule
 from kbopt.errors import EvaluationError
@@ -85,6 +86,9 @@ def value_problem(vocabulary: Vocabulary, path: str, value: Any) -> str | None:
             return "not a number"
         if not math.isfinite(value):
             return "not a finite number"
+        if isinstance(value, int) and abs(value) > MAX_EXACT:
+            # durable_rules' core saturates integers at 2^63: beyond ±2^53 the evaluators could disagree
+            return "beyond ±2^53, the largest integers kbopt computes exactly"
     return None
 
 

@@ -8,7 +8,8 @@ A thin adapter around the traps measured in durable_rules 2.0.28 (docs/evaluator
 - an action that fails is abandoned in the engine and its error re-raised, never swallowed;
 - a pack is split into rulesets in which at most RULESET_SIZE compiled rules test any one kind
   of fact, each asserted only the facts it reads, so no fact meets the 64-condition limit;
-- rulesets are compiled once per process and pack, never per request.
+- rulesets are created once per pack and kept while the pack is among the MAX_LIVE most recently used,
+  then deleted (delete_ruleset frees them; measured flat over thousands of packs), never per request.
 Negation is pushed to the leaves and conditions expanded to disjunctions (one compiled rule per
 alternative); derived facts travel as separate facts joined to the input fact.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any, TypeAlias, TypedDict, assert_never
 
@@ -240,7 +242,8 @@ def ruleset_texts(pack: Pack) -> list[RulesetText]:
 
 # ---------------------------------------------------------------- running
 
-_compiled_cache: dict[str, DurableEvaluator] = {}
+MAX_LIVE = 8      # packs whose rulesets stay created; a long-lived process may see any number of packs
+_live: OrderedDict[str, DurableEvaluator] = OrderedDict()     # least recently used first
 
 
 class DurableEvaluator:
@@ -254,20 +257,23 @@ class DurableEvaluator:
     name = "durable"
 
     def __new__(cls, pack: Pack) -> DurableEvaluator:
-        # Rulesets are created once per process and pack: durable_rules leaks and crashes when
-        # rulesets are created and dropped per request.
+        # One evaluator per pack content, shared by every copy of the pack loaded in this process
+        # (creating rulesets per request leaks and crashes durable_rules), and its rulesets deleted
+        # once MAX_LIVE other packs were used since: 300 packs would otherwise hold 400 MB.
         key = pack.version + ":" + ",".join(r.id for r in pack.rules)
-        if key not in _compiled_cache:
+        instance = _live.get(key)
+        if instance is None:
             instance = super().__new__(cls)
-            instance._setup(pack)
-            _compiled_cache[key] = instance
-        return _compiled_cache[key]
+            instance._setup(pack, key)
+        instance._open()
+        return instance
 
-    def _setup(self, pack: Pack) -> None:
+    def _setup(self, pack: Pack, key: str) -> None:
         import durable_rules_engine
 
         self._core = durable_rules_engine
         self.pack = pack
+        self.key = key
         self.rules = pack.by_id()
         # Only the facts some rule reads are worth serializing and asserting.
         self.list_facts = {spec.path: spec.values for spec in pack.kb.vocabulary.facts.values() if spec.type == "list"}
@@ -275,11 +281,27 @@ class DurableEvaluator:
         self.rule_of: dict[str, str] = {}        # compiled rule name -> rule id
         self.rulesets: list[tuple[int, frozenset[str]]] = []
         self._sids = itertools.count(1)
-        prefix = f"kbopt_{pack.version}_{id(self)}"
-        for index, (text, reads, names) in enumerate(ruleset_texts(pack)):
-            self.rule_of.update((name, name.split("#", 1)[0]) for name in names if name != MARKER)
-            handle = durable_rules_engine.create_ruleset(f"{prefix}_{index}", text)
-            self.rulesets.append((handle, frozenset(reads)))
+        self._generation = itertools.count()     # ruleset names must be new each time they are created
+
+    def _open(self) -> None:
+        """Create the rulesets if they are not (or no longer) there, and mark the pack as just used."""
+        if not self.rulesets:
+            prefix = f"kbopt_{self.pack.version}_{id(self)}_{next(self._generation)}"
+            for index, (text, reads, names) in enumerate(ruleset_texts(self.pack)):
+                self.rule_of.update((name, name.split("#", 1)[0]) for name in names if name != MARKER)
+                handle = self._core.create_ruleset(f"{prefix}_{index}", text)
+                self.rulesets.append((handle, frozenset(reads)))
+        _live[self.key] = self
+        _live.move_to_end(self.key)
+        while len(_live) > MAX_LIVE:
+            _, evicted = _live.popitem(last=False)
+            evicted._close()
+
+    def _close(self) -> None:
+        """Delete the rulesets; a later run creates them again (_open)."""
+        rulesets, self.rulesets = self.rulesets, []
+        for handle, _ in rulesets:
+            self._core.delete_ruleset(handle)
 
     def _assert(self, handle: int, text: str) -> list[str]:
         """Assert one fact (JSON text); return the compiled rules whose actions it started."""
@@ -301,6 +323,7 @@ class DurableEvaluator:
         return started
 
     def run(self, values: dict[str, Any]) -> Derivation:
+        self._open()
         sid = str(next(self._sids))
         derived = DerivedFacts(values, self.pack)
         fired: set[str] = set()

@@ -3,6 +3,11 @@ from __future__ import annotations
 
 
 class ExprError(Exception):
-    def __init__(self, message: str, hint: str | None = None):
+    """`code` is the diagnostic it becomes: L005 (does not compile), or L007 (beyond kbopt's limits)."""
+
+    def __init__(self, message: str, hint: str | None = None, code: str = "L005"):
         super().__init__(message)
-        self.message, self.hint = message, hint
+        self.message, self.hint, self.code = message, hint, code
+
+
+LIMIT = "L007"

@@ -23,6 +23,7 @@ from kbopt.engine.lang.nodes import (
     Or,
     Value,
     facts_of,
+    unique_facts,
 )
 from kbopt.engine.lang.operators import ARITHMETIC, BOOLEAN, COMPARISONS, FUNCTIONS
 
@@ -163,7 +164,7 @@ def value_of(node: Value, lookup: Lookup) -> Any:
             a, b = _values((left, right), lookup)
             if ARITHMETIC[op].divides and b == 0:
                 raise Missing([f"{_label(right)} (is zero)"])
-            return ARITHMETIC[op].apply(a, b)
+            return _finite(node, lambda: ARITHMETIC[op].apply(a, b))
         case Call(fn=fn, args=args):
             function = FUNCTIONS[fn]
             if function.apply is None:          # alternatives: the first that computes
@@ -174,9 +175,21 @@ def value_of(node: Value, lookup: Lookup) -> Any:
                     except Missing as m:
                         missing.extend(m.paths)
                 raise Missing(missing)
-            return function.apply(*_values(args, lookup))
+            apply, values = function.apply, _values(args, lookup)
+            return _finite(node, lambda: apply(*values))
         case _ as unreachable:
             assert_never(unreachable)
+
+
+def _finite(node: Value, compute: Callable[[], Any]) -> Any:
+    """compute(), or Missing when it overflows: extreme inputs (a memory of 1e300 GiB) make floats
+    overflow to infinity, and floor/ceil/round of one raise OverflowError. Like a division by zero,
+    the value is then not computed, and the caller says so instead of failing. (An infinite float
+    that raises nothing stays a value: the derivation refuses it as not finite.)"""
+    try:
+        return compute()
+    except OverflowError:
+        raise Missing([f"{', '.join(unique_facts(node)) or _label(node)} (too large to compute)"]) from None
 
 
 def _label(node: Value) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import assert_never
 
-from kbopt.engine.lang.errors import ExprError
+from kbopt.engine.lang.errors import LIMIT, ExprError
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Contains, Known, Leaf, Needs, Not, OneOf, Or
 from kbopt.engine.lang.operators import COMPARISONS
 
@@ -38,10 +38,13 @@ def to_dnf(node: Condition, limit: int = 64) -> list[list[Leaf]]:
             for item in items:
                 terms = [a + b for a in terms for b in to_dnf(item, limit)]
                 if len(terms) > limit:
-                    raise ExprError(f"condition expands to more than {limit} alternatives", "split the rule in two")
+                    raise ExprError(f"condition expands to more than {limit} alternatives", "split the rule in two", LIMIT)
             return terms
         case Or(items=items):
-            return [t for item in items for t in to_dnf(item, limit)]
+            alternatives = [t for item in items for t in to_dnf(item, limit)]
+            if len(alternatives) > limit:      # a long flat `or` explodes as surely as nested ones
+                raise ExprError(f"condition expands to more than {limit} alternatives", "split the rule in two", LIMIT)
+            return alternatives
         case Cmp() | OneOf() | Contains() | Known() | Needs():
             return [[node]]
         case Not():

@@ -6,9 +6,10 @@ comparison is checked against the types of the facts it tests.
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any
 
-from kbopt.engine.lang.errors import ExprError
+from kbopt.engine.lang.errors import LIMIT, ExprError
 from kbopt.engine.lang.nodes import (
     And,
     Arith,
@@ -29,6 +30,13 @@ from kbopt.engine.lang.nodes import (
 )
 from kbopt.engine.lang.operators import ARITHMETIC, COMPARISONS, FUNCTIONS
 from kbopt.kb.vocabulary import QUALITY_PREFIX, FactSpec, Vocabulary
+
+# Limits of the language (docs/usage.md, Limits), each refused with an L007 diagnostic at load time, so that
+# lint, advise and both evaluators agree and nothing beyond them reaches durable_rules' C core.
+MAX_TEXT = 4000             # characters of one condition or value expression
+MAX_DEPTH = 32              # nested operators: `not not not ...`, parentheses; the normal forms recurse on them
+MAX_MEMBERS = 126           # literals of one `in [..]`: from 127, durable_rules' core was seen to crash (SIGSEGV)
+MAX_EXACT = 2 ** 53         # the largest integers both evaluators compare exactly (durable_rules: doubles)
 
 _COMPARISON_SYNTAX = {row.syntax: symbol for symbol, row in COMPARISONS.items()}
 _ARITHMETIC_SYNTAX = {row.syntax: symbol for symbol, row in ARITHMETIC.items()}
@@ -69,7 +77,7 @@ class _Parser:
             return Const(False)
         if "." not in dotted:
             if dotted in self.parameters:
-                return Const(self.parameters[dotted], parameter=dotted)
+                return Const(bounded(self.parameters[dotted], f"the parameter {dotted}"), parameter=dotted)
             import difflib
             close = difflib.get_close_matches(dotted, list(self.parameters), n=1)
             raise ExprError(f"unknown name {dotted!r}", f"did you mean the parameter '{close[0]}'?" if close else
@@ -82,10 +90,10 @@ class _Parser:
 
     def literal(self, node: ast.AST) -> Const | None:
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
-            return Const(node.value)
+            return Const(bounded(node.value, ast.unparse(node)))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
                 and isinstance(node.operand.value, (int, float)):
-            return Const(-node.operand.value)
+            return Const(bounded(-node.operand.value, ast.unparse(node)))
         return None
 
     def operand(self, node: ast.AST) -> Fact | Const:
@@ -191,6 +199,9 @@ class _Parser:
         if isinstance(right_node, (ast.List, ast.Tuple)):
             if not isinstance(left, Fact):
                 raise ExprError("`x in [..]` needs a fact on the left")
+            if len(right_node.elts) > MAX_MEMBERS:
+                raise ExprError(f"`in [..]` with {len(right_node.elts)} values; at most {MAX_MEMBERS}",
+                                "split it: `x in [..] or x in [..]`, or test a range with < and >", LIMIT)
             values = []
             for element in right_node.elts:
                 item = self.operand(element)
@@ -224,12 +235,47 @@ class _Parser:
         return self.operand(node)
 
 
+def bounded(value: Any, what: str) -> Any:
+    """A number both evaluators hold exactly, or ExprError: NaN and infinities cannot be asserted into
+    durable_rules, and its integers saturate at 2^63 where Python's do not."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ExprError(f"{what} is {value}, not a finite number", code=LIMIT)
+    if isinstance(value, int) and abs(value) > MAX_EXACT:
+        raise ExprError(f"{what} is beyond ±2^53, the largest integers kbopt compares exactly", code=LIMIT)
+    return value
+
+
+def _depth(tree: ast.AST) -> int:
+    """How deeply `tree` nests, found without recursion (the tree may be too deep to recurse on)."""
+    deepest, pending = 0, [(tree, 1)]
+    while pending:
+        node, depth = pending.pop()
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+        pending.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 def _expression(text: str) -> ast.expr:
+    text = text.strip()
+    if len(text) > MAX_TEXT:
+        raise ExprError(f"the expression is {len(text):,} characters long; at most {MAX_TEXT:,}",
+                        "split the rule, or name a long list with a parameter", LIMIT)
     try:
-        return ast.parse(text.strip(), mode="eval").body
+        tree = ast.parse(text, mode="eval").body
     except SyntaxError as error:
-        raise ExprError(f"cannot parse {text.strip()!r}: {error.msg}",
+        shown = text if len(text) <= 200 else text[:200] + "..."
+        raise ExprError(f"cannot parse {shown!r}: {error.msg}",
                         "conditions look like: a.b > 0.9 and c.d == \"x\"") from None
+    except (RecursionError, MemoryError):       # Python's own parser gives up on deep nesting
+        raise ExprError(f"nested more than {MAX_DEPTH} levels deep", "write it flatter", LIMIT) from None
+    # The ast module nests each operand of a flat `a and b and c` at one level; each `not` or parenthesis adds one.
+    if _depth(tree) > MAX_DEPTH:
+        raise ExprError(f"nested more than {MAX_DEPTH} levels deep", "write it flatter: `not not x` is x", LIMIT)
+    return tree
 
 
 def parse_condition(text: str, vocabulary: Vocabulary, parameters: dict[str, Any],

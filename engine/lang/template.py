@@ -15,6 +15,21 @@ def placeholders(text: str) -> Iterator[tuple[str, str | None]]:
         yield match.group(1), match.group(2)
 
 
+MAX_SPEC = 16          # characters of one format spec
+MAX_WIDTH = 100        # width and precision: `{x:>1500000000}` would take seconds and gigabytes to fill
+
+
+def spec_problem(spec: str | None) -> str | None:
+    """Why a placeholder's format spec is refused, or None: width and precision are bounded."""
+    if spec is None:
+        return None
+    if len(spec) > MAX_SPEC:
+        return f"the format spec {spec[:MAX_SPEC]!r}... is longer than {MAX_SPEC} characters"
+    if any(int(digits) > MAX_WIDTH for digits in re.findall(r"[0-9]+", spec)):
+        return f"the format spec {spec!r} asks for a width or precision over {MAX_WIDTH}"
+    return None
+
+
 def parameter_names(text: str) -> set[str]:
     return {name for name, _ in placeholders(text) if _PARAMETER.fullmatch(name)}
 

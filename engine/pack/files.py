@@ -19,6 +19,11 @@ from kbopt.engine.pack.rule import Parameter
 from kbopt.kb.catalog import LAYERS, Layer
 
 PARAMETERS, RETIRED, DISABLE = "parameters.yaml", "retired.yaml", "disable.yaml"
+MAX_SNIPPET = 300
+# A pack's size limits (docs/usage.md, Limits): a rule file is a few kilobytes and the largest packs tested
+# hold 2,000 rules; these bound what one hostile pack can make every command read, parse and compile.
+MAX_FILE = 1024 * 1024         # characters of one pack file
+MAX_RULE_FILES = 10_000        # rule files in one pack
 LAYOUT = "a pack is a directory: <dir>/<layer>/<id>.yaml, layers: " + ", ".join(LAYERS)
 
 # Where a node sits in a document: mapping keys and list indexes from the root, () for the root itself.
@@ -29,7 +34,9 @@ def snippet(text: str, line: int | None) -> str | None:
     lines = text.splitlines()
     if not line or not 0 < line <= len(lines):
         return None
-    return lines[line - 1].rstrip() or None
+    shown = lines[line - 1].rstrip()
+    # A diagnostic is one paragraph: a line of thousands of characters is shown by its start.
+    return (shown if len(shown) <= MAX_SNIPPET else shown[:MAX_SNIPPET] + " ...") or None
 
 
 @dataclass(frozen=True)
@@ -59,15 +66,18 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
     """Safe YAML with every key's position; a duplicate key is an error, not a silent overwrite."""
     import yaml  # here, not at the top: a pack from the compiled-pack cache is never parsed
 
-    from kbopt.kb.yamlio import DuplicateKey, SafeLoader, check_duplicate_keys
-    loader = SafeLoader(text)
+    from kbopt.kb.yamlio import DuplicateKey, YamlRefused, compose_checked
+    loader = None
     try:
-        node = loader.get_single_node()
+        loader, node = compose_checked(text)
         if node is None:
             problems.append(diagnostic("L003", file, 1, "the file is empty"))
             return None
-        check_duplicate_keys(node)
         data = loader.construct_document(node)
+    except YamlRefused as error:
+        problems.append(diagnostic("L003", file, error.line, error.problem, snippet=snippet(text, error.line),
+                                   column=error.column))
+        return None
     except DuplicateKey as error:
         problems.append(diagnostic("L003", file, error.line, f"duplicate key {error.key!r}", snippet=snippet(text, error.line),
                                    column=error.column, help="a later copy would silently replace the first"))
@@ -79,13 +89,17 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
                                    snippet=snippet(text, line), column=mark.column + 1 if mark else None))
         return None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     marks: dict[KeyPath, tuple[int, int]] = {}
+    not_names: list[yaml.Node] = []
 
     def walk(n: yaml.Node, path: KeyPath) -> None:
         marks[path] = (n.start_mark.line + 1, n.start_mark.column + 1)
         if isinstance(n, yaml.MappingNode):
             for key, value in n.value:
+                if key.tag != "tag:yaml.org,2002:str":     # `1:` or `true:` would reach the schema as a non-string
+                    not_names.append(key)
                 walk(value, path + (key.value,))
                 marks[path + (key.value,)] = (key.start_mark.line + 1, key.start_mark.column + 1)   # the key, not its value
         elif isinstance(n, yaml.SequenceNode):
@@ -93,12 +107,23 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
                 walk(item, path + (index,))
 
     walk(node, ())
+    if not_names:
+        key = not_names[0]
+        line = key.start_mark.line + 1
+        problems.append(diagnostic("L004", file, line, f"the key {key.value!r} is not a name", snippet=snippet(text, line),
+                                   column=key.start_mark.column + 1, help="quote it, or fix the indentation"))
+        return None
     return Document(file, text, data, marks)
 
 
 def read_text(file: Traversable, shown: str, problems: list[Diagnostic]) -> str | None:
     try:
-        return file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8")
+        if len(text) > MAX_FILE:
+            problems.append(diagnostic("L002", shown, None, f"{len(text):,} characters long; a pack file may hold "
+                                       f"at most {MAX_FILE:,}"))
+            return None
+        return text
     except UnicodeDecodeError as error:
         problems.append(diagnostic("L002", shown, None, f"not UTF-8 text (byte {error.start})"))
     except OSError as error:
@@ -149,6 +174,10 @@ def discover(dirs: Iterable[str | Path], problems: list[Diagnostic]) -> list[Pac
             problems.append(diagnostic("L001", shown, None, "not a rules directory", help=LAYOUT))
             continue
         pack = _pack_dir(shown, root, shown)
+        if len(pack.rule_files) > MAX_RULE_FILES:
+            problems.append(diagnostic("L001", shown, None, f"{len(pack.rule_files):,} rule files; a pack may hold at "
+                                       f"most {MAX_RULE_FILES:,}", help="split it into several packs"))
+            continue
         if not pack.rule_files and not pack.optional(DISABLE) and not pack.optional(PARAMETERS):
             problems.append(diagnostic("L001", shown, None, "no rule files found", help=LAYOUT))
             continue
@@ -200,7 +229,12 @@ class Retired:
 def read_retired(pack: PackDir, problems: list[Diagnostic]) -> dict[str, Retired]:
     """retired.yaml: `retired: {ID: reason}` or `retired: [ID, ...]`."""
     doc, entries = _entries(pack, RETIRED, "retired", problems)
-    if doc is None or entries is None:    # no file gives no document and no entries: the first test is for the checker
+    if doc is None:
+        return {}
+    if entries is None and not (isinstance(doc.data, dict) and "retired" in doc.data):     # e.g. a bare list
+        problems.append(doc.at((), "L004", "expected `retired: {RULE-ID: reason, ...}` or `retired: [RULE-ID, ...]`"))
+        return {}
+    if entries is None:        # `retired:` with nothing under it
         return {}
     if isinstance(entries, list) and all(isinstance(e, str) for e in entries):
         return {e: Retired(e, "retired", doc.file, doc.line(("retired", i))) for i, e in enumerate(entries)}

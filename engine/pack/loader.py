@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, assert_never
 from kbopt.codes import diagnostic
 from kbopt.diagnostics import Diagnostic
 from kbopt.engine.lang import template
-from kbopt.engine.lang.errors import ExprError
-from kbopt.engine.lang.nodes import And, Arith, Call, Const, Fact, IfElse, ListOf, Needs, Value
+from kbopt.engine.lang.errors import LIMIT, ExprError
+from kbopt.engine.lang.nodes import And, Arith, Call, Condition, Const, Fact, IfElse, ListOf, Needs, Value
+from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import FUNCTIONS
 from kbopt.engine.lang.parse import parse_condition, parse_value
 from kbopt.engine.pack import files
@@ -99,7 +100,7 @@ class _RuleBuilder:
         try:
             return parse(text, self.vocabulary, parameters)
         except ExprError as error:
-            self.fail(path, f"{'/'.join(map(str, path))}: {error.message}", error.hint)
+            self.fail(path, f"{'/'.join(map(str, path))}: {error.message}", error.hint, code=error.code)
 
     def value(self, raw: Any, path: KeyPath, parameters: dict[str, Any]) -> Value:
         """A literal, or an expression written `= expr`."""
@@ -138,6 +139,10 @@ class _RuleBuilder:
         needed = [path for c in then if isinstance(c, Derive) for path in _required(c.value)]
         fire_condition = And((when,) + tuple(Needs(Fact(p)) for p in dict.fromkeys(needed))) \
             if needed else when
+        # The durable_rules backend compiles one rule per alternative of the normal form: refuse here,
+        # with the file and line, a condition that expands past the limit rather than fail when compiling.
+        if self.check(lambda: self.alternatives(fire_condition)) is None:
+            return None
         sources = (d["source"],) if isinstance(d["source"], str) else tuple(d["source"])
         examples = tuple(self.example(e, ("examples", i)) for i, e in enumerate(d["examples"]))
         return Rule(id=d["id"], title=d["title"], layer=d["layer"], when_text=" ".join(d["when"].split()),
@@ -146,6 +151,12 @@ class _RuleBuilder:
                     tags=tuple(d.get("tags", ())), file=self.file, line=self.doc.line(("id",)), pack=self.pack,
                     overrides=bool(d.get("overrides", False)),
                     lines={key: self.doc.line((key,)) for key in ("when", "then", "because", "source", "examples")})
+
+    def alternatives(self, condition: Condition) -> int:
+        try:
+            return len(to_dnf(to_nnf(condition)))
+        except ExprError as error:
+            self.fail(("when",), f"when: {error.message}", error.hint, code=LIMIT)
 
     def place(self) -> None:
         """The layer and id agree with where the file lies."""
@@ -217,7 +228,11 @@ class _RuleBuilder:
                       "one of: " + ", ".join(spec.values) if spec.values else None)
 
     def check_placeholders(self, text: str, values: dict[str, Any]) -> None:
-        for name, _ in template.placeholders(text):
+        for name, spec in template.placeholders(text):
+            problem = template.spec_problem(spec)
+            if problem:
+                self.fail(("because",), f"because: {{{name}:...}}: {problem}", "e.g. {telemetry.memory_used_ratio:.0%}",
+                          code=LIMIT)
             if name not in values and self.vocabulary.get(name) is None:
                 hint = self.vocabulary.suggest(name)
                 self.fail(("because",), f"because: unknown placeholder {{{name}}}",

@@ -1,0 +1,253 @@
+"""Fuzzing the contract (docs/usage.md): whatever the input, kbopt exits 0 or 2 with a message, never
+a traceback, a hang or a crash, and both evaluators give the same advice on valid input.
+
+The default profile is short and deterministic (derandomized, a few hundred cases in all, well under 30 s);
+KBOPT_FUZZ=long runs many more random cases, for releases (docs/fuzzing.md).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import needs_durable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kbopt.cli import main
+from kbopt.engine.evaluators import durable_available
+from kbopt.engine.lang.errors import ExprError
+from kbopt.engine.lang.parse import parse_condition
+from kbopt.engine.pack.loader import builtin_parameters
+from kbopt.kb.vocabulary import load_vocabulary
+
+LONG = os.environ.get("KBOPT_FUZZ") == "long"
+CASE_SECONDS = 60 if LONG else 20         # a case past this is a hang, and fails
+settings.register_profile("short", derandomize=True, deadline=None, database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("long", deadline=None, database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROFILE = settings.get_profile("long" if LONG else "short")
+
+
+def examples(short: int, long: int = 2000) -> settings:
+    return settings(PROFILE, max_examples=long if LONG else short)
+
+
+VOCABULARY = load_vocabulary()
+INPUT = {section: [spec.path.split(".", 1)[1] for spec in specs] for section, specs in VOCABULARY.input_sections().items()}
+ENGINES = ("durable", "reference") if durable_available() is None else ("reference",)
+
+
+@contextlib.contextmanager
+def deadline(seconds: int = CASE_SECONDS) -> Iterator[None]:
+    """A hang fails the case instead of stalling the suite."""
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError(f"a case ran past {seconds} s")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with deadline(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_contract(code: int, err: str) -> None:
+    assert code in (0, 2), (code, err)
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert len(err) < 8000, len(err)
+    if code == 2:
+        assert err.startswith("kbopt: "), err
+
+
+def advise_everywhere(*args: str) -> tuple[int, str]:
+    """advise on every evaluator: the same exit code, and the same JSON when it succeeds."""
+    results = [cli("advise", "--format", "json", "--engine", engine, *args) for engine in ENGINES]
+    for code, _, err in results:
+        assert_contract(code, err)
+    codes = {code for code, _, _ in results}
+    assert len(codes) == 1, results
+    if codes == {0}:
+        assert len({out for _, out, _ in results}) == 1, "the evaluators disagree"
+    return results[0][0], results[0][2]
+
+
+# ---------------------------------------------------------------- facts
+
+NUMBERS = st.one_of(st.integers(min_value=-(2 ** 70), max_value=2 ** 70), st.integers(min_value=0, max_value=10 ** 6),
+                    st.floats(allow_nan=False, allow_infinity=False), st.floats(min_value=0, max_value=1),
+                    st.sampled_from([0, 1, 2 ** 53, 2 ** 53 + 1, 2 ** 63, -1, 0.5, 1e-5, 8.9, 8.96, 1e300]))
+SCALARS = st.one_of(NUMBERS, st.booleans(), st.none(), st.text(max_size=20),
+                    st.sampled_from(["vllm", "fp8", "int8", "fp16", "8.9", "9.0", "NVIDIA A100-SXM4-80GB", "H100", "chat"]))
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.dictionaries(st.text(max_size=8), inner, max_size=3)), max_leaves=8)
+
+
+def valid_value(spec) -> st.SearchStrategy[object]:
+    """Values the vocabulary accepts for one fact, often near the edges of its range."""
+    if spec.type == "ratio":
+        return st.one_of(st.floats(0, 1), st.sampled_from([0, 1, 0.9, 0.95]))
+    if spec.type in ("number", "integer"):
+        low = spec.min if spec.min is not None else -(2 ** 53)
+        high = spec.max if spec.max is not None else 2 ** 53
+        ints = st.integers(int(low) + (1 if spec.exclusive_min else 0), int(high))
+        small = st.integers(max(int(low) + 1, 1), min(int(high), 100_000))
+        return st.one_of(ints, small) if spec.type == "integer" else st.one_of(small, st.floats(max(low, 0.001), min(high, 1e6)))
+    if spec.type == "bool":
+        return st.booleans()
+    if spec.type == "enum":
+        return st.sampled_from(list(spec.values))
+    if spec.type == "version":
+        return st.sampled_from(["7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "10.0", 8.9, 9])
+    if spec.type == "list":
+        return st.lists(st.sampled_from(list(spec.values)), unique=True)
+    return st.one_of(st.text(max_size=20), st.sampled_from(["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "Tesla T4", "llama"]))
+
+
+@st.composite
+def facts_documents(draw: st.DrawFn) -> dict[str, object]:
+    """Mostly valid documents (so that the evaluators are compared), some with a hostile value or key."""
+    document: dict[str, object] = {"kbopt": draw(st.sampled_from(["facts/1"] * 9 + ["facts/2"]))}
+    for section in draw(st.lists(st.sampled_from(list(INPUT)), max_size=6, unique=True)):
+        names = draw(st.lists(st.sampled_from(INPUT[section]), max_size=8, unique=True))
+        fields: dict[str, object] = {}
+        for name in names:
+            hostile = draw(st.integers(0, 19)) == 0
+            fields[name] = draw(VALUES if hostile else valid_value(VOCABULARY.facts[f"{section}.{name}"]))
+        if draw(st.integers(0, 19)) == 0:
+            fields[draw(st.text(max_size=12))] = draw(SCALARS)
+        document[section] = fields
+    return document
+
+
+@given(facts_documents(), st.sampled_from(["json", "yaml"]))
+@examples(120)
+def test_facts_documents(document, form):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"facts.{form}"
+        text = json.dumps(document) if form == "json" else yaml.safe_dump(document, allow_unicode=True)
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        advise_everywhere("--facts", str(path))
+
+
+SET_PATHS = st.sampled_from(["telemetry.memory_used_ratio", "model.num_layers", "hardware.compute_capability",
+                             "model.name", "constraints.allowed_precisions", "workload.engine", "derived.bottleneck",
+                             "nothing.here", ""])
+
+
+@given(SET_PATHS, st.one_of(st.text(max_size=40), st.sampled_from(
+    ["0.95", "1e400", "nan", ".inf", "&a [*a]", "!!set {a}", "[fp8, int8]", "9" * 30, "8.96", "{a: 1}", "[" * 80])))
+@examples(100)
+def test_set_values(path, value):
+    advise_everywhere("--facts", str(Path(__file__).parent.parent / "examples" / "capacity-a100-chat.json"),
+                      "--set", f"{path}={value}")
+
+
+# ---------------------------------------------------------------- rule files and expressions
+
+NUMERIC = ["workload.itl_p99_ms", "telemetry.memory_used_ratio", "model.num_layers", "workload.seq_len_p99",
+           "hardware.compute_capability"]
+PARAMETERS = sorted(builtin_parameters())
+LITERALS = st.one_of(st.integers(-10, 10 ** 4), st.floats(0, 1).map(lambda x: round(x, 3)),
+                     st.sampled_from(["1e400", "9223372036854775808", "0.5", '"vllm"', "true", *PARAMETERS[:5]]))
+
+
+def leaves() -> st.SearchStrategy[str]:
+    comparison = st.builds(lambda f, op, v: f"{f} {op} {v}", st.sampled_from(NUMERIC), st.sampled_from(["<", "<=", ">", ">=", "==", "!="]),
+                           LITERALS)
+    membership = st.builds(lambda f, neg, n: f"{f} {'not in' if neg else 'in'} [{', '.join(str(i + 1) for i in range(n))}]",
+                           st.sampled_from(["model.num_layers", "serving.max_num_seqs"]), st.booleans(),
+                           st.sampled_from([1, 3, 126, 127, 200]))
+    other = st.sampled_from(['workload.engine == "vllm"', '"fp8" in constraints.allowed_precisions', "known(model.name)",
+                             "missing(workload.engine)", 'quality(telemetry.compute_utilization) == "measured"',
+                             "workload.memory_preallocated", "derived.bottleneck == \"memory_capacity\""])
+    return st.one_of(comparison, membership, other)
+
+
+CONDITIONS = st.recursive(leaves(), lambda inner: st.one_of(
+    st.builds(lambda a, b, op: f"({a}) {op} ({b})", inner, inner, st.sampled_from(["and", "or"])),
+    st.builds(lambda a, n: "not " * n + f"({a})", inner, st.integers(1, 3))), max_leaves=12)
+
+
+@given(st.one_of(CONDITIONS, st.text(max_size=60), st.builds(lambda n: "not " * n + "workload.itl_p99_ms > 1", st.integers(0, 1500))))
+@examples(300)
+def test_expressions(text):
+    with deadline():
+        try:
+            parse_condition(text, VOCABULARY, {name: p.value for name, p in builtin_parameters().items()})
+        except ExprError:
+            pass
+
+
+BECAUSE = st.one_of(st.just("The inter-token latency is high for this deployment."),
+                    st.builds(lambda spec: f"The latency is {{workload.itl_p99_ms:{spec}}} ms here, which is high.",
+                              st.sampled_from([".0f", ">10", ">1500000000", ".100f", ".101f", "x", "%", ",.2f"])))
+
+
+@given(CONDITIONS, BECAUSE, st.sampled_from(["", "1: one\n", "notes: &a [*a]\n", "parameters:\n  lim: {value: .nan, why: "
+                                              "A threshold that nothing can ever reach at all.}\n"]))
+@examples(30, 300)
+def test_rule_files(when, because, extra):
+    with tempfile.TemporaryDirectory() as folder:
+        rules = Path(folder) / "pack" / "scheduling"
+        rules.mkdir(parents=True)
+        (rules / "x-fuzz.yaml").write_text(textwrap.dedent(f"""\
+            id: X-FUZZ
+            title: A fuzzed rule
+            layer: scheduling
+            when: {json.dumps(when)}
+            then:
+              - warn: Something to say.
+            because: {json.dumps(because)}
+            source: seed K2.8
+            examples:
+              - name: one
+                facts: {{workload: {{engine: vllm, itl_p99_ms: 140}}}}
+                fires: true
+              - name: two
+                facts: {{workload: {{engine: vllm, itl_p99_ms: 1}}}}
+                fires: false
+            """) + extra, encoding="utf-8")
+        code, _, err = cli("rules", "lint", str(rules.parent))
+        assert code in (0, 2) and "internal error" not in err, err
+        facts = str(Path(__file__).parent.parent / "examples" / "capacity-a100-chat.json")
+        advise_everywhere("--facts", facts, "--rules", str(rules.parent))
+
+
+# ---------------------------------------------------------------- in processes of their own
+
+
+@needs_durable
+@given(facts_documents())
+@examples(4, 50)
+def test_facts_in_a_subprocess(document):
+    """A crash of the durable core would kill pytest in process; here it fails the case."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "facts.json"
+        path.write_text(json.dumps(document), encoding="utf-8")
+        done = subprocess.run([sys.executable, "-m", "kbopt", "advise", "--facts", str(path), "--format", "json"],
+                              capture_output=True, text=True, timeout=CASE_SECONDS)
+        assert_contract(done.returncode, done.stderr)
+
+
+@pytest.mark.skipif(not LONG, reason="KBOPT_FUZZ=long only")
+def test_long_profile_is_selected():
+    assert PROFILE.derandomize is False

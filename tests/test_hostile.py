@@ -1,0 +1,317 @@
+"""Regression tests for what a fuzz campaign broke ("Hostile input"): each reproducer must now give
+exit 0 or 2 with a one-paragraph message, never a traceback, a hang or a crash."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import needs_durable
+
+from kbopt import output
+from kbopt.engine.evaluators import durable_available
+from kbopt.errors import MAX_MESSAGE
+
+EXAMPLE = str(Path(__file__).parent.parent / "examples" / "capacity-a100-chat.json")
+FACTS = {"kbopt": "facts/1", "model": {"num_layers": 32}, "workload": {"itl_p99_ms": 140, "engine": "vllm"}}
+
+
+def write_pack(root: Path, when: str, because: str = "The inter-token latency is high for this deployment.",
+               extra: str = "") -> Path:
+    """A one-rule custom pack that lint passes apart from what the test puts in `when`."""
+    folder = root / "pack" / "scheduling"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "x-test.yaml").write_text(textwrap.dedent(f"""\
+        id: X-TEST
+        title: A test rule
+        layer: scheduling
+        when: {when}
+        then:
+          - warn: Something to say.
+        because: {because}
+        source: seed K2.8
+        examples:
+          - name: fires
+            facts: {{workload: {{engine: vllm, itl_p99_ms: 140}}, model: {{num_layers: 32}}}}
+            fires: true
+          - name: does not
+            facts: {{workload: {{engine: vllm, itl_p99_ms: 1}}, model: {{num_layers: 32}}}}
+            fires: false
+        """) + extra, encoding="utf-8")
+    return root / "pack"
+
+
+def write_facts(tmp_path: Path, text: str | bytes, name: str = "facts.json") -> str:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def assert_refused(code: int, err: str, *expected: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert len(err) < MAX_MESSAGE + 200, len(err)
+    for text in expected:
+        assert text in err, err
+
+
+def kbopt(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """kbopt in a process of its own: a crash of durable_rules' core fails the test, not pytest."""
+    return subprocess.run([sys.executable, "-m", "kbopt", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "KBOPT_NO_CACHE": "1"})
+
+
+# ---------------------------------------------------------------- the durable core's limits
+
+
+@needs_durable
+@pytest.mark.parametrize("count", [126, 127, 500])
+def test_membership_lists_at_the_durable_limit(tmp_path, count):
+    pack = write_pack(tmp_path, "workload.itl_p99_ms > 100 and model.num_layers in ["
+                      + ", ".join(str(i + 1) for i in range(count)) + "]")
+    facts = write_facts(tmp_path, json.dumps(FACTS))
+    lint = kbopt("rules", "lint", str(pack))
+    advised = {engine: kbopt("advise", "--facts", facts, "--rules", str(pack), "--engine", engine, "--format", "json")
+               for engine in ("durable", "reference")}
+    if count <= 126:
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+        assert advised["durable"].returncode == 0, advised["durable"].stderr
+        assert advised["durable"].stdout == advised["reference"].stdout
+        assert "X-TEST" in advised["durable"].stdout
+    else:
+        assert lint.returncode == 2 and "error[L007]" in lint.stdout and f"with {count} values" in lint.stdout
+        for result in advised.values():
+            assert_refused(result.returncode, result.stderr, "error[L007]", "x-test.yaml:4")
+
+
+@needs_durable
+def test_memory_stays_flat_over_many_packs():
+    script = textwrap.dedent("""\
+        import resource
+        from kbopt.engine.evaluators import make_evaluator
+        from kbopt.engine.pack.loader import build_pack, load_pack
+        from kbopt.kb.facts import load_facts
+        base = load_pack()
+        values = load_facts(%r).engine_values(base.kb.vocabulary)
+        for i in range(300):
+            make_evaluator(build_pack(list(base.rules), f"v{i}"), "durable").run(values)
+            if i == 30:
+                first = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(first, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        """) % EXAMPLE
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    first, last = map(int, done.stdout.split())
+    assert last - first < 40 * 1024, f"max RSS grew from {first} to {last} KiB over 270 packs"
+
+
+@needs_durable
+def test_an_evicted_pack_runs_again():
+    from kbopt.engine.evaluators import durable, make_evaluator
+    from kbopt.engine.pack.loader import build_pack, load_pack
+    from kbopt.kb.facts import load_facts
+    base = load_pack()
+    values = load_facts(EXAMPLE).engine_values(base.kb.vocabulary)
+    first = make_evaluator(build_pack(list(base.rules), "evict-0"), "durable")
+    expected = first.run(values)
+    for i in range(durable.MAX_LIVE + 2):
+        make_evaluator(build_pack(list(base.rules), f"evict-{i + 1}"), "durable").run(values)
+    assert not first.rulesets            # deleted
+    assert first.run(values) == expected  # and created again
+
+
+# ---------------------------------------------------------------- YAML
+
+
+BOMB = "kbopt: facts/1\na: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefg", "bcdefgh", strict=True))
+
+
+@pytest.mark.parametrize("text, expected", [
+    (BOMB, "anchors (&a) are not supported"),
+    ("kbopt: facts/1\nhardware: &a [*a]\n", "anchors"),
+    ("kbopt: facts/1\n? [a, b]\n: 1\n", "a key must be a plain name"),
+    ("kbopt: facts/1\nhardware: !!set {a, b}\n", "the tag tag:yaml.org,2002:set is not supported"),
+    ("kbopt: facts/1\nhardware: !!python/object/apply:os.system [echo]\n", "is not supported"),
+    ("kbopt: facts/1\nhardware: " + "[" * 100 + "]" * 100 + "\n", "nested more than 64 levels deep"),
+    ("kbopt: facts/1\n1: x\n", "the key 1 is not a name"),
+])
+def test_hostile_yaml_facts(tmp_path, run_cli, text, expected):
+    code, _, err = run_cli("advise", "--facts", write_facts(tmp_path, text, "facts.yaml"))
+    assert_refused(code, err, expected)
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("&a [*a]", "anchors"),
+    ("!!python/name:os.system", "is not supported"),
+    ("x" * 20_000, "at most 10,000 characters"),
+    ("\udcff", "UTF-8"),
+])
+def test_hostile_set_values(run_cli, value, expected):
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "--set", f"model.name={value}")
+    assert_refused(code, err, expected)
+
+
+def test_alias_bomb_in_a_rule_file(tmp_path, run_cli):
+    pack = write_pack(tmp_path, "workload.itl_p99_ms > 100", extra="notes: " + BOMB.replace("\n", "\n  ")[14:] + "\n")
+    code, out, _ = run_cli("rules", "lint", str(pack))
+    assert code == 2 and "error[L003]" in out and "not supported" in out
+
+
+# ---------------------------------------------------------------- facts
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"kbopt": "facts/1", "model": {"num_layers": 1' + "0" * 200 + "}}", "$.model.num_layers: 1.000e+200 is beyond ±2^53"),
+    ('{"kbopt": "facts/1", "model": {"num_layers": 9223372036854775808}}', "beyond ±2^53"),
+    ('{"kbopt": "facts/1", "model": {"hidden_size": 18446744073709551616}}', "$.model.hidden_size"),
+    ('{"kbopt": "facts/1", "hardware": {"compute_capability": 1e400}}', "$.hardware.compute_capability: inf is not a finite"),
+    ('{"kbopt": "facts/1", "hardware": {"compute_capability": 8.96}}', "8.96 is not a compute capability"),
+    ('{"kbopt": "facts/1", "hardware": ' + "[" * 1000 + "]" * 1000 + "}", "nested more than 16 levels deep"),
+    ('{"kbopt": "facts/1", "hardware": {"gpu_name": "\\ud800"}}', "$.hardware.gpu_name: '\\ud800' holds a lone surrogate"),
+    ('{"kbopt": "facts/1", "hardware": {"gpu_name": "' + "x" * 20_000 + '"}}', "a string of 20,000 characters"),
+    ('{"kbopt": "facts/1", "hardware": {"gpu_name": "' + "x" * 2_000_000 + '"}}', "kbopt reads at most 1,048,576"),
+])
+def test_hostile_facts(tmp_path, run_cli, text, expected):
+    code, _, err = run_cli("advise", "--facts", write_facts(tmp_path, text))
+    assert_refused(code, err, expected)
+
+
+def test_non_utf8_facts(tmp_path, run_cli):
+    code, _, err = run_cli("advise", "--facts", write_facts(tmp_path, b'{"kbopt": "facts/1", "model": {"name": "\xff"}}'))
+    assert_refused(code, err, "cannot read the facts file")
+
+
+def test_forty_thousand_unknown_keys_are_summarized(tmp_path, run_cli):
+    document = {"kbopt": "facts/1", "hardware": {f"k{i}": 1 for i in range(40_000)}}
+    code, _, err = run_cli("advise", "--facts", write_facts(tmp_path, json.dumps(document)))
+    assert_refused(code, err, "(and 39,995 more unknown keys)")
+    assert len(err) < 2000
+
+
+def test_compute_capability_keeps_one_digit(tmp_path, run_cli):
+    code, out, err = run_cli("advise", "--facts", write_facts(tmp_path, "kbopt: facts/1\nhardware: {compute_capability: 8.9}\n",
+                                                              "facts.yaml"), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["facts"]["hardware.compute_capability"]["value"] == "8.9"
+
+
+# ---------------------------------------------------------------- rule packs
+
+
+def _lint_and_advise(run_cli, pack: Path) -> list[tuple[int, str]]:
+    code, out, err = run_cli("rules", "lint", str(pack))
+    results = [(code, out + err)]
+    code, out, err = run_cli("advise", "--facts", EXAMPLE, "--rules", str(pack))
+    return results + [(code, err)]
+
+
+@pytest.mark.parametrize("when, expected", [
+    ("not " * 900 + "workload.itl_p99_ms > 100", "nested more than 32 levels deep"),
+    ("not " * 2000 + "workload.itl_p99_ms > 100", "characters long; at most 4,000"),
+    ("(" * 300 + "workload.itl_p99_ms > 100" + ")" * 300, "too many nested parentheses"),
+    (" and ".join(f"(workload.itl_p99_ms > {i} or model.num_layers > {i})" for i in range(1, 10)), "more than 64 alternatives"),
+    (" or ".join(f"model.num_layers > {i}" for i in range(1, 80)), "more than 64 alternatives"),
+    ("model.num_layers > 100000000000000000000", "beyond ±2^53"),
+    ("workload.itl_p99_ms > 1e400", "not a finite number"),
+])
+def test_hostile_conditions(tmp_path, run_cli, when, expected):
+    pack = write_pack(tmp_path, when)
+    for code, text in _lint_and_advise(run_cli, pack):
+        assert_refused(code, text, expected)
+
+
+def test_nan_threshold(tmp_path, run_cli):
+    pack = write_pack(tmp_path, "workload.itl_p99_ms > limit_ms",
+                      extra="parameters:\n  limit_ms: {value: .nan, why: A threshold that no latency can ever pass.}\n")
+    for code, text in _lint_and_advise(run_cli, pack):
+        assert_refused(code, text, "error[L007]", "the parameter limit_ms is nan")
+
+
+def test_unbounded_format_spec(tmp_path, run_cli):
+    pack = write_pack(tmp_path, "workload.itl_p99_ms > 100", because="The latency is {workload.itl_p99_ms:>1500000000} here.")
+    for code, text in _lint_and_advise(run_cli, pack):
+        assert_refused(code, text, "error[L007]", "width or precision over 100")
+
+
+def test_integer_key_in_a_rule_file(tmp_path, run_cli):
+    pack = write_pack(tmp_path, "workload.itl_p99_ms > 100", extra="1: one\n")
+    for code, text in _lint_and_advise(run_cli, pack):
+        assert_refused(code, text, "error[L004]", "the key '1' is not a name")
+
+
+@pytest.mark.parametrize("retired", ["- X-OLD\n", "retired: 5\n", "retired: [[a]]\n", "retired: {1: x}\n"])
+def test_malformed_retired_yaml(tmp_path, run_cli, retired):
+    pack = write_pack(tmp_path, "workload.itl_p99_ms > 100")
+    (pack / "retired.yaml").write_text(retired, encoding="utf-8")
+    for code, text in _lint_and_advise(run_cli, pack):
+        assert_refused(code, text, "retired.yaml:1")
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def test_output_to_a_symlink_loop(tmp_path, run_cli):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "-o", str(tmp_path / "a"))
+    assert_refused(code, err, "cannot write there")
+
+
+def test_output_name_of_250_bytes(tmp_path, run_cli):
+    target = tmp_path / ("a" * 250)
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "-o", str(target))
+    assert code == 0, err
+    assert target.read_text(encoding="utf-8") and os.listdir(tmp_path) == [target.name]
+
+
+def test_lone_surrogates_are_written_as_valid_utf8(tmp_path, capsysbinary):
+    output.write_output("x\udc80y\n", str(tmp_path / "out.txt"))
+    assert (tmp_path / "out.txt").read_bytes() == b"x\\udc80y\n"
+    output.write_output("x\ud800y\n", None)
+    assert capsysbinary.readouterr().out == b"x\\ud800y\n"
+
+
+def test_sigterm_during_output_leaves_no_temporary_file(tmp_path, monkeypatch):
+    real_replace = os.replace
+
+    def killed(source, target):
+        os.kill(os.getpid(), signal.SIGTERM)
+        real_replace(source, target)       # not reached: the handler raises first
+
+    monkeypatch.setattr(output.os, "replace", killed)
+    with pytest.raises(SystemExit):
+        output.write_output("text\n", str(tmp_path / "out.txt"))
+    assert os.listdir(tmp_path) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_error_messages_are_bounded(tmp_path, run_cli):
+    document = {"kbopt": "facts/1", "hardware": {"gpu_name": "x" * 9000, "gpu_count": "y" * 9000}}
+    code, _, err = run_cli("advise", "--facts", write_facts(tmp_path, json.dumps(document)))
+    assert code == 2 and len(err) < MAX_MESSAGE + 200
+
+
+def test_pack_file_size_is_bounded(tmp_path, run_cli):
+    pack = write_pack(tmp_path, "workload.itl_p99_ms > 100", extra="notes: " + "x" * (1024 * 1024) + "\n")
+    for code, text in _lint_and_advise(run_cli, pack):
+        assert_refused(code, text, "error[L002]", "a pack file may hold at most 1,048,576")
+
+
+@pytest.mark.parametrize("fact", ["hardware.memory_total_gib=1e300", "hardware.memory_total_gib=1.7e308",
+                                  "model.params_billion=1e300", "model.num_layers=9007199254740992"])
+def test_extreme_numbers_give_the_same_advice_on_both_evaluators(run_cli, fact):
+    results = []
+    for engine in ("durable", "reference") if durable_available() is None else ("reference",):
+        code, out, err = run_cli("advise", "--facts", EXAMPLE, "--set", fact, "--format", "json", "--engine", engine)
+        assert code in (0, 2) and "internal error" not in err, err
+        results.append((code, out))
+    assert len(set(results)) == 1
