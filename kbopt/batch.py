@@ -23,7 +23,7 @@ ERROR_FORMAT = "error"
 
 def advise_line(line: str, pack: Pack, evaluator: str = "reference", name: str = "-:1",
                 overrides: tuple[str, ...] = ()) -> tuple[bool, str]:
-    """(ok, one JSON line without its newline): the advice (advice/1), or an error record
+    """(ok, one JSON line without its newline): the advice (advice/2), or an error record
     {"kbopt": "error", "line": N, "error": "..."} naming the input line."""
     from kbopt.engine.advice.advisor import advise
     from kbopt.kb.facts import facts_from_document, parse_document
@@ -52,10 +52,11 @@ def advise_stream(lines: Iterable[str], out: IO[str], pack: Pack, evaluator: str
             out.write(text + "\n")
         return count, failed
     import multiprocessing
-    global _WORKER
-    _WORKER = (pack, evaluator, source, overrides)
-    # fork: the workers inherit the checked pack and its compiled evaluators instead of loading them again
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+    # spawn, not fork: a fork of a process with threads (a caller's, a test harness's) can copy a
+    # lock held mid-operation and leave the worker waiting forever. Each worker gets the checked
+    # pack pickled (rules and compiled rulesets, as the compiled-pack cache stores them).
+    with multiprocessing.get_context("spawn").Pool(jobs, initializer=_start_worker,
+                                                   initargs=((pack, evaluator, source, overrides),)) as pool:
         while batch := list(itertools.islice(numbered, BATCH_PER_JOB * jobs)):
             for ok, text in pool.map(_advise_numbered, batch, chunksize=max(1, len(batch) // (4 * jobs))):
                 count, failed = count + 1, failed + (not ok)
@@ -64,7 +65,12 @@ def advise_stream(lines: Iterable[str], out: IO[str], pack: Pack, evaluator: str
 
 
 BATCH_PER_JOB = 256
-_WORKER: tuple[Pack, str, str, tuple[str, ...]] | None = None    # what a forked worker advises with
+_WORKER: tuple[Pack, str, str, tuple[str, ...]] | None = None    # what a worker advises with
+
+
+def _start_worker(worker: tuple[Pack, str, str, tuple[str, ...]]) -> None:
+    global _WORKER
+    _WORKER = worker
 
 
 def _advise_numbered(item: tuple[int, str]) -> tuple[bool, str]:

@@ -69,11 +69,12 @@ def test_estimates_carry_rule_inputs_and_confidence(toy):
     assert "kv_bytes_per_token_per_gpu" not in estimates
 
 
-def test_coalesce_fallback_past_a_missing_fact_is_low(toy):
+def test_coalesce_fallback_past_a_missing_fact_is_medium(toy):
+    """An engine's own default standing in for a setting not given is likely right, not a guess."""
     facts = toy_facts()
     facts = dataclasses.replace(facts, values={k: v for k, v in facts.values.items() if k != "serving.tensor_parallel_size"})
     weights = advise(facts, toy, "reference").estimates["weights_gib_per_gpu"]
-    assert weights.confidence == "low" and weights.defaults == ("serving.tensor_parallel_size",)
+    assert weights.confidence == "medium" and weights.defaults == ("serving.tensor_parallel_size",)
     assert "serving.tensor_parallel_size" not in weights.inputs
 
 

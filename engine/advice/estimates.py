@@ -156,8 +156,16 @@ class Model:
             return self._confidence[path]
         self._confidence[path] = ("high", ())        # a cycle of rules adds nothing to itself
         t = self.trace_of(path)
-        defaults = list(t.fell_back) + [p for p in t.parameters if p.startswith(DEFAULT_PARAMETER)]
-        levels: list[Confidence] = ["low"] if defaults else []
+        # An engine's own default standing in for a setting not given (no pipeline stages, the
+        # default memory fraction) is likely right: medium. A default_* parameter assumed for a
+        # quantity kbopt did not see (an efficiency, a batch size) is a guess: low.
+        guessed = [p for p in t.parameters if p.startswith(DEFAULT_PARAMETER)]
+        defaults = list(t.fell_back) + guessed
+        levels: list[Confidence] = []
+        if guessed:
+            levels.append("low")
+        if t.fell_back:
+            levels.append("medium")
         for fact in t.read:
             if fact.startswith(DERIVED):
                 level, behind = self.confidence(fact)
