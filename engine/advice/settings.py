@@ -35,6 +35,10 @@ class Target:
 
     def describe(self) -> str:
         text = f"{self.spec.title} {version_text(self.version)}"
+        covered = self.spec.versions
+        if self.stated and not covered[0][:2] <= self.version[:2] <= covered[-1][:2]:
+            return text + (f" (outside the versions kb/engines.yaml covers, {version_text(covered[0])} to "
+                           f"{version_text(covered[-1])}: a setting whose range excludes it is left out)")
         if self.stated:
             return text
         return text + " (serving.engine_version not given: the latest version kb/engines.yaml covers)"
