@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     advise.add_argument("--format", choices=("text", "json", "md", "html"), default="text",
                         help="output format (default text); html and md also show a --set what-if")
     advise.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    advise.add_argument("--emit", choices=("vllm", "sglang", "trtllm", "tgi"), metavar="ENGINE",
+                        help="print a ready launch script for this engine (vllm, sglang, trtllm, tgi) instead of the "
+                             "report: each setting commented with the rule that set it (docs/engines.md)")
     advise.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
                         help="override a fact for a what-if, e.g. --set telemetry.memory_used_ratio=0.95 (repeatable)")
     _pack_options(advise)
@@ -207,6 +210,10 @@ def _advise(args) -> int:
     facts = read(args.overrides)        # bad input is reported before anything else is said
     evaluator = _evaluator(args.engine)
     advice = advise(facts, pack, evaluator)
+    if args.emit:
+        from kbopt.reports.emit import render_emit
+        write_output(render_emit(advice, args.emit), args.output)
+        return EXIT_OK
     comparison = None
     if args.overrides and args.format in ("html", "md"):
         from kbopt.engine.advice.compare import compare

@@ -4,7 +4,8 @@
     python -m kbopt.docsgen --check    # exit 1, naming the pages, when one differs (tests/test_docs.py)
 
 Pages: docs/facts.md (kb/vocabulary.yaml, kb/gpus.yaml), docs/sources.md (kb/sources.yaml),
-docs/rule-format.md (the rule JSON Schema and kb/strategies.yaml). Everything else in docs/ is
+docs/rule-format.md (the rule JSON Schema and kb/strategies.yaml), docs/engines.md
+(kb/engines.yaml). Everything else in docs/ is
 written by hand.
 """
 from __future__ import annotations
@@ -148,7 +149,46 @@ def rule_format_page() -> str:
     return "\n".join(out) + "\n"
 
 
+def engines_page() -> str:
+    from kbopt.kb.engines import engine_catalog, version_text
+    engines = engine_catalog()
+    titles = {source.id: (source.label, source.url) for source in catalog().references.values()}
+
+    def cite(source_id: str) -> str:
+        title, url = titles.get(source_id, (source_id, None))
+        return f"[{_cell(title)}]({url})" if url else _cell(title)
+
+    out = [HEADER.format(what="kb/engines.yaml") + "# Engine settings", "",
+           "How each strategy and its parameters are set in each serving engine. Every strategy in the",
+           "advice carries `settings` for the deployment's engine (`workload.engine`; all four when it is",
+           "not given), for the version in `serving.engine_version` (the latest covered one when not",
+           "given). `kbopt advise --emit vllm|sglang|trtllm|tgi` prints them as a ready launch script,",
+           "each line commented with the rule that set it, `# unchanged` where the facts' `serving.*`",
+           "values already equal the new ones ([usage](usage.md)).", "",
+           "The memory fraction is converted, never copied: the strategy's `memory_fraction` is read as a",
+           "share of the whole device memory (vLLM's `gpu_memory_utilization`); the KV pool it leaves",
+           "after the weights, activations and memory outside PyTorch is what each engine is given, in",
+           "its own denominator (SGLang: weights + KV over the device; TensorRT-LLM: KV over what is free",
+           "after weights and activations; TGI: the whole process over the device).", "",
+           "## Engines", "", "| engine | versions read | started with | notes | source |", "|---|---|---|---|---|"]
+    for engine in engines.engines.values():
+        out.append(f"| {engine.id}: {_cell(engine.title)} | {', '.join(version_text(v) for v in engine.versions)} | "
+                   f"`{engine.command}` | {_cell('; '.join(engine.notes))} | {cite(engine.source)} |")
+    out += ["", "## Settings", "",
+            "`{value}` is the strategy's parameter (or the engine's own conversion of it). A note means the",
+            "engine has no such setting.", "",
+            "| strategy | engine | when | setting | kind | versions | needs | source |", "|---|---|---|---|---|---|---|---|"]
+    for entry in engines.entries:
+        when = ", ".join([f"variant {entry.variant}"] * bool(entry.variant) + [f"{entry.param} given"] * bool(entry.param)
+                         + [f"{k}={v}" for k, v in entry.when])
+        setting = _cell(entry.set) if entry.kind == "note" else f"`{_cell(entry.set)}`"
+        out.append(f"| `{entry.strategy}` | {entry.engine} | {_cell(when)} | {setting} | {entry.kind} | "
+                   f"{entry.range_text()} | {_cell('; '.join(entry.needs))} | {cite(entry.source)} |")
+    return "\n".join(out) + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {
+    "engines.md": engines_page,
     "facts.md": facts_page,
     "sources.md": sources_page,
     "rule-format.md": rule_format_page,

@@ -76,6 +76,9 @@ def render_text(advice: Advice) -> str:
         lines.append("  none: no rule recommended a strategy on these facts")
     for number, strategy in enumerate(advice.strategies, 1):
         lines.append(f"  {number}. {strategy.id} [{strategy.layer}]  {params_text(strategy.params)}".rstrip())
+        # kb/engines.yaml's lines when the facts name the engine (JSON and --emit give all four otherwise)
+        for engine, settings in strategy.settings.items() if len(strategy.settings) == 1 else ():
+            lines.extend(_wrap(f"{engine}: {'; '.join(settings) or 'no setting'}", "     "))
         if strategy.gain:
             lines.extend(_wrap(f"expected gain: {strategy.gain}", "     "))
         for gain in strategy.expected:

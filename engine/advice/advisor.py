@@ -7,6 +7,7 @@ from typing import Any
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, NotEvaluated, Rejection, RuleNote, StrategyAdvice
+from kbopt.engine.advice.settings import settings_map
 from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
@@ -130,7 +131,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             id=c.strategy, layer=catalog[c.strategy].layer, title=catalog[c.strategy].title, params=params,
             because=tuple(dict.fromkeys(because)), caveats=tuple(texts), gain=c.gain, weight=c.weight,
             recommended_by=tuple(c.rules), key=key,
-            expected=outcomes[key].gains if key in outcomes else ()))
+            expected=outcomes[key].gains if key in outcomes else (),
+            settings=settings_map(c.strategy, key, params, final.inputs, final.derived)))
     rejected = []
     for left in resolution.left_out:
         c = candidates[left.key]

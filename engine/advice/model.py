@@ -35,6 +35,8 @@ class StrategyAdvice:
     recommended_by: tuple[str, ...] = ()   # the subset of `because` that recommended it
     key: str = ""                          # node in the conflict graph: `quantization[int8]`
     expected: tuple[Gain, ...] = ()        # what the performance model says applying it moves
+    # engine -> the lines that set it there (kb/engines.yaml); a note (no such setting) starts with "# "
+    settings: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,8 @@ class Advice:
                 {"id": s.id, "layer": s.layer, "params": s.params, "because": list(s.because),
                  "caveats": [{"rule": c.rule, "text": c.text} for c in s.caveats],
                  **({"gain": s.gain} if s.gain else {}),
-                 **({"expected": [g.to_dict() for g in s.expected]} if s.expected else {})}
+                 **({"expected": [g.to_dict() for g in s.expected]} if s.expected else {}),
+                 **({"settings": {engine: list(lines) for engine, lines in s.settings.items()}} if s.settings else {})}
                 for s in self.strategies
             ],
             "rejected": [{"id": r.id, **({"params": r.params} if r.params else {}), "because": list(r.because),

@@ -1,0 +1,294 @@
+"""A strategy's parameters in an engine's own settings (kb/engines.yaml), for the engine and
+version the facts name.
+
+Values that mean different things in each engine are computed per engine from the model's
+estimates, never copied: the memory fraction has a different denominator in each (share of the
+whole device in vLLM and TGI, of weights plus KV in SGLang, of the memory left after weights and
+activations in TensorRT-LLM). Every value goes through a quoting step of its kind (shell, YAML),
+so a string from the facts or a rule stays inert in a command line or config file.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+from kbopt.kb.engines import ENGINES, Engine, Entry, Version, engine_catalog, parse_version, version_text
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The engine and version settings are written for."""
+    engine: str
+    version: Version
+    stated: bool           # the version came from serving.engine_version (else: the latest covered)
+    deployed: bool         # the facts' workload.engine: serving.* facts are this engine's settings
+
+    @property
+    def spec(self) -> Engine:
+        return engine_catalog().engines[self.engine]
+
+    def describe(self) -> str:
+        text = f"{self.spec.title} {version_text(self.version)}"
+        covered = self.spec.versions
+        if self.stated and not covered[0][:2] <= self.version[:2] <= covered[-1][:2]:
+            return text + (f" (outside the versions kb/engines.yaml covers, {version_text(covered[0])} to "
+                           f"{version_text(covered[-1])}: a setting whose range excludes it is left out)")
+        if self.stated:
+            return text
+        return text + " (serving.engine_version not given: the latest version kb/engines.yaml covers)"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One line: a flag, YAML key or variable to set, or a note where there is none."""
+    engine: str
+    kind: str              # cli | yaml | env | note
+    name: str              # the flag, dotted YAML key or variable; "" for a note
+    text: str              # the line itself (a note: its text)
+    value: str = ""        # the quoted value (yaml: the YAML scalar), for emitters that nest keys
+    unchanged: bool = False
+    needs: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def line(self) -> str:
+        return f"# {self.text}" if self.kind == "note" else self.text
+
+
+def clean(text: object) -> str:
+    """Text safe in a comment or note: one line, no control characters."""
+    return _CONTROL.sub(" ", str(text)).strip()
+
+
+def targets(facts: Mapping[str, Any], engine: str | None = None) -> tuple[Target, ...]:
+    """The engine the settings are for: `engine` when asked, else workload.engine; all four when
+    neither names a covered engine. The version is serving.engine_version for the deployed
+    engine, else the latest covered."""
+    deployed = facts.get("workload.engine")
+    chosen = (engine,) if engine else (deployed,) if deployed in ENGINES else ENGINES
+    catalog = engine_catalog()
+    out = []
+    for name in chosen:
+        spec = catalog.engines[str(name)]
+        given = parse_version(facts.get("serving.engine_version")) if name == deployed else None
+        out.append(Target(spec.id, given or spec.latest, given is not None, name == deployed))
+    return tuple(out)
+
+
+def variant_of(key: str) -> str | None:
+    """`quantization[int8]` -> int8."""
+    return key[key.index("[") + 1:-1] if key.endswith("]") and "[" in key else None
+
+
+def resolved(strategy: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters with the ones a pattern implies spelled out (parallelism: pattern=tensor,
+    degree=4 is tensor=4), so that each maps to one flag."""
+    out = dict(params)
+    if strategy == "parallelism":
+        pattern, degree = out.get("pattern"), out.get("degree")
+        if pattern in ("tensor", "pipeline", "data") and degree is not None:
+            out.setdefault(str(pattern), degree)
+    return out
+
+
+def settings_for(target: Target, strategy: str, key: str, params: Mapping[str, Any],
+                 facts: Mapping[str, Any], derived: Mapping[str, Any]) -> tuple[Setting, ...]:
+    """The settings of one strategy for one engine and version, in catalog order."""
+    params = resolved(strategy, params)
+    variant = variant_of(key)
+    slots: dict[str, list[Entry]] = {}
+    for entry in engine_catalog().for_strategy(target.engine, strategy):
+        if entry.variant not in (None, variant) or (entry.param and entry.param not in params):
+            continue
+        if any(params.get(name) != value for name, value in entry.when):
+            continue
+        slots.setdefault(entry.slot, []).append(entry)
+    out: list[Setting] = []
+    for entries in slots.values():
+        out.extend(_slot(target, entries, params, facts, derived))
+    return tuple(out)
+
+
+def _slot(target: Target, entries: list[Entry], params: Mapping[str, Any], facts: Mapping[str, Any],
+          derived: Mapping[str, Any]) -> list[Setting]:
+    """The first alternative that holds at the version and whose value can be computed."""
+    out_of_range: list[Entry] = []
+    problems: list[str] = []
+    for entry in entries:
+        if not entry.holds_at(target.version):
+            out_of_range.append(entry)
+            continue
+        if entry.kind == "note":
+            return [Setting(target.engine, "note", "", clean(entry.set), needs=entry.needs, source=entry.source)]
+        values, problem = _values(entry, target.engine, params, facts, derived)
+        if values is None:
+            problems.append(problem)
+            continue
+        return [_setting(target, entry, values, facts)]
+    if problems:
+        return [Setting(target.engine, "note", "", clean(problems[0]))]
+    if out_of_range:
+        entry = out_of_range[0]
+        return [Setting(target.engine, "note", "", clean(
+            f"{entry.name or entry.strategy} holds for {target.spec.title} {entry.range_text()}, "
+            f"not {version_text(target.version)}: not set"), source=entry.source)]
+    return []
+
+
+def _setting(target: Target, entry: Entry, values: dict[str, Any], facts: Mapping[str, Any]) -> Setting:
+    quoted = {name: _quote(entry.kind, value) for name, value in values.items()}
+    text = entry.set
+    for name in sorted(quoted, key=len, reverse=True):      # value_plus_one before value
+        text = text.replace("{" + name + "}", quoted[name])
+    unchanged = bool(entry.unchanged) and target.deployed and all(
+        _same(facts.get(path), values.get("value") if want == "{value}" else want) for path, want in entry.unchanged)
+    return Setting(target.engine, entry.kind, entry.name, text, quoted.get("value", ""), unchanged,
+                   entry.needs, entry.source)
+
+
+def _same(have: Any, want: Any) -> bool:
+    if have is None or want is None:
+        return False
+    if isinstance(want, float) or isinstance(have, float):
+        return isinstance(have, int | float) and isinstance(want, int | float) and abs(have - want) < 0.005
+    return bool(have == want)
+
+
+def _quote(kind: str, value: Any) -> str:
+    if isinstance(value, dict):
+        text = json.dumps(value, sort_keys=False)
+        return text if kind == "yaml" else shlex.quote(text)
+    if kind == "yaml":
+        return json.dumps(value)        # a JSON scalar is a YAML scalar: strings stay strings
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    return shlex.quote(str(value))
+
+
+def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping[str, Any],
+            derived: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The placeholders of an entry's line, or None and why they cannot be computed."""
+    raw = params.get(entry.param) if entry.param else None
+    if entry.value is None:
+        return ({"value": raw} if entry.param else {}), ""
+    if entry.value == "fraction":
+        fraction, why = memory_fraction(engine, raw, facts, derived)
+        return ({"value": fraction} if fraction is not None else None), why
+    if entry.value == "speculative":
+        return _speculative(engine, params)
+    if entry.value == "hicache_ratio":
+        pool = derived.get("derived.kv_pool_gib_per_gpu")
+        if not _number(raw) or not _number(pool) or pool <= 0:
+            return None, "host_cache_gib: the GPU KV pool (derived.kv_pool_gib_per_gpu) is not known, so the host ratio is not set"
+        return {"value": round(raw / pool, 1)}, ""
+    if entry.value == "host_bytes":
+        return ({"value": int(raw * 2**30)}, "") if _number(raw) and raw > 0 else (None, "host_cache_gib is not a size: not set")
+    if entry.value == "expert_size":
+        size = params.get("expert_size") or params.get("tensor") or params.get("degree")
+        return ({"value": size}, "") if _number(size) else (None, "expert: no degree given to size expert parallelism; not set")
+    if entry.value == "queue_limit":
+        # admission_control may be a yes/no: only a number is a queue limit.
+        return ({"value": raw}, "") if _number(raw) and raw > 0 else (None, "admission_control: no limit given")
+    raise ValueError(f"kb/engines.yaml: unknown value computation {entry.value!r}")
+
+
+def _number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _speculative(engine: str, params: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    method, tokens = params.get("method"), params.get("num_speculative_tokens")
+    if not _number(tokens) or tokens < 1:
+        return None, "speculative_decoding: num_speculative_tokens not given; not set"
+    tokens = int(tokens)
+    if engine == "sglang":
+        return {"value": tokens, "value_plus_one": tokens + 1}, ""
+    if engine == "trtllm":
+        names = {"ngram": "NGram", "eagle": "Eagle3", "draft_model": "Draft_Target"}
+        config: dict[str, Any] = {"decoding_type": names.get(str(method), "Draft_Target"), "max_draft_len": tokens}
+        if method == "ngram":
+            config["max_matching_ngram_size"] = 4
+        else:
+            config["speculative_model_dir"] = "DRAFT_MODEL"
+        return {"value": config}, ""
+    spec: dict[str, Any] = {"method": "ngram" if method == "ngram" else "eagle" if method == "eagle" else "draft_model",
+                            "num_speculative_tokens": tokens}
+    if method == "ngram":
+        spec["prompt_lookup_max"] = 4
+    else:
+        spec["model"] = "DRAFT_MODEL"
+    return {"value": spec}, ""
+
+
+# The engines' memory rules (rules/parameters.yaml holds the same constants for the model's
+# KV-pool estimates; they are read from there so the two cannot drift apart).
+def _parameter(name: str) -> float:
+    from kbopt.engine.pack.loader import builtin_parameters
+    return float(builtin_parameters()[name].value)
+
+
+CAPS = {"vllm": 0.95, "sglang": 0.95, "trtllm": 0.95, "tgi": 1.0}
+
+
+def kv_target_gib(fraction: float, facts: Mapping[str, Any], derived: Mapping[str, Any]) -> float | None:
+    """The KV pool per GPU a memory_fraction asks for. The strategy's parameter is read as a share
+    of the whole device memory for weights, activations and KV (vLLM's gpu_memory_utilization,
+    the catalog's convention): the KV pool it leaves is what every engine must be given."""
+    gpu, weights = derived.get("derived.gpu_memory_gib"), derived.get("derived.weights_gib_per_gpu")
+    if not _number(gpu) or not _number(weights):
+        return None
+    return float(fraction * gpu - weights - _activations(facts, gpu) - _nontorch(derived))
+
+
+def _activations(facts: Mapping[str, Any], gpu: float) -> float:
+    budget = facts.get("serving.max_num_batched_tokens")
+    if not _number(budget):
+        budget = _parameter("budget_tokens_large") if gpu >= _parameter("large_gpu_gib") else _parameter("budget_tokens_small")
+    return _parameter("activation_gib_per_1k_tokens") * float(budget) / 1024
+
+
+def _nontorch(derived: Mapping[str, Any]) -> float:
+    tp = derived.get("derived.tensor_parallel")
+    return _parameter("nontorch_gib_sharded" if _number(tp) and tp > 1 else "nontorch_gib_single")
+
+
+def memory_fraction(engine: str, fraction: Any, facts: Mapping[str, Any],
+                    derived: Mapping[str, Any]) -> tuple[float | None, str]:
+    """`fraction` (a share of the whole device, vLLM's denominator) in `engine`'s own denominator,
+    giving the same KV pool; None and why when the estimates do not allow it."""
+    if not _number(fraction) or not 0 < fraction <= 1:
+        return None, "memory_fraction is not a share between 0 and 1: not set"
+    kv = kv_target_gib(float(fraction), facts, derived)
+    if kv is None:
+        return None, ("memory_fraction: converting it to this engine's denominator needs derived.gpu_memory_gib "
+                      "and derived.weights_gib_per_gpu; not set")
+    if kv <= 0:
+        return None, "memory_fraction: at this share the weights and activations leave no KV cache; not set"
+    gpu, weights = float(derived["derived.gpu_memory_gib"]), float(derived["derived.weights_gib_per_gpu"])
+    activations = _activations(facts, gpu)
+    if engine == "vllm":
+        value = (weights + activations + _nontorch(derived) + kv) / gpu
+    elif engine == "sglang":
+        value = (weights + kv) / gpu                      # activations and CUDA graphs sit outside it
+    elif engine == "trtllm":
+        free = gpu - weights - activations
+        value = kv / (free * (1 - _parameter("trtllm_reserved_share")))
+    else:
+        value = (weights + activations + kv) / gpu        # TGI: whole device; KV fills what warm-up leaves
+    value = round(value, 3)
+    if value > CAPS[engine]:
+        return None, f"memory_fraction: this engine would need {value}, above {CAPS[engine]}; not set"
+    return value, ""
+
+
+def settings_map(strategy: str, key: str, params: Mapping[str, Any], facts: Mapping[str, Any],
+                 derived: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """What a strategy's advice carries: each target engine's lines (a note starts with "# ")."""
+    return {t.engine: tuple(s.line for s in settings_for(t, strategy, key, params, facts, derived))
+            for t in targets(facts)}

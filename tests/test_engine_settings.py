@@ -1,0 +1,160 @@
+"""Engine settings (kb/engines.yaml): names checked against each engine's known arguments per
+version, the memory fraction converted per engine, version ranges, --emit per engine, and strings
+from the facts kept inert."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kbopt.engine.advice.settings import Target, memory_fraction, settings_for, settings_map, targets
+from kbopt.kb.engines import ENGINES, engine_catalog, parse_version, version_text
+
+HERE = Path(__file__).parent
+FLAGS = HERE / "data" / "engine_flags"
+FACTS = HERE / "data" / "emit" / "vllm-8b-h100.json"
+
+
+def known(engine: str, version: tuple[int, ...]) -> set[str]:
+    lines = (FLAGS / f"{engine}-{version_text(version)}.txt").read_text().splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+def test_every_setting_names_an_argument_the_engine_has_at_each_covered_version():
+    catalog = engine_catalog()
+    for engine in catalog.engines.values():
+        for version in engine.versions:
+            names = known(engine.id, version)
+            for entry in catalog.entries:
+                if entry.engine == engine.id and entry.kind != "note" and entry.holds_at(version):
+                    assert entry.name in names, (engine.id, version_text(version), entry.name)
+
+
+def test_every_setting_cites_a_listed_source():
+    from kbopt.kb.sources import catalog
+    ids = {source.id for source in catalog().references.values()}
+    catalog_ = engine_catalog()
+    assert {e.source for e in catalog_.entries} | {e.source for e in catalog_.engines.values()} <= ids
+
+
+# The estimates of one deployment: 80 GiB GPU, 15 GiB of weights, TP1, default token budget.
+DERIVED = {"derived.gpu_memory_gib": 80.0, "derived.weights_gib_per_gpu": 15.0, "derived.tensor_parallel": 1}
+
+
+def test_the_memory_fraction_is_converted_per_engine_to_the_same_kv_pool():
+    values = {engine: memory_fraction(engine, 0.9, {}, DERIVED)[0] for engine in ENGINES}
+    activations, nontorch = 0.65 * 8192 / 1024, 0.13
+    kv = 0.9 * 80 - 15 - activations - nontorch
+    assert values["vllm"] == pytest.approx(0.9, abs=1e-3)
+    # Each engine's own rule (rules/diagnosis/m-kv-headroom-*.yaml) gives back the same KV pool.
+    assert 80 * values["sglang"] - 15 == pytest.approx(kv, abs=0.1)
+    assert values["trtllm"] * (80 - 15 - activations) * (1 - 0.015) == pytest.approx(kv, abs=0.1)
+    assert 80 * values["tgi"] - 15 - activations == pytest.approx(kv, abs=0.1)
+    assert len(set(values.values())) == 4          # never one engine's value copied to another
+
+
+def test_a_fraction_the_estimates_cannot_convert_is_not_set_and_says_why():
+    value, why = memory_fraction("sglang", 0.9, {}, {})
+    assert value is None and "derived.weights_gib_per_gpu" in why
+    value, why = memory_fraction("trtllm", 0.2, {}, DERIVED)
+    assert value is None and "no KV cache" in why
+
+
+def test_settings_per_version_and_outside_a_flags_range():
+    facts = {"workload.engine": "vllm", "serving.engine_version": "0.11.0"}
+    old = settings_for(targets(facts)[0], "op_fusion", "op_fusion", {}, facts, {})
+    assert "enable_fusion" in old[0].text
+    new = settings_for(targets({"workload.engine": "vllm"})[0], "op_fusion", "op_fusion", {}, {}, {})
+    assert "fuse_norm_quant" in new[0].text
+    offload = settings_for(targets(facts)[0], "kv_offload", "kv_offload", {"host_cache_gib": 64}, facts, {})
+    assert offload[0].kind == "note" and "KV connector" in offload[0].text
+    # A version older than any entry: the setting is left out with a note naming its range.
+    too_old = Target("trtllm", (0, 20, 0), True, True)
+    lines = settings_for(too_old, "debug_mode", "debug_mode", {}, {}, {})
+    assert lines[0].kind == "note" and ">= 1.0.0" in lines[0].text
+    assert "outside the versions" in too_old.describe()
+
+
+def test_unknown_engine_gives_all_four_at_their_latest_version():
+    found = targets({"workload.engine": "other", "serving.engine_version": "9.9"})
+    assert [t.engine for t in found] == list(ENGINES) and not any(t.stated for t in found)
+    assert [t.version for t in found] == [engine_catalog().engines[e].latest for e in ENGINES]
+    assert set(settings_map("debug_mode", "debug_mode", {}, {}, {})) == set(ENGINES)
+    assert parse_version("v3.3.4-rocm") == (3, 3, 4) and parse_version("$(reboot)") is None
+
+
+EXPECTED = {
+    "vllm": ["--quantization fp8", '"enable_fusion": true', "# unchanged; S-PAGED-KV-VARIABLE-LENGTHS (paged_kv_cache)"],
+    "sglang": ["--quantization fp8", "--enable-torch-compile", "--page-size 16"],
+    "trtllm": ["cat > kbopt-trtllm.yaml <<'YAML'", "torch_compile_config:", "  tokens_per_block: 16",
+               "trtllm-serve \"$MODEL\" --config kbopt-trtllm.yaml"],
+    "tgi": ["--quantize fp8", "TGI is in maintenance mode"],
+}
+
+
+def _emitted_names(text: str, engine: str) -> set[str]:
+    names = set()
+    inside = False
+    for line in text.splitlines():
+        bare = line.split("  #")[0].strip()
+        if line == "args=(" or line.endswith("<<'YAML'"):
+            inside = True
+        elif line in (")", "YAML"):
+            inside = False
+        elif inside and bare.startswith("--"):
+            names.add(bare.split()[0])
+        elif inside and engine == "trtllm" and bare and not bare.startswith("#"):
+            names.add(bare.split(":")[0])
+        elif line.startswith("export "):
+            names.add(bare.removeprefix("export ").split("=")[0])
+    return names
+
+
+VERSIONS = {"vllm": "0.11.0", "sglang": "0.5.0", "trtllm": "1.1.0", "tgi": "3.3.0"}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_emit_prints_a_ready_script_for_each_engine(run_cli, engine):
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--set", f"workload.engine={engine}",
+                           "--set", f"serving.engine_version={VERSIONS[engine]}", "--emit", engine)
+    assert code == 0
+    for expected in EXPECTED[engine]:
+        assert expected in out, (engine, expected)
+    target = targets({"workload.engine": engine, "serving.engine_version": VERSIONS[engine]})[0]
+    yaml_keys = known(engine, target.version)
+    for name in _emitted_names(out, engine):
+        # a nested YAML key is checked by its leaf's parent chain in the known table
+        assert name in yaml_keys or any(k.startswith(name + ".") or k.endswith("." + name) for k in yaml_keys), name
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=out, text=True).returncode == 0
+
+
+def test_emit_for_another_engine_marks_nothing_unchanged(run_cli):
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--emit", "sglang")
+    assert code == 0 and "unchanged" not in out.replace("nothing is marked unchanged", "")
+    assert "SGLang 0.5.0 (serving.engine_version not given" in out
+
+
+def test_strings_from_the_facts_stay_inert(run_cli, tmp_path):
+    document = json.loads(FACTS.read_text())
+    document["model"]["name"] = "x'; touch /tmp/kbopt-pwned; echo '\nYAML\n$(reboot)"
+    facts = tmp_path / "hostile.json"
+    facts.write_text(json.dumps(document))
+    for engine in ENGINES:
+        code, out, _ = run_cli("advise", "--facts", str(facts), "--emit", engine)
+        assert code == 0
+        assert "\nYAML\n$(reboot)" not in out and "\n$(reboot)" not in out
+        if shutil.which("bash"):
+            assert subprocess.run(["bash", "-n"], input=out, text=True).returncode == 0
+    hostile = settings_map("parallelism", "parallelism", {"tensor": "4; rm -rf /", "pattern": "tensor"},
+                           {"workload.engine": "vllm"}, {})
+    assert hostile["vllm"] == ("--tensor-parallel-size '4; rm -rf /'",)
+
+
+def test_advice_json_carries_settings_for_the_deployments_engine(run_cli):
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--format", "json")
+    strategies = json.loads(out)["strategies"]
+    assert code == 0 and all(set(s["settings"]) == {"vllm"} for s in strategies)
