@@ -20,7 +20,7 @@ def test_text_advice_shows_evidence_chain_rejections(run_cli):
     assert "evidence: telemetry.memory_used_ratio = 0.93 > 0.9 (capacity_threshold)  (input; D-CAPACITY-MEMORY-FULL)" in out
     assert "paged_kv_cache [storage]  page_size=16 max_pages=26505" in out
     assert "<- D-BOTTLENECK-CAPACITY" in out
-    assert "quantization (scheme=fp8)" in out and "R-FP8-NEEDS-TENSOR-CORES" in out
+    assert "quantization (scheme=int8)" in out and "excluded by quantization[fp8]" in out
 
 
 def test_json_advice_follows_advice_v2(run_cli):

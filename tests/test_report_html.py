@@ -67,9 +67,8 @@ def test_conflict_graph_marks_chosen_and_rejected_differently(pack):
     page = render(_advice(pack), "html")
     conflicts = page[page.index('<section id="conflicts">'):]
     svg = conflicts[conflicts.index("<svg"):conflicts.index("</svg>")]
-    assert "<title>quantization[int8]: chosen</title>" in svg
-    assert "<title>quantization[fp8]: rejected</title>" in svg
-    assert "<title>veto:R-FP8-NEEDS-TENSOR-CORES: veto</title>" in svg
+    assert "<title>quantization[fp8]: chosen</title>" in svg
+    assert "<title>quantization[int8]: rejected</title>" in svg
     assert len(re.findall(r'<path d="[^"]+" fill="none"', svg)) == len(_advice(pack).graph)
 
 
@@ -104,7 +103,7 @@ def test_report_command_with_compare(run_cli, tmp_path):
 def test_markdown_carries_the_graph(pack):
     page = render(_advice(pack), "md")
     assert "## Conflict graph" in page
-    assert "| `veto:R-FP8-NEEDS-TENSOR-CORES` | vetoes | `quantization[fp8]` | R-FP8-NEEDS-TENSOR-CORES |" in page
+    assert "| `quantization[fp8]` | excludes | `quantization[int8]` | kb:strategies |" in page
 
 
 def test_bidirectional_controls_cannot_reverse_the_page(pack):

@@ -35,6 +35,7 @@ class StrategyAdvice:
     recommended_by: tuple[str, ...] = ()   # the subset of `because` that recommended it
     key: str = ""                          # node in the conflict graph: `quantization[int8]`
     expected: tuple[Gain, ...] = ()        # what the performance model says applying it moves
+    status: str = "change"                 # change: to apply; keep: already in place (not an action)
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class Advice:
             "kbopt": ADVICE_FORMAT,
             "bottleneck": self.bottleneck,
             "strategies": [
-                {"id": s.id, "layer": s.layer, "params": s.params, "because": list(s.because),
+                {"id": s.id, "status": s.status, "layer": s.layer, "params": s.params, "because": list(s.because),
                  "caveats": [{"rule": c.rule, "text": c.text} for c in s.caveats],
                  **({"gain": s.gain} if s.gain else {}),
                  **({"expected": [g.to_dict() for g in s.expected]} if s.expected else {})}
