@@ -209,7 +209,8 @@ def test_azure_code_trace():
     assert (provenance.source, provenance.samples, provenance.metric) == \
         ("trace:azure_llm_2023_code_first2000.csv", 2000, "ContextTokens+GeneratedTokens")
     advice = _advise(collected)
-    assert {"continuous_batching", "length_bucketing", "paged_kv_cache"} <= {s.id for s in advice.strategies}
+    # 38% long requests on one replica: chunked prefill, which supersedes length bucketing there.
+    assert {"continuous_batching", "chunked_prefill", "paged_kv_cache"} <= {s.id for s in advice.strategies}
 
 
 def test_long_threshold_is_an_option():
