@@ -363,7 +363,7 @@ def test_collect_then_advise_shows_provenance(run_cli, tmp_path):
     facts = load_facts(out)
     assert facts.provenance["telemetry.compute_utilization"].metric == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
     assert facts.provenance["model.num_layers"].source == "catalog:llama-3-8b"
-    code, text, _ = run_cli("advise", "--facts", str(out))
+    code, text, _ = run_cli("advise", "--facts", str(out), "--explain")
     assert code == 0
     assert "(dcgm DCGM_FI_PROF_GR_ENGINE_ACTIVE, proxy, 1 sample" in text
     assert "trace:azure_llm_2023_conv_first2000.csv" in text
