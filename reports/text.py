@@ -55,7 +55,7 @@ def _summary(advice: Advice) -> list[str]:
     if actions:
         lines.append("")
         modelled = " — expected by the performance model" if any(s.expected for s in actions) else ""
-        lines.append(f"Actions ({len(actions)}){modelled}")
+        lines.append(f"Actions{modelled}")
         for rank, strategy in enumerate(actions[:TOP], 1):
             gains = gains_text(headline(strategy.expected))
             lines.extend(_wrap(f"{rank}. {strategy.key}: " + (gains or params_text(strategy.params) or strategy.title), "  "))

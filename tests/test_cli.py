@@ -209,7 +209,7 @@ def test_text_summary_then_strategies_and_proofs_only_with_explain(run_cli):
     assert code == 0
     summary = out.split("\nStrategies (")[0]
     assert len(summary.splitlines()) <= 22
-    assert "Actions (" in summary and "Keep (already in place): " in summary
+    assert "Actions — " in summary and "Keep (already in place): " in summary
     assert "continuous_batching" in summary.split("Keep (already in place): ")[1]
     assert "<- " not in out and "Rules fired" not in out and "--explain adds" in out
     code, explained, _ = run_cli("advise", "--facts", "examples/bandwidth-l40s-decode.json", "--explain")

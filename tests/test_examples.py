@@ -32,7 +32,8 @@ def test_capacity_bound_a100_chat(pack):
     chosen = _chosen(advice)
     # At least these; a new rule may add a strategy, but none that the diagnosis rules out.
     assert {"paged_kv_cache", "quantization", "continuous_batching", "chunked_prefill", "kv_cache_quantization"} <= set(chosen)
-    assert "length_bucketing" not in chosen     # one replica: chunked prefill supersedes bucketing (K4.6)
+    # One replica: chunked prefill supersedes bucketing (K4.6) as the cure for long sequences.
+    assert "S-LENGTH-BUCKETING" not in {f.rule for f in advice.fired}
     assert "static_kv_preallocation" not in chosen                 # excluded by the paged KV cache
     # vLLM's rule by default: 80 GiB x 0.9 - 14.9 GiB of fp16 weights - 5.2 GiB of activations (8192
     # batched tokens) - 0.13 GiB outside PyTorch = 51.77 GiB, over 16-token pages of 128 KiB per token.
@@ -189,3 +190,72 @@ def test_mixtral_tp8_at_low_activity_is_overhead(pack):
 @pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.iterdir() if p.suffix in (".json", ".yaml")))
 def test_both_evaluators_give_identical_advice(name, pack):
     assert _advise(name, pack, "durable").to_json() == _advise(name, pack, "reference").to_json()
+
+
+def _gain(strategy, metric):
+    return {g.metric: g for g in strategy.expected}[metric]
+
+
+def test_l4_8b_bf16_vllm_gets_fp8_weights_and_kv(pack):
+    # An 8B model in bf16 on a 24 GB L4 under vLLM: 15 GiB of weights leave about 5 GiB of KV
+    # cache, 97% used with preemptions. FP8 weights (W8A8 on Ada's FP8 tensor cores) halve the
+    # decode step; an FP8 KV cache doubles the tokens the pool holds.
+    advice = _advise("l4-8b-bf16-vllm.json", pack)
+    assert advice.bottleneck == "memory_capacity"
+    chosen = _chosen(advice)
+    quant = chosen["quantization"]
+    assert quant.key == "quantization[fp8]" and quant.status == "change"
+    assert (quant.params["mode"], quant.params["method"]) == ("w8a8", "fp8")
+    step = _gain(quant, "decode_step_expected_ms")
+    assert step.before == pytest.approx(62) and step.after == pytest.approx(32.9, abs=0.1)
+    kv = chosen["kv_cache_quantization"]
+    assert kv.key == "kv_cache_quantization[fp8]"
+    tokens = _gain(kv, "kv_pool_tokens")
+    assert (tokens.before, tokens.after) == (40848, 81712)
+    assert chosen["mixed_precision"].params["high_precision"] == "bf16"    # never fp16 for a bf16 model
+    # Nothing that is a no-op: what vLLM does already is kept, once; no fusion, layout or bucketing.
+    assert chosen["paged_kv_cache"].status == "keep"
+    assert {"op_fusion", "weight_layout", "length_bucketing", "continuous_batching"}.isdisjoint(
+        s.id for s in advice.strategies if s.status == "change")
+    assert len({s.key for s in advice.strategies}) == len(advice.strategies)
+    assert advice.plan and "paged_kv_cache" not in advice.plan.strategies
+
+
+def test_sglang_fp8_70b_keeps_its_weights_and_gets_fp8_kv_and_replicas(pack):
+    advice = _advise("sglang-2xh100-70b-fp8.json", pack)
+    chosen = _chosen(advice)
+    # The weights are FP8 already: kept, never recommended again.
+    assert chosen["quantization"].key == "quantization[fp8]" and chosen["quantization"].status == "keep"
+    kv = chosen["kv_cache_quantization"]
+    assert kv.status == "change" and "C-KV-CACHE-FP8-SGLANG" in {c.rule for c in kv.caveats}
+    # Twelve requests wait on a 93%-full KV cache, and prompts share prefixes: a cache-aware router.
+    assert chosen["scale_out"].params["routing"] == "cache_aware"
+    assert "prefix_caching" not in chosen                     # RadixAttention is on by default
+
+
+def test_trtllm_latency_small_batch_gets_speculative_decoding(pack):
+    advice = _advise("trtllm-h100-8b-latency.json", pack)
+    assert advice.bottleneck == "memory_bandwidth"
+    chosen = _chosen(advice)
+    assert chosen["speculative_decoding"].params["num_speculative_tokens"] == 3
+    assert chosen["quantization"].params["mode"] == "w8a8"
+    assert {"op_fusion", "weight_layout"}.isdisjoint(chosen)   # TRT-LLM fuses on its own
+
+
+def test_tgi_long_prompts_get_chunked_prefill_not_buckets(pack):
+    advice = _advise("tgi-a10g-7b-long-prompts.json", pack)
+    chosen = _chosen(advice)
+    assert chosen["chunked_prefill"].params["max_num_batched_tokens"] == 2048     # latency objective
+    assert "S-LENGTH-BUCKETING" not in {f.rule for f in advice.fired}   # one replica: nothing to route
+    assert chosen["prefix_caching"].params == {"enabled": True}
+    quant = chosen["quantization"]
+    assert quant.key == "quantization[fp8]" and quant.params["mode"] == "weight_only"   # A10G is Ampere
+
+
+def test_every_in_place_condition_parses_against_the_vocabulary(pack):
+    from kbopt.engine.lang.parse import parse_condition
+    for strategy in pack.kb.strategies.values():
+        for text in (strategy.in_place_when, *strategy.variant_in_place_when.values()):
+            if text:
+                parse_condition(text, pack.kb.vocabulary, {})
+        assert set(strategy.variant_in_place_when) <= set(strategy.variants), strategy.id
