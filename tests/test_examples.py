@@ -102,6 +102,7 @@ def test_classification_gets_no_kv_cache_advice(pack):
     assert {"static_kv_preallocation", "paged_kv_cache", "continuous_batching"}.isdisjoint(chosen)
     assert _rejected(advice)[("static_kv_preallocation", ())].because == ("R-KV-CACHE-ENCODER-TASK",)
     assert "derived.kv_bytes_per_token" not in advice.derived
+    assert chosen["encoder_batching"].params == {"max_tokens_per_batch": 16384}   # tokens, not padded slots
     assert _chosen(advice)["quantization"].params["scheme"] == "int8"    # T4 (7.5) has no FP8 kernels
 
 
