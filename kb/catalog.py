@@ -64,6 +64,17 @@ class Strategy:
     # model with them (engine/advice/whatif.py); kb/ stays free of the expression language.
     effects: tuple[tuple[str, Any], ...] = ()
     variant_effects: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
+    # When the deployment already has it: a condition of the rule language (text; the advisor
+    # parses it against the vocabulary and evaluates it on the final facts). A candidate for which
+    # it holds is advice to keep, not to change. A variant's own condition wins over the strategy's.
+    in_place_when: str | None = None
+    variant_in_place_when: Mapping[str, str] = field(default_factory=dict)
+
+    def in_place_condition(self, variant: str | None) -> str | None:
+        """The condition under which this strategy (or variant) is already in place, if any."""
+        if variant and variant in self.variant_in_place_when:
+            return self.variant_in_place_when[variant]
+        return self.in_place_when
 
     def effects_of(self, variant: str | None) -> tuple[tuple[str, Any], ...]:
         """The strategy's effects, then its variant's (a variant's entry for a fact wins)."""
@@ -98,6 +109,8 @@ def strategies() -> dict[str, Strategy]:
             effects=tuple((raw.get("effects") or {}).items()),
             variant_effects={variant: tuple(changes.items())
                              for variant, changes in (raw.get("variant_effects") or {}).items()},
+            in_place_when=raw.get("in_place_when"),
+            variant_in_place_when=dict(raw.get("variant_in_place_when") or {}),
         )
     return out
 

@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     advise.add_argument("--emit", choices=("vllm", "sglang", "trtllm", "tgi"), metavar="ENGINE",
                         help="print a ready launch script for this engine (vllm, sglang, trtllm, tgi) instead of the "
                              "report: each setting commented with the rule that set it (docs/engines.md)")
+    advise.add_argument("--explain", action="store_true",
+                        help="text: add each strategy's proof chain, the rejections, what waits on facts, the "
+                             "estimates, facts and rules fired (default: the summary and the strategies)")
     advise.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
                         help="override a fact for a what-if, e.g. --set telemetry.memory_used_ratio=0.95 (repeatable)")
     _pack_options(advise)
@@ -218,7 +221,7 @@ def _advise(args) -> int:
     if args.overrides and args.format in ("html", "md"):
         from kbopt.engine.advice.compare import compare
         comparison = compare(advise(read([]), pack, evaluator), advice, name, "with --set")
-    write_output(render(advice, args.format, comparison), args.output)
+    write_output(render(advice, args.format, comparison, args.explain), args.output)
     return EXIT_OK
 
 

@@ -10,8 +10,9 @@ if TYPE_CHECKING:  # the renderers import the engine's types; at run time only t
 FORMATS = ("text", "json", "md", "html")
 
 
-def render(advice: Advice, fmt: str, comparison: Comparison | None = None) -> str:
-    """Format an Advice; `comparison` (a what-if) is shown by the html and md formats."""
+def render(advice: Advice, fmt: str, comparison: Comparison | None = None, explain: bool = False) -> str:
+    """Format an Advice; `comparison` (a what-if) is shown by the html and md formats; `explain`
+    adds the text format's proof chains and the rest of the record (the other formats hold it always)."""
     if fmt == "json":
         return advice.to_json()
     if fmt == "md":
@@ -21,4 +22,4 @@ def render(advice: Advice, fmt: str, comparison: Comparison | None = None) -> st
         from kbopt.reports.html import render_html
         return render_html(advice, comparison)
     from kbopt.reports.text import render_text
-    return render_text(advice)
+    return render_text(advice, explain)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterable
 
-from kbopt.engine.advice.model import Advice
+from kbopt.engine.advice.model import Advice, StrategyAdvice
 from kbopt.engine.advice.whatif import number as shown  # `number` numbers the strategies below
 from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
@@ -24,7 +24,7 @@ from kbopt.reports.common import (
 )
 
 WIDTH = 100
-TOP = 3           # actions in the summary
+TOP = 5           # actions in the summary (the summary stays within about 20 lines)
 
 
 def _wrap(text: str, indent: str) -> list[str]:
@@ -44,23 +44,53 @@ def _proof(advice: Advice, rule_ids: Iterable[str], indent: str) -> list[str]:
 
 
 def _summary(advice: Advice) -> list[str]:
-    """Where the deployment stands in the model's numbers, then the top actions with their gains."""
+    """Where the deployment stands in the model's numbers, the actions with their expected gains,
+    and what is kept: what a reader needs in about 20 lines."""
     lines = []
     evidence = model_evidence(advice)
     if evidence:
         lines.extend(_wrap("model: " + ", ".join(f"{estimate_text(e)} [{e.confidence}]" for e in evidence), "  "))
-    if advice.strategies:
+    actions = [s for s in advice.strategies if s.status != "keep"]
+    kept = [s for s in advice.strategies if s.status == "keep"]
+    if actions:
         lines.append("")
-        lines.append("Top actions" + (" (expected by the performance model)" if any(s.expected for s in advice.strategies) else ""))
-        for rank, strategy in enumerate(advice.strategies[:TOP], 1):
+        modelled = " — expected by the performance model" if any(s.expected for s in actions) else ""
+        lines.append(f"Actions{modelled}")
+        for rank, strategy in enumerate(actions[:TOP], 1):
             gains = gains_text(headline(strategy.expected))
             lines.extend(_wrap(f"{rank}. {strategy.key}: " + (gains or params_text(strategy.params) or strategy.title), "  "))
-        if advice.plan:
+        if len(actions) > TOP:
+            lines.append(f"  … and {len(actions) - TOP} more below")
+        if advice.plan and advice.plan.expected:
             lines.extend(_wrap("all together: " + gains_text(headline(advice.plan.expected)), "  "))
+    if kept:
+        lines.extend(_wrap("Keep (already in place): " + ", ".join(s.key for s in kept), ""))
     return lines
 
 
-def render_text(advice: Advice) -> str:
+def _strategy(advice: Advice, number: int, strategy: StrategyAdvice, explain: bool) -> list[str]:
+    keep = "  (keep: already in place)" if strategy.status == "keep" else ""
+    lines = [f"  {number}. {strategy.id} [{strategy.layer}]  {params_text(strategy.params)}".rstrip() + keep]
+    # kb/engines.yaml's lines when the facts name the engine (JSON and --emit give all four otherwise)
+    for engine, settings in strategy.settings.items() if len(strategy.settings) == 1 else ():
+        lines.extend(_wrap(f"{engine}: {'; '.join(settings) or 'no setting'}", "     "))
+    if strategy.gain and strategy.status != "keep":
+        lines.extend(_wrap(f"expected gain: {strategy.gain}", "     "))
+    for gain in strategy.expected:
+        lines.extend(_wrap(f"model: {gain.text()}  [{gain.confidence}; {', '.join(gain.rules)}]", "     "))
+    if explain:
+        lines.append("     because:")
+        lines.extend(_proof(advice, strategy.recommended_by, "       "))
+    else:
+        lines.extend(_wrap(f"because: {', '.join(strategy.recommended_by)}", "     "))
+    for caveat in strategy.caveats:
+        lines.extend(_wrap(f"caveat [{caveat.rule}]: {caveat.text}", "     "))
+    return lines
+
+
+def render_text(advice: Advice, explain: bool = False) -> str:
+    """The summary and the strategies; with `explain`, each strategy's proof chain and the rest of
+    the record (the plan, rejections, what waits on facts, estimates, facts, rules fired)."""
     lines = [f"kbopt advice — bottleneck: {advice.bottleneck}"]
     if advice.bottleneck_rule:
         for firing, check in bottleneck_evidence(advice):
@@ -75,18 +105,16 @@ def render_text(advice: Advice) -> str:
     if not advice.strategies:
         lines.append("  none: no rule recommended a strategy on these facts")
     for number, strategy in enumerate(advice.strategies, 1):
-        lines.append(f"  {number}. {strategy.id} [{strategy.layer}]  {params_text(strategy.params)}".rstrip())
-        # kb/engines.yaml's lines when the facts name the engine (JSON and --emit give all four otherwise)
-        for engine, settings in strategy.settings.items() if len(strategy.settings) == 1 else ():
-            lines.extend(_wrap(f"{engine}: {'; '.join(settings) or 'no setting'}", "     "))
-        if strategy.gain:
-            lines.extend(_wrap(f"expected gain: {strategy.gain}", "     "))
-        for gain in strategy.expected:
-            lines.extend(_wrap(f"model: {gain.text()}  [{gain.confidence}; {', '.join(gain.rules)}]", "     "))
-        lines.append("     because:")
-        lines.extend(_proof(advice, strategy.recommended_by, "       "))
-        for caveat in strategy.caveats:
-            lines.extend(_wrap(f"caveat [{caveat.rule}]: {caveat.text}", "     "))
+        lines.extend(_strategy(advice, number, strategy, explain))
+    if not explain:
+        if advice.rejected:
+            lines.append("")
+            lines.extend(_wrap(f"Rejected ({len(advice.rejected)}): "
+                               + ", ".join(rejection_label(r.id, r.params) for r in advice.rejected), ""))
+        lines.append("")
+        lines.append("--explain adds each strategy's proof chain, why each rejection, what waits on which facts, "
+                     "the estimates and the rules fired.")
+        return "\n".join(lines) + "\n"
     if advice.plan:
         lines.append("")
         lines.append(f"Plan: {' + '.join(advice.plan.strategies)} together, through the model once")

@@ -114,7 +114,7 @@ def test_graph_links_facts_rules_and_strategies(run_cli):
     assert ("S-PAGED-KV-CAPACITY", "paged_kv_cache", "recommends") in edges
     assert ("paged_kv_cache", "static_kv_preallocation", "excludes") in edges
     _, dot, _ = run_cli("rules", "graph")
-    assert dot.startswith("digraph kbopt {") and '"R-FP8-NEEDS-TENSOR-CORES" -> "quantization[fp8]"' in dot
+    assert dot.startswith("digraph kbopt {") and '"R-FP8-NEEDS-AMPERE" -> "quantization[fp8]"' in dot
 
 
 def _pack(tmp_path, files: dict[str, str]) -> str:
@@ -139,10 +139,10 @@ def test_a_pack_may_override_a_builtin_rule_explicitly(run_cli, tmp_path):
 
 
 def test_a_pack_may_disable_a_builtin_rule(run_cli, tmp_path):
-    pack = _pack(tmp_path, {"disable.yaml": "disable:\n  - {id: R-FP8-NEEDS-TENSOR-CORES, why: testing}\n"})
+    pack = _pack(tmp_path, {"disable.yaml": "disable:\n  - {id: C-FP8-WEIGHT-ONLY-AMPERE, why: testing}\n"})
     code, out, _ = run_cli("advise", "--facts", EXAMPLE, "--rules", pack, "--format", "json")
     advice = json.loads(out)
-    assert code == 0 and "R-FP8-NEEDS-TENSOR-CORES" not in {f["rule"] for f in advice["fired"]}
+    assert code == 0 and "C-FP8-WEIGHT-ONLY-AMPERE" not in {f["rule"] for f in advice["fired"]}
     pack2 = _pack(tmp_path / "b", {"disable.yaml": "disable:\n  - {id: R-NOT-A-RULE, why: testing}\n"})
     code, _, err = run_cli("advise", "--facts", EXAMPLE, "--rules", pack2)
     assert code == 2 and "cannot disable R-NOT-A-RULE" in err

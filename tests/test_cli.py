@@ -14,13 +14,13 @@ EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "capacity-a100-
 
 
 def test_text_advice_shows_evidence_chain_rejections(run_cli):
-    code, out, err = run_cli("advise", "--facts", EXAMPLE)
+    code, out, err = run_cli("advise", "--facts", EXAMPLE, "--explain")
     assert code == 0 and (err == "" or "using the reference evaluator" in err)
     assert "bottleneck: memory_capacity" in out
     assert "evidence: telemetry.memory_used_ratio = 0.93 > 0.9 (capacity_threshold)  (input; D-CAPACITY-MEMORY-FULL)" in out
     assert "paged_kv_cache [storage]  page_size=16 max_pages=26505" in out
     assert "<- D-BOTTLENECK-CAPACITY" in out
-    assert "quantization (scheme=fp8)" in out and "R-FP8-NEEDS-TENSOR-CORES" in out
+    assert "quantization (scheme=int8)" in out and "excluded by quantization[fp8]" in out
 
 
 def test_json_advice_follows_advice_v2(run_cli):
@@ -200,3 +200,20 @@ def test_duplicate_keys_are_refused(run_cli, tmp_path):
     path.write_text("telemetry:\n  memory_used_ratio: 0.5\n  memory_used_ratio: 0.95\n")
     code, _, err = run_cli("advise", "--facts", str(path))
     assert code == 2 and "line 3: duplicate key 'memory_used_ratio'" in err
+
+
+def test_text_summary_then_strategies_and_proofs_only_with_explain(run_cli):
+    # The default text is the summary (bottleneck, numbers, actions with gains, what is kept) and
+    # the strategy list; proof chains and the rest of the record only with --explain.
+    code, out, _ = run_cli("advise", "--facts", "examples/bandwidth-l40s-decode.json")
+    assert code == 0
+    summary = out.split("\nStrategies (")[0]
+    assert len(summary.splitlines()) <= 22
+    assert "Actions — " in summary and "Keep (already in place): " in summary
+    assert "continuous_batching" in summary.split("Keep (already in place): ")[1]
+    assert "<- " not in out and "Rules fired" not in out and "--explain adds" in out
+    code, explained, _ = run_cli("advise", "--facts", "examples/bandwidth-l40s-decode.json", "--explain")
+    assert code == 0 and "<- D-" in explained and "Rules fired (" in explained
+    code, plain, _ = run_cli("advise", "--facts", "examples/bandwidth-l40s-decode.json", "--format", "json")
+    code, also, _ = run_cli("advise", "--facts", "examples/bandwidth-l40s-decode.json", "--format", "json", "--explain")
+    assert plain == also                     # JSON holds everything either way

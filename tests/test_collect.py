@@ -209,7 +209,8 @@ def test_azure_code_trace():
     assert (provenance.source, provenance.samples, provenance.metric) == \
         ("trace:azure_llm_2023_code_first2000.csv", 2000, "ContextTokens+GeneratedTokens")
     advice = _advise(collected)
-    assert {"continuous_batching", "length_bucketing", "paged_kv_cache"} <= {s.id for s in advice.strategies}
+    # 38% long requests on one replica: chunked prefill, which supersedes length bucketing there.
+    assert {"continuous_batching", "chunked_prefill", "paged_kv_cache"} <= {s.id for s in advice.strategies}
 
 
 def test_long_threshold_is_an_option():
@@ -362,7 +363,7 @@ def test_collect_then_advise_shows_provenance(run_cli, tmp_path):
     facts = load_facts(out)
     assert facts.provenance["telemetry.compute_utilization"].metric == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
     assert facts.provenance["model.num_layers"].source == "catalog:llama-3-8b"
-    code, text, _ = run_cli("advise", "--facts", str(out))
+    code, text, _ = run_cli("advise", "--facts", str(out), "--explain")
     assert code == 0
     assert "(dcgm DCGM_FI_PROF_GR_ENGINE_ACTIVE, proxy, 1 sample" in text
     assert "trace:azure_llm_2023_conv_first2000.csv" in text

@@ -222,11 +222,11 @@ def test_both_evaluators_give_identical_advice_2_on_random_facts(toy):
 
 def test_text_starts_with_the_bottleneck_then_the_top_actions_with_their_gains(toy):
     from kbopt.reports.text import render_text
-    text = render_text(advise(toy_facts(), toy, "reference"))
+    text = render_text(advise(toy_facts(), toy, "reference"), explain=True)
     head = text.split("\nStrategies (")[0]
     assert head.startswith("kbopt advice — bottleneck: ")
     assert "  model: decode step expected 9.18 ms [low], decode step floor 7.34 ms [medium]" in head
-    actions = head[head.index("Top actions (expected by the performance model)"):]
+    actions = head[head.index("Actions — expected by the performance model"):]
     assert "  1. quantization[fp8]: decode step expected 9.18 → 6.19 ms (\u221232.5%)" in actions
     assert "  2. kv_cache_quantization[fp8]: decode step expected 9.18 → 7.57 ms (\u221217.5%), KV pool tokens\n" \
            "    464,805 → 929,609 tokens (2.0\u00d7)" in actions

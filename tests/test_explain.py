@@ -90,7 +90,8 @@ def test_two_rules_requiring_the_same_thing_of_one_strategy(pack):
     both = build_pack(list(pack.rules) + extra, "require-twice")
     facts = facts_from_document({"hardware": {"gpu_name": "NVIDIA H100 80GB HBM3"},
                                  "telemetry": {"compute_utilization": 0.95, "bandwidth_utilization": 0.3,
-                                               "memory_used_ratio": 0.5}}, "require")
+                                               "memory_used_ratio": 0.5},
+                                 "workload": {"engine": "other"}}, "require")
     advice = advise(facts, both, "reference")
     requires = [e for e in advice.graph if e.kind == "requires" and e.source == "weight_layout"]
     assert [(e.target, e.because) for e in requires] == [

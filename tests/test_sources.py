@@ -35,7 +35,7 @@ def test_seed_claims_keeps_its_shape():
 
 def test_no_output_shows_the_source_syntax(run_cli, tmp_path):
     # Titles and notes of rules may mention the methodology; the source lists must not say "seed".
-    for args in (["advise", "--facts", "examples/capacity-a100-chat.json"],
+    for args in (["advise", "--facts", "examples/capacity-a100-chat.json", "--explain"],
                  ["advise", "--facts", "examples/capacity-a100-chat.json", "--format", "md"],
                  ["advise", "--facts", "examples/capacity-a100-chat.json", "--format", "html"],
                  ["rules", "list"], ["rules", "show", "D-BOTTLENECK-CAPACITY"]):

@@ -12,8 +12,9 @@ from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
-from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, value_of
+from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, evaluate, value_of
 from kbopt.engine.lang.nodes import unique_facts
+from kbopt.engine.lang.parse import parse_condition
 from kbopt.engine.lang.text import fmt, render
 from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn
 from kbopt.kb.catalog import Strategy, negligible_change
@@ -104,7 +105,10 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     mitigates = _drawn(fired, rules, Mitigate)
     caveats = _drawn(fired, rules, Caveat)
     catalog = pack.kb.strategies
-    outcomes = _what_ifs(candidates, catalog, whatif, vetoes) if whatif else {}
+    # Already in place: advice to keep, never an action; a what-if of what is there moves nothing,
+    # so it is neither sized nor vetoed as negligible.
+    kept = {key for key, c in candidates.items() if in_place(pack, catalog[c.strategy], c.variant, final)}
+    outcomes = _what_ifs({k: c for k, c in candidates.items() if k not in kept}, catalog, whatif, vetoes) if whatif else {}
     graph = build_graph(candidates, vetoes, requires, mitigates, catalog)
     resolution = resolve(graph, candidates)
     chosen = set(resolution.chosen)
@@ -130,9 +134,10 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         out.append(StrategyAdvice(
             id=c.strategy, layer=catalog[c.strategy].layer, title=catalog[c.strategy].title, params=params,
             because=tuple(dict.fromkeys(because)), caveats=tuple(texts), gain=c.gain, weight=c.weight,
-            recommended_by=tuple(c.rules), key=key,
+            recommended_by=tuple(c.rules), key=key, status="keep" if key in kept else "change",
             expected=outcomes[key].gains if key in outcomes else (),
             settings=settings_map(c.strategy, key, params, final.inputs, final.derived)))
+    out.sort(key=lambda s: s.status == "keep")     # actions first, then what stays (stable otherwise)
     rejected = []
     for left in resolution.left_out:
         c = candidates[left.key]
@@ -143,8 +148,17 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         (Edge(e.kind, e.source, e.target, e.because) for e in graph.edges()),
         key=lambda e: (e.kind, e.source, e.target)))
     plan = whatif.plan([(key, catalog[candidates[key].strategy], candidates[key].variant)
-                        for key in resolution.chosen]) if whatif else None
+                        for key in resolution.chosen if key not in kept]) if whatif else None
     return tuple(out), tuple(rejected), edges, plan
+
+
+def in_place(pack: Pack, strategy: Strategy, variant: str | None, final: FinalFacts) -> bool:
+    """Whether the deployment already has this strategy (variant): its catalog `in_place_when`
+    holds on the final facts. Unknown is not in place: advice to change stays advice."""
+    text = strategy.in_place_condition(variant)
+    if not text:
+        return False
+    return evaluate(parse_condition(text, pack.kb.vocabulary, {}), final.lookup) is True
 
 
 def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy], whatif: WhatIf,

@@ -37,6 +37,7 @@ class StrategyAdvice:
     expected: tuple[Gain, ...] = ()        # what the performance model says applying it moves
     # engine -> the lines that set it there (kb/engines.yaml); a note (no such setting) starts with "# "
     settings: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    status: str = "change"                 # change: to apply; keep: already in place (not an action)
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class Advice:
             "kbopt": ADVICE_FORMAT,
             "bottleneck": self.bottleneck,
             "strategies": [
-                {"id": s.id, "layer": s.layer, "params": s.params, "because": list(s.because),
+                {"id": s.id, "status": s.status, "layer": s.layer, "params": s.params, "because": list(s.because),
                  "caveats": [{"rule": c.rule, "text": c.text} for c in s.caveats],
                  **({"gain": s.gain} if s.gain else {}),
                  **({"expected": [g.to_dict() for g in s.expected]} if s.expected else {}),
