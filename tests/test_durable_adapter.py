@@ -111,3 +111,38 @@ def test_fact_serialization_takes_the_careful_path_only_when_needed():
     from kbopt.engine.evaluators.durable import dumps_fact
     assert dumps_fact({"a": 0.5, "b": "1e-05"}, [0.5, "1e-05"]) == '{"a":0.5,"b":"1e-05"}'
     assert dumps_fact({"a": 2e-05}, [2e-05]) == '{"a":2.0e-05}'
+
+
+_SHAPE = ("hardware: {gpu_name: NVIDIA L4, gpu_count: 1}, model: {params_billion: 8, weight_dtype: bf16, num_layers: 32, "
+          "num_kv_heads: 8, head_dim: 128}")
+CROSS_FACT_RULE = f"""id: X-CROSS-FACT
+title: KV pool smaller than the peak concurrency
+layer: diagnosis
+when: derived.max_batch_kv < workload.concurrency_peak
+then:
+  - warn: The KV pool holds fewer sequences than the peak concurrency.
+because: KV holds {{derived.max_batch_kv}} against a peak of {{workload.concurrency_peak}}.
+source: seed K2.4
+examples:
+  - {{name: small pool, facts: {{{_SHAPE}, workload: {{concurrency_mean: 32, concurrency_peak: 500, prompt_len_mean: 800, output_len_mean: 200}}}},
+     fires: true}}
+  - {{name: big pool, facts: {{{_SHAPE}, workload: {{concurrency_mean: 3, concurrency_peak: 4, prompt_len_mean: 800, output_len_mean: 200}}}},
+     fires: false}}
+"""
+
+
+def test_a_derived_fact_compared_with_an_input_fact_over_many_sessions(tmp_path):
+    """durable_rules' core segfaulted on a join between a derived and an input fact once its
+    ruleset had seen earlier sessions; the comparison is now confirmed in Python, on both
+    evaluators alike. A crash shows as a failed test (the run is a child process), not as a dead
+    test runner."""
+    import subprocess
+    import sys
+    pack = tmp_path / "pack" / "diagnosis"
+    pack.mkdir(parents=True)
+    (pack / "x-cross-fact.yaml").write_text(CROSS_FACT_RULE)
+    # `rules test` runs every example of the pack, hundreds of sessions on the same rulesets: where
+    # the core crashed (deterministically, at the second session that reached the join).
+    result = subprocess.run([sys.executable, "-m", "kbopt", "rules", "test", str(pack.parent)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and ", 0 failed" in result.stdout, (result.returncode, result.stderr[-2000:])

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any, TypeAlias, TypedDict, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
-from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
+from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Leaf, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.engine.pack.rule import PERSISTENT, Pack, Rule
@@ -158,12 +158,11 @@ class _TermCompiler:
         if left_carrier == right_carrier:
             self.tests[left_carrier].append({op: {left: {"$m": right}}})
             return
-        order = list(self.aliases)
-        if order.index(left_carrier) > order.index(right_carrier):
-            self.tests[left_carrier].append({op: {left: {self.aliases[right_carrier]: right}}})
-        else:
-            flipped = COMPARISONS[comparison.converse].durable
-            self.tests[right_carrier].append({flipped: {right: {self.aliases[left_carrier]: left}}})
+        # Two facts of different carriers (a derived fact against an input): durable_rules' core
+        # crashes on such a join reference once a ruleset has seen earlier sessions (a segfault in
+        # assert_fact). The rule only waits here for both facts to exist; the evaluator checks the
+        # comparison itself before it counts the rule as fired (see cross_fact_rules). Both values
+        # are fixed once both facts exist, so a comparison false then stays false.
 
     def patterns(self) -> list[Json]:
         return [{self.aliases[c]: {"$and": tests}} for c, tests in self.tests.items()]
@@ -187,6 +186,30 @@ def compile_rule(rule: Rule, vocabulary: Vocabulary) -> list[dict[str, Json]]:
             compiler.leaf(leaf)
         out.append({"all": compiler.patterns()})
     return out
+
+
+def cross_fact_rules(pack: Pack) -> frozenset[str]:
+    """Rules that compare facts of different carriers: their durable match is confirmed in Python."""
+    vocabulary = pack.kb.vocabulary
+    out = set()
+    for rule in pack.rules:
+        for leaf in _leaves(rule.fire_condition):
+            if isinstance(leaf, Cmp) and isinstance(leaf.right, Fact) \
+                    and _carrier(vocabulary, leaf.left.path) != _carrier(vocabulary, leaf.right.path):
+                out.add(rule.id)
+    return frozenset(out)
+
+
+def _leaves(node: Condition) -> list[Condition]:
+    match node:
+        case And(items=items) | Or(items=items):
+            return [leaf for item in items for leaf in _leaves(item)]
+        case Not(item=item):
+            return _leaves(item)
+        case Cmp() | OneOf() | Contains() | Known() | Needs():
+            return [node]
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def compile_pack(pack: Pack) -> list[CompiledRuleset]:
@@ -278,6 +301,7 @@ class DurableEvaluator:
         # Only the facts some rule reads are worth serializing and asserting.
         self.list_facts = {spec.path: spec.values for spec in pack.kb.vocabulary.facts.values() if spec.type == "list"}
         self.read_paths = frozenset(p for rule in pack.rules for p in facts_of(rule.fire_condition))
+        self.confirm = cross_fact_rules(pack)
         self.rule_of: dict[str, str] = {}        # compiled rule name -> rule id
         self.rulesets: list[tuple[int, frozenset[str]]] = []
         self._sids = itertools.count(1)
@@ -341,6 +365,8 @@ class DurableEvaluator:
                     for name in self._assert(handle, text):
                         rule_id = self.rule_of.get(name)
                         if rule_id is None or rule_id in fired:
+                            continue
+                        if rule_id in self.confirm and self.pack.check(rule_id)(derived.lookup) is not True:
                             continue
                         fired.add(rule_id)
                         for path, value in derived.conclude(self.rules[rule_id]):
