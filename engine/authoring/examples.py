@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any
 
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, evaluate
-from kbopt.engine.lang.nodes import And, Cmp, Condition, Contains, Known, Needs, Not, OneOf, Or
+from kbopt.engine.lang.nodes import leaves
 from kbopt.engine.pack.rule import Example, Pack, Rule
 from kbopt.errors import FactsError
 from kbopt.kb.facts import facts_from_document
@@ -42,22 +42,9 @@ def check_example(rule: Rule, example: Example, pack: Pack, evaluator: str) -> E
         if path in values:
             return KNOWN, values[path]
         return (ABSENT, None) if path.startswith("derived.") else (MISSING, None)
-    leaves = tuple(evaluate(leaf, lookup) for leaf in condition_leaves(rule.when))
+    outcomes = tuple(evaluate(leaf, lookup) for leaf in leaves(rule.when))
     return ExampleResult(rule.id, example.name, location, evaluator, tuple(expectation_failures(rule, example, advice)),
-                         leaves)
-
-
-def condition_leaves(node: Condition) -> list[Condition]:
-    """The comparisons of a condition, in order (for coverage: each seen true and false?)."""
-    match node:
-        case And(items=items) | Or(items=items):
-            return [leaf for item in items for leaf in condition_leaves(item)]
-        case Not(item=item):
-            return condition_leaves(item)
-        case Cmp() | OneOf() | Contains() | Known() | Needs():
-            return [node]
-        case _ as unreachable:
-            assert_never(unreachable)
+                         outcomes)
 
 
 def leaf_coverage(results: list[ExampleResult]) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any, TypeAlias, TypedDict, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
-from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Leaf, Needs, Not, OneOf, Or, facts_of
+from kbopt.engine.lang.nodes import Cmp, Const, Contains, Fact, Known, Leaf, Needs, OneOf, facts_of, leaves
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.engine.pack.rule import PERSISTENT, Pack, Rule
@@ -193,23 +193,11 @@ def cross_fact_rules(pack: Pack) -> frozenset[str]:
     vocabulary = pack.kb.vocabulary
     out = set()
     for rule in pack.rules:
-        for leaf in _leaves(rule.fire_condition):
+        for leaf in leaves(rule.fire_condition):
             if isinstance(leaf, Cmp) and isinstance(leaf.right, Fact) \
                     and _carrier(vocabulary, leaf.left.path) != _carrier(vocabulary, leaf.right.path):
                 out.add(rule.id)
     return frozenset(out)
-
-
-def _leaves(node: Condition) -> list[Condition]:
-    match node:
-        case And(items=items) | Or(items=items):
-            return [leaf for item in items for leaf in _leaves(item)]
-        case Not(item=item):
-            return _leaves(item)
-        case Cmp() | OneOf() | Contains() | Known() | Needs():
-            return [node]
-        case _ as unreachable:
-            assert_never(unreachable)
 
 
 def compile_pack(pack: Pack) -> list[CompiledRuleset]:

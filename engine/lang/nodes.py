@@ -103,6 +103,19 @@ Value: TypeAlias = Fact | Const | Arith | Call | ListOf | IfElse
 Node: TypeAlias = Condition | Value
 
 
+def leaves(node: Condition) -> list[Leaf]:
+    """The comparisons and tests of a condition, in order, under any and/or/not."""
+    match node:
+        case And(items=items) | Or(items=items):
+            return [leaf for item in items for leaf in leaves(item)]
+        case Not(item=item):
+            return leaves(item)
+        case Cmp() | OneOf() | Contains() | Known() | Needs():
+            return [node]
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def facts_of(node: Node) -> Iterator[str]:
     """Every fact path a node refers to, in order of appearance (may repeat)."""
     match node:
