@@ -11,7 +11,7 @@ from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
-REPORTS = [("capacity-a100-chat", []), ("classification-t4-short", [])]
+REPORTS = [("capacity-a100-chat", []), ("classification-t4-short", []), ("l4-8b-bf16-vllm", [])]
 FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
 
@@ -31,6 +31,8 @@ def main() -> None:
             page.goto(html.as_uri())
             page.screenshot(path=str(DOCS / f"report-{name}.png"))
             page.locator("#conflicts .graph").screenshot(path=str(DOCS / f"report-{name}-graph.png"))
+            if page.locator("#roofline svg").count():       # the performance model's charts, where drawn
+                page.locator("#model").screenshot(path=str(DOCS / f"report-{name}-model.png"))
             browser.close()
         print(f"wrote {html.name} and its screenshots")
 
