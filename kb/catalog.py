@@ -116,7 +116,7 @@ def strategies() -> dict[str, Strategy]:
 
 
 @lru_cache(maxsize=1)
-def negligible_change() -> float:
+def load_negligible_change() -> float:
     """Relative change of every estimate a strategy moves under which it is not recommended."""
     return float(_load("strategies.yaml")["negligible_change"]["value"])
 

@@ -118,8 +118,15 @@ def _entries(raw: dict[str, Any]) -> list[Entry]:
         for engine in engines]
 
 
-@lru_cache(maxsize=1)
 def engine_catalog() -> EngineCatalog:
+    """The built-in catalog, as the process's knowledge base holds it (from a cached pack, or read once)."""
+    from kbopt.kb.knowledge import builtin_knowledge
+    return builtin_knowledge().engines
+
+
+@lru_cache(maxsize=1)
+def load_engine_catalog() -> EngineCatalog:
+    """kb/engines.yaml, read and parsed."""
     from kbopt.kb.yamlio import read_yaml
     raw = read_yaml(resources.files("kbopt.kb").joinpath("engines.yaml").read_text(encoding="utf-8"))
     engines = {}

@@ -1,4 +1,4 @@
-"""The knowledge base as one value: the fact vocabulary, the GPU and strategy catalogs, the sources.
+"""The knowledge base as one value: the fact vocabulary, the GPU, strategy and engine catalogs, the sources.
 
 Code that checks or evaluates rules receives this value (a pack carries the one it was checked
 against) instead of reaching for module-level loaders, so what a rule was validated against is
@@ -10,7 +10,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kbopt.kb.catalog import Gpu, Strategy, gpus, strategies
+from kbopt.kb.catalog import Gpu, Strategy, gpus, load_negligible_change, strategies
+from kbopt.kb.engines import EngineCatalog, load_engine_catalog
 from kbopt.kb.sources import Catalog as SourceCatalog
 from kbopt.kb.sources import load_catalog
 from kbopt.kb.vocabulary import Vocabulary, load_vocabulary
@@ -22,6 +23,8 @@ class KnowledgeBase:
     strategies: Mapping[str, Strategy]
     gpus: tuple[Gpu, ...]
     sources: SourceCatalog
+    engines: EngineCatalog          # each engine's settings for each strategy (kb/engines.yaml)
+    negligible_change: float        # a what-if that moves no estimate by this share is not advised
 
     def match_gpu(self, name: str) -> Gpu | None:
         """The catalog entry whose pattern matches an NVML/DCGM device name, if any."""
@@ -38,7 +41,8 @@ def builtin_knowledge() -> KnowledgeBase:
     """The knowledge base shipped in kb/: read once per process, or adopted from a cached pack."""
     global _builtin
     if _builtin is None:
-        _builtin = KnowledgeBase(vocabulary=load_vocabulary(), strategies=strategies(), gpus=gpus(), sources=load_catalog())
+        _builtin = KnowledgeBase(vocabulary=load_vocabulary(), strategies=strategies(), gpus=gpus(), sources=load_catalog(),
+                                 engines=load_engine_catalog(), negligible_change=load_negligible_change())
     return _builtin
 
 

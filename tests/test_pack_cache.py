@@ -83,3 +83,17 @@ def test_an_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
     blocker.write_text("a file where the cache folder would be")
     monkeypatch.setenv("KBOPT_CACHE_DIR", str(blocker / "cache"))
     assert load_checked_pack([]).rules
+
+
+def test_a_cold_advise_from_the_cache_loads_no_yaml_jsonschema_or_networkx(tmp_path):
+    """What keeps a cold start fast: once the pack is cached, advising a JSON facts file imports
+    none of the parsers and graph libraries that building the pack needs."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "KBOPT_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-X", "importtime", "-m", "kbopt", "advise", "--facts", str(EXAMPLE)]
+    subprocess.run(command, env=env, capture_output=True, check=True)          # fills the cache
+    imported = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stderr
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in imported.splitlines() if line.startswith("import time:")}
+    assert not loaded & {"yaml", "jsonschema", "networkx", "jinja2", "prometheus_client"}

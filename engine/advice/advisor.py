@@ -17,7 +17,7 @@ from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.parse import parse_condition
 from kbopt.engine.lang.text import fmt, render
 from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn
-from kbopt.kb.catalog import Strategy, negligible_change
+from kbopt.kb.catalog import Strategy
 from kbopt.kb.facts import Facts
 
 
@@ -168,7 +168,7 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
     goes too and an alternative it excluded can take its place); the rule named is the one that
     computed the estimate that moved most."""
     outcomes: dict[str, Outcome] = {}
-    threshold = negligible_change()
+    threshold = whatif.pack.kb.negligible_change
     for key in sorted(candidates):
         c = candidates[key]
         outcome = whatif.strategy(catalog[c.strategy], c.variant, key)

@@ -27,7 +27,7 @@ from kbopt.engine.pack.rule import Pack
 from kbopt.kb.knowledge import adopt
 
 FORMAT = b"kbopt-pack-cache/1"
-KB_FILES = ("vocabulary.yaml", "strategies.yaml", "gpus.yaml", "sources.yaml", "models.yaml")
+KB_FILES = ("vocabulary.yaml", "strategies.yaml", "gpus.yaml", "sources.yaml", "models.yaml", "engines.yaml")
 CODE_PACKAGES = ("kbopt", "kbopt.engine", "kbopt.engine.lang", "kbopt.engine.pack", "kbopt.engine.evaluators",
                  "kbopt.engine.advice", "kbopt.engine.authoring", "kbopt.kb")
 
