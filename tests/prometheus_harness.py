@@ -16,6 +16,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -205,9 +206,16 @@ def loopback_server(respond) -> ThreadingHTTPServer:
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    return server
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request, client_address):
+            # A scraper or client that hangs up early (Prometheus on shutdown, a timed-out test
+            # client) is not an error of the simulated exporter: say nothing rather than a traceback.
+            if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+                super().handle_error(request, client_address)
+
+    return Server(("127.0.0.1", 0), Handler)
 
 
 def target_count(sims: list[Sim], fleet: str) -> int:
