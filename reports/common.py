@@ -1,6 +1,7 @@
 """Helpers every renderer shares: they read an Advice, never the rules or the facts."""
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 from kbopt.engine.advice.estimates import Estimate
@@ -9,12 +10,31 @@ from kbopt.engine.advice.model import Advice, Firing
 from kbopt.engine.advice.whatif import Gain, label, number
 from kbopt.engine.lang.text import fmt
 
-_BIDI = dict.fromkeys(map(ord, "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"))
+# What an input string (a fact's value, a label an exporter wrote, a file name, a pack's text) must
+# not carry into a report: C0 controls (ESC starts a terminal's screen clears and OSC 8 links, CR
+# overwrites a line, BEL), DEL and C1 controls (0x9B is a one-byte CSI), bidirectional controls
+# (which make a line read backwards) and the line and paragraph separators. Each is shown as a
+# visible `<U+001B>` instead.
+_BIDI = "\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c"
+_UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}\u2028\u2029]")
+_UNSAFE_BUT_LAYOUT = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}\u2028\u2029]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    return f"<U+{ord(match.group()):04X}>"
 
 
 def safe_text(text: str) -> str:
-    """Input strings without bidirectional controls, which could make a report read backwards."""
-    return text.translate({code: f"<U+{code:04X}>" for code in _BIDI}) if any(ord(c) in _BIDI for c in text) else text
+    """An input string for a format that lays out newlines and tabs itself (HTML, Markdown):
+    every other control character, and every bidirectional control, made visible. A string without
+    any is returned as it is, so that markup the HTML renderer made (a str subclass) stays markup."""
+    return _UNSAFE_BUT_LAYOUT.sub(_visible, text) if _UNSAFE_BUT_LAYOUT.search(text) else text
+
+
+def terminal_text(line: str) -> str:
+    """One line for a terminal: every control character made visible, newline and tab included
+    (a line of the report holds none of its own)."""
+    return _UNSAFE.sub(_visible, line)
 
 
 def firings(advice: Advice) -> dict[str, Firing]:

@@ -1,6 +1,7 @@
 """Markdown advice, for tickets and pull requests: the same content as the text report."""
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from kbopt.engine.advice.compare import Comparison
@@ -20,15 +21,23 @@ from kbopt.reports.common import (
     safe_text,
 )
 
+# Markdown would act on these in an input string: `[`/`]` make links and, after `!`, images that
+# load when the page is shown; backticks open code spans, `*` and `~` emphasis, `\\` escapes the
+# next one; `|` splits a table row. `_` is left alone: within a word (`max_num_seqs`) it does nothing.
+_ACTIVE = re.compile(r"([\\`*\[\]|~])")
 
-def _cell(text: str) -> str:
-    """Text for a table cell or a line: no table breaks, and no raw HTML (Markdown would render it)."""
-    return safe_text(str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") \
-        .replace("|", "\\|").replace("\n", " ")
+
+def _cell(text: object) -> str:
+    """An input string (a fact's value, a provenance, a file name, a pack's text with the values it
+    fills in) for a table cell or a line: inert Markdown, no raw HTML, no table breaks."""
+    escaped = safe_text(str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    escaped = _ACTIVE.sub(r"\\\1", escaped).replace("\n", " ")
+    return "\\" + escaped if escaped.startswith(("#", "+", "-", "=")) else escaped   # not a heading or a list
 
 
-def _code(text: str) -> str:
-    return "`" + safe_text(str(text)).replace("`", "'") + "`"
+def _code(text: object) -> str:
+    """A code span: Markdown is inert in it, but a backtick would close it (and `|` split a table)."""
+    return "`" + safe_text(str(text)).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
 
 
 def _sources(cited) -> str:
@@ -43,44 +52,44 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
     out = [f"# kbopt advice: {advice.bottleneck.replace('_', ' ')}", ""]
     if advice.bottleneck_rule:
         out.append(f"**Bottleneck:** `{advice.bottleneck}`, because:")
-        out += [f"- {_code(check_text(c))} ({origin_text(advice, c.fact)}; {_code(f.rule)}, {_sources(f.source)})"
+        out += [f"- {_code(check_text(c))} ({_cell(origin_text(advice, c.fact))}; {_code(f.rule)}, {_sources(f.source)})"
                 for f, c in bottleneck_evidence(advice)]
     else:
         out.append("**Bottleneck:** `unknown`: the bottleneck rules need "
                    + ", ".join(_code(m) for m in advice.bottleneck_missing))
     if advice.warnings:
-        out += ["", "**Warnings:**"] + [f"- {_code(w.rule)}: {w.text}" for w in advice.warnings]
+        out += ["", "**Warnings:**"] + [f"- {_code(w.rule)}: {_cell(w.text)}" for w in advice.warnings]
     out += ["", f"## Strategies ({len(advice.strategies)})", ""]
     if advice.strategies:
         out += ["| # | strategy | layer | parameters |", "|---|---|---|---|"]
-        out += [f"| {i} | `{s.id}` | {s.layer} | {_cell(params_text(s.params))} |" for i, s in enumerate(advice.strategies, 1)]
+        out += [f"| {i} | {_code(s.id)} | {_cell(s.layer)} | {_cell(params_text(s.params))} |" for i, s in enumerate(advice.strategies, 1)]
     else:
         out.append("No rule recommended a strategy on these facts.")
     for strategy in advice.strategies:
-        out += ["", f"### `{strategy.id}` — {strategy.title}", ""]
+        out += ["", f"### {_code(strategy.id)} — {_cell(strategy.title)}", ""]
         if strategy.gain:
-            out += [f"Expected gain: {strategy.gain}", ""]
+            out += [f"Expected gain: {_cell(strategy.gain)}", ""]
         if strategy.expected:
             out += ["Expected by the performance model:", ""] + _gains(strategy.expected) + [""]
         for depth, firing in chain(advice, strategy.recommended_by):
             pad = "  " * depth
-            out.append(f"{pad}- {_code(firing.rule)} {firing.title} ({_sources(firing.source)}; {_code(firing.location)})")
+            out.append(f"{pad}- {_code(firing.rule)} {_cell(firing.title)} ({_sources(firing.source)}; {_code(firing.location)})")
             for check in firing.checks:
-                out.append(f"{pad}  - matched {_code(check_text(check))} ({origin_text(advice, check.fact)})")
-            out.append(f"{pad}  - {firing.explanation}")
+                out.append(f"{pad}  - matched {_code(check_text(check))} ({_cell(origin_text(advice, check.fact))})")
+            out.append(f"{pad}  - {_cell(firing.explanation)}")
         if strategy.caveats:
             out += ["", "Caveats:"]
-            out += [f"- **{c.rule}**: {c.text}" for c in strategy.caveats]
+            out += [f"- **{_cell(c.rule)}**: {_cell(c.text)}" for c in strategy.caveats]
     if advice.plan:
         out += ["", f"## Plan: {' + '.join(_code(k) for k in advice.plan.strategies)}, evaluated together", ""]
         out += _gains(advice.plan.expected)
     out += ["", f"## Rejected ({len(advice.rejected)})", ""]
-    out += [f"- `{rejection_label(r.id, r.params)}`: {r.reason} ({', '.join(_code(b) for b in r.because)})"
+    out += [f"- {_code(rejection_label(r.id, r.params))}: {_cell(r.reason)} ({', '.join(_code(b) for b in r.because)})"
             for r in advice.rejected] or ["None."]
     out += ["", f"## Not evaluated for lack of facts ({len(advice.not_evaluated)})", ""]
     if advice.not_evaluated:
         out += ["To close the gap, collect: " + ", ".join(f"{_code(p)} ({n} rules)" for p, n in facts_to_collect(advice)), ""]
-    out += [f"- {_code(n.rule)} {n.title}: needs {', '.join(_code(m) for m in n.missing)}"
+    out += [f"- {_code(n.rule)} {_cell(n.title)}: needs {', '.join(_code(m) for m in n.missing)}"
             for n in advice.not_evaluated] or ["None."]
     if advice.graph:
         out += ["", "## Conflict graph", "", "| from | relation | to | because |", "|---|---|---|---|"]
@@ -111,16 +120,16 @@ def _gains(gains: Iterable[Gain]) -> list[str]:
 
 
 def _comparison(c: Comparison) -> list[str]:
-    out = ["", f"## What-if: {c.before_label} → {c.after_label}", ""]
+    out = ["", f"## What-if: {_cell(c.before_label)} → {_cell(c.after_label)}", ""]
     if c.facts:
         out += [f"| fact | {_cell(c.before_label)} | {_cell(c.after_label)} |", "|---|---|---|"]
-        out += [f"| `{x.name}` | {_cell(fmt(x.before))} | {_cell(fmt(x.after))} |" for x in c.facts]
+        out += [f"| {_code(x.name)} | {_cell(fmt(x.before))} | {_cell(fmt(x.after))} |" for x in c.facts]
     else:
         out.append("The facts are the same.")
     out.append("")
     changes = ([f"- Bottleneck: `{c.bottleneck.before}` → `{c.bottleneck.after}`"] if c.bottleneck else []) \
         + [f"- Added: `{k}`" for k in c.added] + [f"- Removed: `{k}`" for k in c.removed] \
-        + [f"- Parameter `{x.name}`: {_cell(fmt(x.before))} → {_cell(fmt(x.after))}" for x in c.params] \
+        + [f"- Parameter {_code(x.name)}: {_cell(fmt(x.before))} → {_cell(fmt(x.after))}" for x in c.params] \
         + [f"- Now rejected: `{k}`" for k in c.newly_rejected] \
         + [f"- No longer rejected: `{k}`" for k in c.no_longer_rejected]
     return out + (changes or ["The advice is the same."])

@@ -21,6 +21,7 @@ from kbopt.reports.common import (
     origin_text,
     params_text,
     rejection_label,
+    terminal_text,
 )
 
 WIDTH = 100
@@ -28,7 +29,9 @@ TOP = 5           # actions in the summary (the summary stays within about 20 li
 
 
 def _wrap(text: str, indent: str) -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ") or [indent]
+    # Made inert before wrapping: textwrap would turn a CR or a tab into a space, and the reader
+    # should see it was there.
+    return textwrap.wrap(terminal_text(text), WIDTH, initial_indent=indent, subsequent_indent=indent + "  ") or [indent]
 
 
 def _proof(advice: Advice, rule_ids: Iterable[str], indent: str) -> list[str]:
@@ -114,7 +117,7 @@ def render_text(advice: Advice, explain: bool = False) -> str:
         lines.append("")
         lines.append("--explain adds each strategy's proof chain, why each rejection, what waits on which facts, "
                      "the estimates and the rules fired.")
-        return "\n".join(lines) + "\n"
+        return _joined(lines)
     if advice.plan:
         lines.append("")
         lines.append(f"Plan: {' + '.join(advice.plan.strategies)} together, through the model once")
@@ -160,4 +163,11 @@ def render_text(advice: Advice, explain: bool = False) -> str:
         lines.append(f"  {firing.rule:38} {firing.location}{pack}")
     lines.append("")
     lines.append(f"Rule pack {advice.pack_version}.")
-    return "\n".join(lines) + "\n"
+    return _joined(lines)
+
+
+def _joined(lines: list[str]) -> str:
+    """The report, each line made inert where it holds an input string (a fact's value, a label an
+    exporter wrote, a pack's text with the values it fills in): done on the finished lines, so that
+    no string reaches the terminal without it."""
+    return "\n".join(map(terminal_text, lines)) + "\n"

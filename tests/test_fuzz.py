@@ -248,6 +248,108 @@ def test_facts_in_a_subprocess(document):
         assert_contract(done.returncode, done.stderr)
 
 
+# ---------------------------------------------------------------- collectors: mutated real files
+
+REAL = Path(__file__).parent / "data" / "real"
+HOSTILE_TOKENS = ["1e999", "NaN", "+Inf", "-Inf", "-1", "0", "1e300", "10" + "0" * 300, "abc", "", "true", "-0",
+                  "1e-320", "99999999999999999999", '"', "{", "}", ",", "\x1b[2J", "le", 'le="x"', 'le="NaN"']
+
+
+def _sample_lines(name: str, keep: int) -> list[str]:
+    """The head of a real file (its header and a few dozen rows): mutations of it reach every parser branch."""
+    lines = (REAL / name).read_text(encoding="utf-8").splitlines()
+    if name.endswith(".prom"):      # the samples a collector reads, not only the HELP/TYPE lines
+        lines = [line for line in lines if line.startswith("#") is False or "TYPE" in line]
+    return lines[:keep]
+
+
+@st.composite
+def mutated(draw: st.DrawFn, names: tuple[str, ...], keep: int) -> tuple[str, str]:
+    """A real exporter scrape or trace with a few lines changed: a value, a label or a field replaced
+    by a hostile token, a line dropped or repeated, text inserted."""
+    name = draw(st.sampled_from(names))
+    lines = _sample_lines(name, keep)
+    for _ in range(draw(st.integers(1, 4))):
+        index = draw(st.integers(0, len(lines) - 1))
+        line = lines[index]
+        how = draw(st.sampled_from(["value", "token", "drop", "repeat", "insert"]))
+        token = draw(st.one_of(st.sampled_from(HOSTILE_TOKENS), st.text(max_size=8)))
+        if how == "value":                  # the last field: a sample's value, a trace's last column
+            cut = max(line.rfind(" "), line.rfind(","), line.rfind(":"))
+            lines[index] = line[:cut + 1] + token + ("}" if line.endswith("}") else "")
+        elif how == "token":                # any number in the line
+            numbers = [i for i, c in enumerate(line) if c.isdigit()]
+            if numbers:
+                at = draw(st.sampled_from(numbers))
+                lines[index] = line[:at] + token + line[at + 1:]
+        elif how == "drop" and len(lines) > 1:
+            del lines[index]
+        elif how == "repeat":
+            lines.insert(index, line)
+        else:
+            at = draw(st.integers(0, len(line)))
+            lines[index] = line[:at] + token + line[at:]
+    return name, "\n".join(lines) + "\n"
+
+
+PROM_FILES = tuple(sorted(p.name for p in REAL.glob("*.prom")))
+TRACE_FILES = ("mooncake_fast25_conversation_first610.jsonl", "azure_llm_2023_code_first2000.csv",
+               "azure_llm_2023_conv_first2000.csv", "vllm_bench_serve_result_qwen25vl3b.json")
+
+
+@given(mutated(PROM_FILES, 400))
+@examples(120, 2000)
+def test_mutated_exporter_files(case):
+    name, text = case
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / name
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        code, _, err = cli("collect", "--metrics", str(path), "--no-nvml")
+        assert_contract(code, err)
+
+
+@given(mutated(TRACE_FILES, 40), st.sampled_from(["60", "1", "0", "-5", "nan", "inf", "1e-300", "1e300"]))
+@examples(120, 2000)
+def test_mutated_traces(case, window):
+    name, text = case
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / name
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        code, _, err = cli("collect", "--workload", str(path), "--no-nvml", "--window", window)
+        assert_contract(code, err)
+
+
+# ---------------------------------------------------------------- rendered outputs: input strings stay inert
+
+CONTROLS = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u2028\u2029]"
+HOSTILE_TEXT = st.lists(st.one_of(st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=4),
+                                  st.sampled_from(["\x1b", "\r", "\x07", "\x9b", "\u202e", "<", ">", "![", "](", "`", "|",
+                                                   "&", "*", "\\", "[", "]", "<img src=x>", "\x1b]8;;http://e\x07"])),
+                        min_size=1, max_size=8).map("".join)
+
+
+@given(HOSTILE_TEXT, HOSTILE_TEXT, HOSTILE_TEXT, st.sampled_from(["text", "md"]))
+@examples(60, 1000)
+def test_rendered_outputs_keep_input_strings_inert(name, source, metric, form):
+    """A hostile model name and provenance in the text (terminal) and Markdown reports: no raw
+    control character, and in Markdown no raw `<` or image from them."""
+    import re
+    document = json.loads((Path(__file__).parent.parent / "examples" / "capacity-a100-chat.json").read_text())
+    document["model"]["name"] = name
+    document["provenance"] = {"model.name": {"source": source, "quality": "measured", "metric": metric, "note": name}}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "facts.json"
+        path.write_text(json.dumps(document), encoding="utf-8")
+        code, out, err = cli("advise", "--facts", str(path), "--format", form, *(["--explain"] if form == "text" else []))
+    assert_contract(code, err)
+    if code == 0:
+        assert not re.search(CONTROLS, out.replace("\n", "")), ascii(out)
+        if form == "text":
+            assert "\t" not in out
+        else:
+            assert not re.search(r"<(?!U\+[0-9A-F]{4,6}>)", out) and "![" not in out, out
+
+
 @pytest.mark.skipif(not LONG, reason="KBOPT_FUZZ=long only")
 def test_long_profile_is_selected():
     assert PROFILE.derandomize is False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -315,3 +316,222 @@ def test_extreme_numbers_give_the_same_advice_on_both_evaluators(run_cli, fact):
         assert code in (0, 2) and "internal error" not in err, err
         results.append((code, out))
     assert len(set(results)) == 1
+
+
+# ---------------------------------------------------------------- renderers: input strings stay inert
+
+# What an exporter's label can carry (a CR or NUL would end the exposition line: see the facts test).
+HOSTILE = "A100\x1b[2J\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07OK\u202eevil\x9b31m\x7f"
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u2028\u2029]")
+
+
+def write_dcgm(tmp_path: Path, model_name: str) -> str:
+    """A dcgm-exporter scrape whose `modelName` label (what the exporter says the GPU is) is hostile."""
+    labels = 'gpu="0",UUID="GPU-1",modelName="' + model_name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    path = tmp_path / "dcgm.prom"
+    path.write_text("".join(f"{name}{{{labels}}} {value}\n" for name, value in (
+        ("DCGM_FI_DEV_GPU_UTIL", 95), ("DCGM_FI_DEV_FB_USED", 70000), ("DCGM_FI_DEV_FB_FREE", 10000))),
+        encoding="utf-8")
+    return str(path)
+
+
+def test_terminal_escapes_from_an_exporter_label_are_inert_in_text(tmp_path, run_cli):
+    """dcgm-exporter's modelName → advise --collect: no screen clear, OSC 8 link, CR, bidi or C1
+    control reaches the terminal; each is shown as <U+XXXX>."""
+    code, out, err = run_cli("advise", "--collect", "--no-nvml", "--metrics", write_dcgm(tmp_path, HOSTILE), "--explain")
+    assert code == 0, err
+    assert not CONTROLS.search(out.replace("\n", "")), ascii(out)
+    assert "<U+001B>[2J" in out and "<U+202E>" in out and "<U+009B>" in out
+
+
+def test_carriage_returns_and_separators_in_facts_are_inert_in_text(tmp_path, run_cli):
+    facts = json.loads(Path(EXAMPLE).read_text())
+    facts["model"]["name"] = "llama\rREWRITTEN\x00\u2028\t\nnext line\u2066"
+    code, out, err = run_cli("advise", "--facts", write_facts(tmp_path, json.dumps(facts)), "--explain")
+    assert code == 0, err
+    assert not CONTROLS.search(out.replace("\n", "")), ascii(out)
+    assert "\t" not in out and "llama<U+000D>REWRITTEN<U+0000><U+2028><U+0009><U+000A>next line<U+2066>" in out
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_terminal_escapes_are_inert_in_markdown_and_html(tmp_path, run_cli, fmt):
+    code, out, err = run_cli("advise", "--collect", "--no-nvml", "--metrics", write_dcgm(tmp_path, HOSTILE), "--format", fmt)
+    assert code == 0, err
+    assert not CONTROLS.search(out), ascii(out)
+
+
+def test_markdown_escapes_images_and_html_in_facts_and_the_whatif_heading(tmp_path, run_cli):
+    facts = json.loads(Path(EXAMPLE).read_text())
+    facts["model"]["name"] = "![x](http://evil.example/a.png) <img src=x onerror=alert(1)> `code` *b* [l](http://e)"
+    path = tmp_path / "<b>![i](http:x)`.json"
+    path.write_text(json.dumps(facts), encoding="utf-8")
+    code, out, err = run_cli("advise", "--facts", str(path), "--format", "md", "--set", "serving.max_num_seqs=64")
+    assert code == 0, err
+    assert "![" not in out and "<img" not in out and "<b>" not in out, out
+    assert "\\!\\[x\\](http://evil.example/a.png) &lt;img" in out or "!\\[x\\]" in out
+
+
+def test_markdown_escapes_provenance_source_and_metric(tmp_path, run_cli):
+    facts = json.loads(Path(EXAMPLE).read_text())
+    facts["provenance"] = {"telemetry.memory_used_ratio": {
+        "source": "<script>alert(1)</script>![i](http://evil.example/i.png)", "quality": "measured",
+        "metric": "<img src=x>|`x`", "note": "[n](javascript:alert(1))"}}
+    code, out, err = run_cli("advise", "--facts", write_facts(tmp_path, json.dumps(facts)), "--format", "md")
+    assert code == 0, err
+    assert "<script" not in out and "<img" not in out and "![" not in out, out
+    assert not re.search(r"(?<!\\)\]\(javascript", out), out         # `\]` is no link
+
+
+def test_a_packs_texts_and_the_values_they_fill_in_are_inert(tmp_path, run_cli):
+    """A pack's title, warn and because texts (and a fact value filled into them) in md and text."""
+    facts = {**FACTS, "workload": {**FACTS["workload"], "engine": "vllm"},
+             "model": {"num_layers": 32, "name": "<img src=x>![a](http://evil.example/a)\x1b[2J"}}
+    pack = write_pack(tmp_path, "workload.itl_p99_ms > 100",
+                      because="'<b>bold</b> ![img](http://evil.example/i.png) {model.name} `x`'")
+    text = (pack / "scheduling" / "x-test.yaml").read_text()
+    (pack / "scheduling" / "x-test.yaml").write_text(
+        text.replace("title: A test rule", "title: '<i>A</i> ![t](http://evil.example/t) rule'")
+            .replace("warn: Something to say.", "warn: '<u>warn</u> ![w](http://evil.example/w) {model.name}'"))
+    path = write_facts(tmp_path, json.dumps(facts))
+    code, out, err = run_cli("advise", "--facts", path, "--rules", str(pack), "--format", "md")
+    assert code == 0, err
+    assert "<b>" not in out and "<i>" not in out and "<u>" not in out and "<img" not in out and "![" not in out, out
+    assert not CONTROLS.search(out), ascii(out)
+    code, out, err = run_cli("advise", "--facts", path, "--rules", str(pack), "--explain")
+    assert code == 0, err
+    assert not CONTROLS.search(out.replace("\n", "")), ascii(out)
+
+
+# ---------------------------------------------------------------- collectors: hostile exporter files and traces
+
+def collect(tmp_path: Path, name: str, text: str, *args: str) -> tuple[int, str, str]:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    option = "--metrics" if name.endswith(".prom") else "--model" if name == "config.json" else "--workload"
+    return subprocess_free_cli(option, str(path), *args)
+
+
+def subprocess_free_cli(*args: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from kbopt.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["collect", "--no-nvml", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+VLLM_HISTOGRAM = """# TYPE vllm:time_to_first_token_seconds histogram
+{buckets}vllm:time_to_first_token_seconds_count{{model_name="m"}} 10
+vllm:time_to_first_token_seconds_sum{{model_name="m"}} 3
+vllm:num_requests_running{{model_name="m"}} 1
+"""
+
+
+@pytest.mark.parametrize("value", ["1e999", "NaN", "+Inf", "-Inf"])
+def test_non_finite_exporter_readings_are_left_out_with_a_note(tmp_path, value):
+    code, _, err = collect(tmp_path, "x.prom", f'DCGM_FI_DEV_GPU_UTIL{{gpu="0"}} {value}\n'
+                                               f'DCGM_FI_DEV_POWER_USAGE{{gpu="0"}} 250\n')
+    assert code == 0 and "not a finite number" in err and "kernel_time_ratio left out" in err, err
+
+
+def test_exporter_readings_of_1e300_give_exit_0_or_2(tmp_path):
+    code, _, err = collect(tmp_path, "x.prom", 'DCGM_FI_DEV_POWER_USAGE{gpu="0"} 1e300\n'
+                                               'DCGM_FI_DEV_FB_USED{gpu="0"} 1e300\nDCGM_FI_DEV_FB_FREE{gpu="0"} 1e300\n')
+    assert code in (0, 2) and "Traceback" not in err and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("le", ['', ',le="abc"', ',le="NaN"'])
+def test_a_histogram_bucket_without_a_numeric_le_is_refused(tmp_path, le):
+    code, _, err = collect(tmp_path, "x.prom", VLLM_HISTOGRAM.format(
+        buckets=f'vllm:time_to_first_token_seconds_bucket{{model_name="m"{le}}} 3\n'))
+    assert_refused(code, err, "x.prom", "vllm:time_to_first_token_seconds_bucket", "le")
+
+
+@pytest.mark.parametrize("counts", [(10, 5, 10), (-1, 5, 10), (1, 5, float("inf")), (1, 5, float("nan"))])
+def test_broken_histogram_buckets_give_no_p99(tmp_path, counts):
+    """Cumulative buckets never decrease: an interpolated p99 in broken ones is left out, with a note."""
+    buckets = "".join(f'vllm:time_to_first_token_seconds_bucket{{model_name="m",le="{le}"}} {count}\n'
+                      for le, count in zip(("0.1", "1", "+Inf"), counts, strict=True))
+    code, out, err = collect(tmp_path, "x.prom", VLLM_HISTOGRAM.format(buckets=buckets))
+    assert code == 0 and "ttft_p99_ms left out" in err and "ttft_p99_ms" not in out, err
+
+
+@pytest.mark.parametrize("used, free", [(0, 0), (-5000, 80000), (5000, float("nan"))])
+def test_a_broken_frame_buffer_costs_the_memory_facts(tmp_path, used, free):
+    code, out, err = collect(tmp_path, "x.prom", f'DCGM_FI_DEV_GPU_UTIL{{gpu="0"}} 50\n'
+                                                 f'DCGM_FI_DEV_FB_USED{{gpu="0"}} {used}\nDCGM_FI_DEV_FB_FREE{{gpu="0"}} {free}\n')
+    assert code == 0 and "memory_used_ratio and hardware.memory_total_gib left out" in err, err
+    assert "memory_used_ratio" not in out and "kernel_time_ratio" in out
+
+
+def test_a_non_numeric_exporter_value_is_refused(tmp_path):
+    code, _, err = collect(tmp_path, "x.prom", 'DCGM_FI_DEV_GPU_UTIL{gpu="0"} abc\n')
+    assert_refused(code, err, "x.prom", "not Prometheus text exposition")
+
+
+@pytest.mark.parametrize("name, option", [("bench.json", "--workload"), ("rows.jsonl", "--workload"),
+                                          ("config.json", "--model")])
+def test_deeply_nested_json_is_refused(tmp_path, name, option):
+    deep = "[" * 100_000 + "]" * 100_000
+    text = ('{"timestamp": 0, "input_length": 1, "output_length": 1}\n{"x": ' + deep + "}\n") if name.endswith(".jsonl") \
+        else '{"completed": ' + deep + "}"
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    code, _, err = subprocess_free_cli(option, str(path),
+                                       *(["--trace-format", "mooncake"] if name.endswith(".jsonl") else []))
+    assert_refused(code, err, name, "nested too deeply")
+
+
+@pytest.mark.parametrize("window", ["0", "-1", "nan", "inf"])
+def test_a_window_that_is_not_a_positive_number_is_refused(window):
+    trace = str(Path(__file__).parent / "data" / "real" / "mooncake_fast25_conversation_first610.jsonl")
+    code, _, err = subprocess_free_cli("--workload", trace, "--window", window)
+    assert_refused(code, err, "--window")
+
+
+MOONCAKE_ROW = '{{"timestamp": {t}, "input_length": {prompt}, "output_length": {output}}}\n'
+
+
+@pytest.mark.parametrize("t, prompt, output", [
+    (1000, -5, 3), (1000, 5, -3),                        # negative token counts
+    ("NaN", 5, 3), ("Infinity", 5, 3), ("1e400", 5, 3),   # a timestamp that is not finite
+    (1000, 10**29, 3), (1000, "1e300", 3),                # beyond any context
+    (1000, "true", 3), (1000, 2.5, 3), ("true", 5, 3),    # not whole numbers
+])
+def test_hostile_mooncake_rows_name_the_line(tmp_path, t, prompt, output):
+    code, _, err = collect(tmp_path, "t.jsonl", MOONCAKE_ROW.format(t=0, prompt=5, output=3)
+                           + MOONCAKE_ROW.format(t=t, prompt=prompt, output=output))
+    assert_refused(code, err, "t.jsonl:2")
+
+
+@pytest.mark.parametrize("row", ["0,m,-5,3", "inf,m,5,3", "nan,m,5,3", "0,m,99999999999999999999,3"])
+def test_hostile_burstgpt_rows_name_the_line(tmp_path, row):
+    code, _, err = collect(tmp_path, "b.csv", f"Timestamp,Model,Request tokens,Response tokens\n0,m,5,3\n{row}\n")
+    assert_refused(code, err, "b.csv:3")
+
+
+@pytest.mark.parametrize("row", ["2023-11-16 18:15:46.6805900,-5,3", "2023-11-16 18:15:46.6805900,5,99999999999999999999"])
+def test_hostile_azure_rows_name_the_line(tmp_path, row):
+    code, _, err = collect(tmp_path, "a.csv", f"TIMESTAMP,ContextTokens,GeneratedTokens\n{row}\n")
+    assert_refused(code, err, "a.csv:2")
+
+
+@pytest.mark.parametrize("row", ["1,5,3,inf", "1,5,3,nan", "inf,5,3,1", "1,5,3,-1", "1,1e300,3,1"])
+def test_hostile_generic_rows_name_the_line(tmp_path, row):
+    code, _, err = collect(tmp_path, "g.csv", f"t,p,o,d\n0,5,3,1\n{row}\n",
+                           "--columns", "timestamp=t,prompt=p,output=o,duration=d")
+    assert_refused(code, err, "g.csv:3")
+
+
+def test_timestamps_far_apart_do_not_overflow(tmp_path):
+    code, _, err = collect(tmp_path, "t.jsonl", MOONCAKE_ROW.format(t="-1e308", prompt=5, output=3)
+                           + MOONCAKE_ROW.format(t="1e308", prompt=5, output=3), "--window", "1e-300")
+    assert code in (0, 2) and "Traceback" not in err and "internal error" not in err, err
+
+
+def test_a_boolean_layer_count_is_not_one(tmp_path):
+    code, _, err = collect(tmp_path, "config.json", json.dumps(
+        {"num_hidden_layers": True, "hidden_size": 4096, "num_attention_heads": 32}))
+    assert_refused(code, err, "config.json", "num_hidden_layers")

@@ -43,6 +43,8 @@ def _from_config(path: Path) -> Collected:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise KboptError(f"--model {path}: not a readable config.json: {error}") from None
+    except RecursionError:          # json nests without a bound; a config is a few levels deep
+        raise KboptError(f"--model {path}: not a readable config.json: nested too deeply") from None
     if not isinstance(config, dict):
         raise KboptError(f"--model {path}: a config.json is a JSON object")
     if isinstance(config.get("text_config"), dict):      # multimodal configs nest the language model

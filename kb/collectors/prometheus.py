@@ -7,6 +7,7 @@ window from the differences.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import time
@@ -254,14 +255,29 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> tuple[fl
     return previous_bound, False
 
 
+def _bound(scrape: Scrape, name: str, labels: dict[str, str]) -> float:
+    """A bucket's upper bound; a bucket without a numeric `le` is not a histogram the exposition
+    format defines, so the file is refused (naming the metric) rather than half read."""
+    try:
+        bound = float(labels["le"])
+    except (KeyError, ValueError):
+        raise KboptError(f"--metrics {scrape.source}: {name}_bucket has a sample without a numeric `le` label "
+                         f"(le={ascii(labels.get('le'))[:40]})") from None
+    if math.isnan(bound):
+        raise KboptError(f"--metrics {scrape.source}: {name}_bucket has a sample with le=NaN")
+    return bound
+
+
 def _buckets(first: Scrape, second: Scrape | None, name: str) -> list[tuple[float, float]]:
     by_bound: dict[float, float] = {}
     for labels, value in (second or first).values(f"{name}_bucket"):
-        by_bound[float(labels["le"])] = by_bound.get(float(labels["le"]), 0.0) + value
+        bound = _bound(second or first, name, labels)
+        by_bound[bound] = by_bound.get(bound, 0.0) + value
     if second is not None:
         before: dict[float, float] = {}
         for labels, value in first.values(f"{name}_bucket"):
-            before[float(labels["le"])] = before.get(float(labels["le"]), 0.0) + value
+            bound = _bound(first, name, labels)
+            before[bound] = before.get(bound, 0.0) + value
         # A restart resets every bucket: then the second scrape's totals are the window's.
         if all(by_bound.get(bound, 0.0) >= count for bound, count in before.items()):
             by_bound = {bound: count - before.get(bound, 0.0) for bound, count in by_bound.items()}
@@ -295,16 +311,29 @@ def _rate(first: Scrape, second: Scrape | None, name: str) -> tuple[float, float
     return None if increase is None else (increase / (second.at - first.at), second.at - first.at)
 
 
+def _counted(value: float) -> bool:
+    """A counter's reading a sample count can be made of: finite and not negative (NaN fails too)."""
+    return math.isfinite(value) and value >= 0
+
+
 def _histogram_facts(first: Scrape, second: Scrape | None, out: Collected, source: str, name: str,
                      mean_path: str | None = None, p99_path: str | None = None, scale: float = 1.0) -> None:
     """A histogram's mean (its _sum over its _count) and its p99 (interpolated in the buckets, as
     Prometheus' histogram_quantile does), over the window or since the exporter started."""
     _, _, when = _window(first, second, None)
     total, count = _delta(first, second, f"{name}_sum"), _delta(first, second, f"{name}_count")
-    if mean_path and total is not None and count:
+    if mean_path and total is not None and count is not None and not _counted(count):
+        out.notes.append(f"{source} {name}_count: {count:g} is not a count of observations; {mean_path} left out")
+    elif mean_path and total is not None and count:
         out.put(mean_path, total / count * scale, Provenance(
             source, "measured", metric=f"{name}_sum / {name}_count", samples=int(count), note=when))
     buckets = _buckets(first, second, name)
+    counts = [count for _, count in sorted(buckets)]
+    if p99_path and buckets and not (all(map(_counted, counts)) and all(a <= b for a, b in itertools.pairwise(counts))):
+        # Cumulative buckets never decrease: an interpolation in these would be a made-up p99.
+        out.notes.append(f"{source} {name}_bucket: the cumulative counts are not whole, finite and "
+                         f"non-decreasing; {p99_path} left out")
+        return
     result = histogram_quantile(0.99, buckets) if p99_path else None
     if p99_path and result is not None:
         value, exact = result
@@ -407,9 +436,14 @@ def _dcgm(first: Scrape, second: Scrape | None, out: Collected, gpu: int | None 
     used, _ = series("DCGM_FI_DEV_FB_USED")
     free, _ = series("DCGM_FI_DEV_FB_FREE")
     reserved, _ = series("DCGM_FI_DEV_FB_RESERVED")
-    if used and free:
-        held = mean(reserved) if reserved else 0.0     # no FB_RESERVED series: nothing reserved
-        total = mean(used) + mean(free) + held
+    held = mean(reserved) if reserved else 0.0     # no FB_RESERVED series: nothing reserved
+    total = mean(used) + mean(free) + held if used and free else 0.0
+    if used and free and not (min(used + free + reserved) >= 0 and total > 0):
+        # A negative or empty frame buffer is a broken reading (NaN fails the test too): like a
+        # non-finite one, it costs its facts, not the whole collection.
+        out.notes.append("dcgm DCGM_FI_DEV_FB_USED/FB_FREE/FB_RESERVED: negative, non-finite or all zero; "
+                         "telemetry.memory_used_ratio and hardware.memory_total_gib left out")
+    elif used and free:
         out.put("telemetry.memory_used_ratio", (mean(used) + held) / total,
                 Provenance("dcgm", "measured", metric="DCGM_FI_DEV_FB_USED/(FB_USED+FB_FREE+FB_RESERVED)",
                            samples=len(used)))
@@ -555,7 +589,8 @@ def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
                 Provenance("vllm", "measured", metric="vllm:num_preemptions_total / vllm:request_success_total", note=when))
     prompt_sum, prompt_n = _delta(first, second, "vllm:request_prompt_tokens_sum"), _delta(first, second, "vllm:request_prompt_tokens_count")
     gen_sum, gen_n = _delta(first, second, "vllm:request_generation_tokens_sum"), _delta(first, second, "vllm:request_generation_tokens_count")
-    if prompt_n and gen_n and prompt_sum is not None and gen_sum is not None:    # a histogram may lack its _sum
+    if (prompt_n and gen_n and _counted(prompt_n) and _counted(gen_n)
+            and prompt_sum is not None and gen_sum is not None):    # a histogram may lack its _sum
         out.put("workload.seq_len_mean", prompt_sum / prompt_n + gen_sum / gen_n, Provenance(
             "vllm", "measured", metric="request_prompt_tokens + request_generation_tokens (means)",
             samples=int(prompt_n), note=when))
@@ -606,7 +641,7 @@ def _sglang(first: Scrape, second: Scrape | None, out: Collected) -> bool:
     for path, name in (("workload.prompt_len_mean", "sglang:prompt_tokens_total"),
                        ("workload.output_len_mean", "sglang:generation_tokens_total")):
         tokens = _delta(first, second, name)
-        if tokens is not None and finished:
+        if tokens is not None and finished and _counted(finished):
             means.append(tokens / finished)
             out.put(path, tokens / finished, Provenance("sglang", "derived", samples=int(finished), note=when,
                                                         metric=f"{name} / sglang:e2e_request_latency_seconds_count"))

@@ -80,7 +80,7 @@ class TraceSummary:
             self.unsorted = True
             self.earliest = min(self.earliest, t)
         self.last_t = t if self.last_t is None else max(self.last_t, t)
-        index = int((t - self.first_t) // self.options.window_s)
+        index = _window_index(t - self.first_t, self.options.window_s)
         self.windows[index] = self.windows.get(index, 0) + 1
         if duration is not None and not self.unsorted:
             ends = self.ends
@@ -140,6 +140,15 @@ class TraceSummary:
         return out
 
 
+def _window_index(offset: float, window_s: float) -> int:
+    """Which --window an arrival falls in; ValueError when the offset is beyond any float (a timestamp
+    of 1e308 after one of -1e308), which int() would raise as OverflowError."""
+    index = offset // window_s
+    if not math.isfinite(index):
+        raise ValueError(f"timestamp offset {offset}")
+    return int(index)
+
+
 def _percentile(counts: dict[int, int], q: float) -> int:
     """The smallest length with at least q of the requests at or under it (nearest rank)."""
     rank, seen = q * sum(counts.values()), 0
@@ -197,10 +206,8 @@ def _azure(path: Path, summary: TraceSummary) -> str:
                     t = minute + float(stamp[17:])
                 except ValueError:          # 2024 traces: `2024-05-10 00:00:00.009930+00:00`
                     t = _offset_seconds(stamp)
-                prompt, output = int(context), int(generated)
+                prompt, output = _lengths(context, generated)
                 tokens = prompt + output
-                if prompt < 0 or output < 0:
-                    raise ValueError
             except ValueError:
                 if not text.strip():
                     continue
@@ -222,7 +229,10 @@ def _azure(path: Path, summary: TraceSummary) -> str:
                 ordered = False
             else:
                 last_t = t
-            index = int((t - first_t) // window)
+            try:
+                index = _window_index(t - first_t, window)
+            except ValueError:
+                raise KboptError(f"--workload {path}:{line}: timestamp {stamp!r} is too far from the first one") from None
             windows[index] = windows.get(index, 0) + 1
     summary.n, summary.long, summary.longest = n, long, longest
     summary.total, summary.total_sq = total, total_sq
@@ -239,6 +249,8 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     yield line, json.loads(text)
                 except json.JSONDecodeError as error:
                     raise KboptError(f"--workload {path}:{line}: not JSON: {error.msg}") from None
+                except RecursionError:      # json nests without a bound; a trace row is flat
+                    raise KboptError(f"--workload {path}:{line}: JSON nested too deeply") from None
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
@@ -246,11 +258,19 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
         yield from enumerate(csv.DictReader(handle), 2)  # line 1 is the header
 
 
+# A request's length in tokens, far above any model's context: beyond it a count is a broken row, and
+# sums of squares of such counts would overflow a float.
+MAX_TOKENS = 2**40
+
+
 def _lengths(prompt: object, output: object) -> tuple[int, int]:
-    """A request's (prompt, output) tokens; ValueError unless both are whole numbers >= 0."""
+    """A request's (prompt, output) tokens; ValueError unless both are whole numbers in 0..MAX_TOKENS."""
+    for value in (prompt, output):      # int() would read true as 1, and 2.7 as 2
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError("a length that is not a whole number")
     pair = (int(prompt), int(output))   # type: ignore[call-overload]   # a row's value: int() says what it cannot read
-    if min(pair) < 0:
-        raise ValueError("a negative length")
+    if min(pair) < 0 or max(pair) > MAX_TOKENS:
+        raise ValueError("a negative or impossibly long length")
     return pair
 
 
@@ -258,6 +278,8 @@ def _mooncake(path: Path, summary: TraceSummary) -> str:
     for line, row in _jsonl_rows(path):
         try:
             prompt, output = _lengths(row["input_length"], row["output_length"])
+            if isinstance(row["timestamp"], bool):
+                raise TypeError("a timestamp that is true or false")
             summary.add(row["timestamp"] / 1000, prompt + output, split=(prompt, output))
         except (KeyError, TypeError, ValueError, OverflowError):
             raise KboptError(f"--workload {path}:{line}: expected timestamp, input_length, output_length") from None
@@ -295,9 +317,14 @@ def _generic(path: Path, summary: TraceSummary, options: TraceOptions, jsonl: bo
             raise KboptError(f"--workload {path}:{line}: a mapped column is not a finite number") from None
         if tokens < 0 or min(split or (0,)) < 0 or (duration is not None and duration < 0):
             raise KboptError(f"--workload {path}:{line}: a length or duration is negative")
+        if tokens > MAX_TOKENS:
+            raise KboptError(f"--workload {path}:{line}: a length beyond {MAX_TOKENS} tokens")
         if (t is not None and not math.isfinite(t)) or (duration is not None and not math.isfinite(duration)):
             raise KboptError(f"--workload {path}:{line}: a timestamp or duration is not a finite number")
-        summary.add(t, tokens, duration, split)
+        try:
+            summary.add(t, tokens, duration, split)
+        except ValueError:
+            raise KboptError(f"--workload {path}:{line}: the timestamp is too far from the first one") from None
     return columns["total"] if "total" in columns else f"{columns['prompt']}+{columns['output']}"
 
 
@@ -306,6 +333,8 @@ def _vllm_bench(path: Path, options: TraceOptions) -> Collected:
         result = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise KboptError(f"--workload {path}: not a vllm bench serve result: {error}") from None
+    except RecursionError:          # json nests without a bound; a result is a few levels deep
+        raise KboptError(f"--workload {path}: not a vllm bench serve result: JSON nested too deeply") from None
     try:
         return _vllm_bench_facts(path, result, options)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -381,7 +410,7 @@ def _detect(path: Path) -> str:
     if head.startswith("{"):
         try:
             row = json.loads(head)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             row = None
         if isinstance(row, dict) and {"timestamp", "input_length", "output_length"} <= set(row):
             return "mooncake"
@@ -398,6 +427,8 @@ def summarize_trace(path: str, options: TraceOptions) -> Collected:
     kind = _detect(trace) if options.format == "auto" else options.format
     if kind == "vllm-bench":
         return _vllm_bench(trace, options)
+    if not (math.isfinite(options.window_s) and options.window_s > 0):
+        raise KboptError(f"--window {options.window_s:g}: the arrival-rate window is a positive number of seconds")
     summary = TraceSummary(options)
     try:
         if kind == "azure":
