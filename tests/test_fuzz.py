@@ -139,7 +139,7 @@ def facts_documents(draw: st.DrawFn) -> dict[str, object]:
 
 
 @given(facts_documents(), st.sampled_from(["json", "yaml"]))
-@examples(120)
+@examples(120, 10_000)      # the release profile: 10,000 facts documents
 def test_facts_documents(document, form):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"facts.{form}"
@@ -204,7 +204,7 @@ BECAUSE = st.one_of(st.just("The inter-token latency is high for this deployment
 
 @given(CONDITIONS, BECAUSE, st.sampled_from(["", "1: one\n", "notes: &a [*a]\n", "parameters:\n  lim: {value: .nan, why: "
                                               "A threshold that nothing can ever reach at all.}\n"]))
-@examples(30, 300)
+@examples(30, 1_000)       # the release profile: 1,000 rule packs
 def test_rule_files(when, because, extra):
     with tempfile.TemporaryDirectory() as folder:
         rules = Path(folder) / "pack" / "scheduling"
