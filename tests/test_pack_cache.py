@@ -97,3 +97,14 @@ def test_a_cold_advise_from_the_cache_loads_no_yaml_jsonschema_or_networkx(tmp_p
     imported = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stderr
     loaded = {line.rsplit("|", 1)[-1].strip() for line in imported.splitlines() if line.startswith("import time:")}
     assert not loaded & {"yaml", "jsonschema", "networkx", "jinja2", "prometheus_client"}
+
+
+def test_an_entry_others_could_write_is_not_read(cache_dir):
+    """Unpickling runs what the bytes say: an entry writable by others is rebuilt, never loaded."""
+    import os
+    load_checked_pack([])
+    (entry,) = _entries(cache_dir)
+    os.chmod(entry, 0o666)
+    entry.write_bytes(b"\x80\x04K\x01.")          # a valid pickle (the integer 1): it would load
+    assert load_checked_pack([]).rules                # rebuilt from the rule files
+    assert entry.stat().st_mode & 0o077 == 0 and entry.read_bytes() != b"\x80\x04K\x01."

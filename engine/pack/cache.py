@@ -8,7 +8,8 @@ edit anywhere makes a new entry. A stale, unreadable or corrupt entry is ignored
 pack with problems is never cached (loading it again reports them).
 
 KBOPT_CACHE_DIR names the folder (default: $XDG_CACHE_HOME/kbopt or ~/.cache/kbopt);
-KBOPT_NO_CACHE=1 turns the cache off.
+KBOPT_NO_CACHE=1 turns the cache off. Entries are pickles of kbopt's own Pack values, never of rule
+text; they are read only from a folder and files this user owns and nobody else can write.
 """
 from __future__ import annotations
 
@@ -77,10 +78,7 @@ def cached_pack(dirs: tuple[str, ...], build: Callable[[], Pack]) -> Pack:
     if folder is None or key is None:
         return build()
     entry = folder / f"pack-{key}.pickle"
-    try:
-        data = entry.read_bytes()
-    except OSError:             # no entry yet, or no cache folder to read
-        data = None
+    data = _read_private(folder, entry)
     if data is not None:
         try:
             pack = pickle.loads(data)
@@ -96,12 +94,29 @@ def cached_pack(dirs: tuple[str, ...], build: Callable[[], Pack]) -> Pack:
     return pack
 
 
+def _private(stat: os.stat_result) -> bool:
+    """Owned by this user, and writable by nobody else."""
+    return stat.st_uid == os.getuid() and not stat.st_mode & 0o022
+
+
+def _read_private(folder: Path, entry: Path) -> bytes | None:
+    """The entry's bytes, only when the folder and the entry are this user's own and nobody else
+    can write them. Unpickling runs what the bytes say, so an entry someone else could have written
+    is treated as absent (and rebuilt); kbopt creates the folder 0700 and the entries 0600."""
+    try:
+        if not (_private(os.stat(folder)) and _private(os.lstat(entry))):
+            return None
+        return entry.read_bytes()
+    except OSError:             # no entry yet, or no cache folder to read
+        return None
+
+
 def _store(folder: Path, entry: Path, pack: Pack) -> None:
     """Write the entry whole or not at all; a cache that cannot be written only costs time."""
     import tempfile
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=folder, prefix=".pack-")
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=folder, prefix=".pack-")     # created 0600
         try:
             with os.fdopen(fd, "wb") as handle:
                 pickle.dump(pack, handle, protocol=pickle.HIGHEST_PROTOCOL)
