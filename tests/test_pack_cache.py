@@ -108,3 +108,21 @@ def test_an_entry_others_could_write_is_not_read(cache_dir):
     entry.write_bytes(b"\x80\x04K\x01.")          # a valid pickle (the integer 1): it would load
     assert load_checked_pack([]).rules                # rebuilt from the rule files
     assert entry.stat().st_mode & 0o077 == 0 and entry.read_bytes() != b"\x80\x04K\x01."
+
+
+def test_an_entry_that_would_call_a_function_is_refused(cache_dir, tmp_path):
+    """The unpickler builds only kbopt's own types and plain containers: an entry that would call
+    anything (here os.system) is treated as corrupt and rebuilt, and nothing runs."""
+    import pickle
+
+    load_checked_pack([])
+    (entry,) = _entries(cache_dir)
+    marker = tmp_path / "ran"
+
+    class Call:
+        def __reduce__(self):
+            import os
+            return os.system, (f"touch {marker}",)
+    entry.write_bytes(pickle.dumps(Call()))
+    assert load_checked_pack([]).rules
+    assert not marker.exists()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import pickle
 import sys
@@ -81,7 +82,7 @@ def cached_pack(dirs: tuple[str, ...], build: Callable[[], Pack]) -> Pack:
     data = _read_private(folder, entry)
     if data is not None:
         try:
-            pack = pickle.loads(data)
+            pack = _PackUnpickler(io.BytesIO(data)).load()
             if isinstance(pack, Pack):
                 adopt(pack.kb)
                 return pack
@@ -92,6 +93,22 @@ def cached_pack(dirs: tuple[str, ...], build: Callable[[], Pack]) -> Pack:
     pack = build()
     _store(folder, entry, pack)
     return pack
+
+
+# What a cached pack is made of: kbopt's own values and plain containers. Anything else in an
+# entry (a function to call, a module's class) is refused, so reading one can only build data.
+_BUILTINS = frozenset({"tuple", "list", "dict", "set", "frozenset", "str", "bytes", "int", "float", "bool", "complex"})
+
+
+class _PackUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> type:
+        if (module == "kbopt" or module.startswith("kbopt.")) and not name.startswith("_"):
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        elif module == "builtins" and name in _BUILTINS:
+            return super().find_class(module, name)  # type: ignore[no-any-return]  # a builtin type
+        raise pickle.UnpicklingError(f"a pack cache entry may not hold {module}.{name}")
 
 
 def _private(stat: os.stat_result) -> bool:
