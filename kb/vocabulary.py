@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -56,6 +56,11 @@ class Vocabulary:
 
     def get(self, path: str) -> FactSpec | None:
         return self.facts.get(path)
+
+    @cached_property
+    def estimate_paths(self) -> tuple[str, ...]:
+        """The performance model's estimates (`estimate: true`), in vocabulary order."""
+        return tuple(path for path, spec in self.facts.items() if spec.estimate)
 
     def suggest(self, path: str) -> str | None:
         """The closest known fact name, for "did you mean" hints."""

@@ -100,9 +100,10 @@ def test_two_rules_requiring_the_same_thing_of_one_strategy(pack):
 
 
 def test_compiled_conditions_agree_with_the_tree_walk(pack):
-    """The reference evaluator's closures give evaluate()'s Kleene value for every built-in condition."""
-    from kbopt.engine.lang.compiled import compile_condition
-    from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, evaluate
+    """The reference evaluator's closures give evaluate()'s Kleene value for every built-in
+    condition, and the explanation's undecided_by()'s facts."""
+    from kbopt.engine.lang.compiled import compile_condition, compile_undecided
+    from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, evaluate, undecided_by
     from kbopt.engine.lang.nodes import facts_of
 
     rng = random.Random(3)
@@ -110,7 +111,7 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
     checked = 0
     for condition in conditions:
         paths = sorted(set(facts_of(condition)))
-        check = compile_condition(condition)
+        check, undecided = compile_condition(condition), compile_undecided(condition)
         for _ in range(40):
             table = {}
             for path in paths:
@@ -126,5 +127,54 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
             except TypeError:
                 continue            # a value of the wrong type for its fact: the tree walk fails too
             assert check(lookup) == expected, (condition, table)
+            assert undecided(lookup) == undecided_by(condition, lookup), (condition, table)
             checked += 1
     assert checked > 2000
+
+
+def test_compiled_values_agree_with_the_tree_walk(pack):
+    """A compiled derive or parameter expression returns value_of()'s value, or raises the same
+    Missing (same paths, same order) or the same error, for every built-in expression."""
+    from kbopt.engine.lang.compiled import compile_value
+    from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Missing, value_of
+    from kbopt.engine.lang.nodes import facts_of
+    from kbopt.engine.pack.rule import Derive, Recommend
+
+    def outcome(compute, lookup):
+        try:
+            return "value", repr(compute(lookup))    # repr: a NaN equals itself
+        except Missing as missing:
+            return "missing", missing.paths
+        except (ArithmeticError, ValueError, TypeError, KeyError) as error:
+            return "error", type(error).__name__
+
+    rng = random.Random(5)
+    vocabulary = pack.kb.vocabulary
+
+    def typed_value(path):
+        spec = vocabulary.get(path)
+        if spec.type == "bool":
+            return rng.choice([True, False])
+        if spec.type == "enum":
+            return rng.choice(spec.values)
+        if spec.is_numeric:
+            return rng.choice([0, 0.5, 1, 2, 8.9, 64, 4096, 1e300])
+        return rng.choice([[], ["fp8"], ["fp8", "int8"]])
+    expressions = [c.value for rule in pack.rules for c in rule.then if isinstance(c, Derive)]
+    expressions += [node for rule in pack.rules for c in rule.then if isinstance(c, Recommend) for _, node in c.params]
+    kinds = set()
+    for node in expressions:
+        paths = sorted(set(facts_of(node)))
+        compiled = compile_value(node)
+        for _ in range(40):
+            table = {}
+            for path in paths:
+                status = rng.choice([KNOWN] * 6 + [MISSING, ABSENT, UNKNOWN])
+                table[path] = (status, typed_value(path) if status == KNOWN else None)
+
+            def lookup(path, table=table):
+                return table[path]
+            expected = outcome(lambda lk, node=node: value_of(node, lk), lookup)
+            assert outcome(compiled, lookup) == expected, (node, table)
+            kinds.add(expected[0])
+    assert len(expressions) > 100 and kinds >= {"value", "missing"}

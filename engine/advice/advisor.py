@@ -12,7 +12,8 @@ from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
-from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, evaluate, value_of
+from kbopt.engine.lang.compiled import compile_condition
+from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, value_of
 from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.parse import parse_condition
 from kbopt.engine.lang.text import fmt, render
@@ -44,13 +45,12 @@ def fill_because(rule: Rule, lookup: Lookup) -> str:
 
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
     inputs = facts.engine_values(pack.kb.vocabulary)
-    runner = make_evaluator(pack, evaluator)     # what-ifs reuse it: one more run each, no new compile
-    derivation = runner.run(inputs)
+    derivation = make_evaluator(pack, evaluator).run(inputs)
     final = FinalFacts(pack, inputs, derivation)
     model = Model(pack, inputs, derivation)
     estimates = model.estimates()
     # Without estimates there is nothing to compare: strategies keep advice/1's behaviour.
-    whatif = WhatIf(pack, runner, inputs, model) if estimates else None
+    whatif = WhatIf(pack, inputs, model) if estimates else None
     rules = pack.by_id()
     shown_values = {**facts.values, **final.derived}
 
@@ -158,7 +158,8 @@ def in_place(pack: Pack, strategy: Strategy, variant: str | None, final: FinalFa
     text = strategy.in_place_condition(variant)
     if not text:
         return False
-    return evaluate(parse_condition(text, pack.kb.vocabulary, {}), final.lookup) is True
+    check = pack.memo(f"in_place:{text}", lambda: compile_condition(parse_condition(text, pack.kb.vocabulary, {})))
+    return check(final.lookup) is True
 
 
 def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy], whatif: WhatIf,

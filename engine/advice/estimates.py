@@ -125,12 +125,23 @@ class Model:
     """The estimates of one evaluation, and the confidence of every derived fact behind them."""
 
     def __init__(self, pack: Pack, inputs: Mapping[str, Any], derivation: Derivation,
-                 levels: Mapping[str, Confidence] | None = None) -> None:
+                 levels: Mapping[str, Confidence] | None = None,
+                 earlier: Model | None = None, recomputed: frozenset[str] = frozenset()) -> None:
+        """`earlier`: the model of an evaluation this one re-ran (a what-if's baseline), which
+        differs from it only in the derived facts `recomputed`; every other derived fact read
+        the same facts with the same values, so its trace, confidence and estimate are taken
+        over from `earlier` instead of traced again."""
         self.pack, self.inputs, self.derivation = pack, inputs, derivation
         self.levels = levels or {}      # input facts whose confidence the caller decides (a what-if's changes)
         self.traces: dict[str, Trace] = {}
         self._confidence: dict[str, tuple[Confidence, tuple[str, ...]]] = {}
+        self._estimates: dict[str, Estimate] | None = None
+        self.earlier, self.recomputed = earlier, recomputed
         self.lookup: Lookup = self._lookup
+
+    def _borrows(self, path: str) -> Model | None:
+        """The earlier model, where it already knows all about `path`."""
+        return self.earlier if self.earlier is not None and path not in self.recomputed else None
 
     def _lookup(self, path: str) -> tuple[str, Any]:
         """The facts as chaining left them: a derived fact no rule produced is absent."""
@@ -145,6 +156,10 @@ class Model:
 
     def trace_of(self, path: str) -> Trace:
         if path not in self.traces:
+            earlier = self._borrows(path)
+            if earlier is not None:
+                self.traces[path] = earlier.trace_of(path)
+                return self.traces[path]
             rule = self.pack.by_id()[self.rule_of(path)]
             node = next(c.value for c in rule.then if isinstance(c, Derive) and c.path == path)
             self.traces[path] = trace(node, self.lookup)
@@ -153,6 +168,10 @@ class Model:
     def confidence(self, path: str) -> tuple[Confidence, tuple[str, ...]]:
         """A derived fact's confidence and the defaults behind it (its own and its inputs')."""
         if path in self._confidence:
+            return self._confidence[path]
+        earlier = self._borrows(path)
+        if earlier is not None:
+            self._confidence[path] = earlier.confidence(path)
             return self._confidence[path]
         self._confidence[path] = ("high", ())        # a cycle of rules adds nothing to itself
         t = self.trace_of(path)
@@ -181,16 +200,26 @@ class Model:
         return result
 
     def estimates(self) -> dict[str, Estimate]:
-        """Every `estimate: true` fact this evaluation derived, by name, in vocabulary order."""
+        """Every `estimate: true` fact this evaluation derived, by name, in vocabulary order
+        (computed once; callers do not change it)."""
+        if self._estimates is not None:
+            return self._estimates
         out: dict[str, Estimate] = {}
-        for path, spec in self.pack.kb.vocabulary.facts.items():
-            if not spec.estimate or path not in self.derivation.derived:
+        earlier = self.earlier.estimates() if self.earlier is not None else {}
+        for path in self.pack.kb.vocabulary.estimate_paths:
+            if path not in self.derivation.derived:
                 continue
+            name = path.removeprefix(DERIVED)
+            if name in earlier and self._borrows(path) is not None:
+                out[name] = earlier[name]
+                continue
+            spec = self.pack.kb.vocabulary.facts[path]
             level, defaults = self.confidence(path)
             out[path.removeprefix(DERIVED)] = Estimate(
                 name=path.removeprefix(DERIVED), value=self.derivation.derived[path][0], unit=spec.unit,
                 rule=self.rule_of(path), confidence=level, inputs=dict(self.trace_of(path).read),
                 defaults=defaults)
+        self._estimates = out
         return out
 
     def reads(self, path: str, visit: Callable[[str], None]) -> None:

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from typing import Any, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, undecided_by, witnesses
+from kbopt.engine.lang.compiled import compile_undecided
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, witnesses
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
 from kbopt.engine.pack.graph import strongly_connected
@@ -76,7 +77,9 @@ class FinalFacts:
         if step is None:
             missing: set[str] = set()
             waits_on: dict[str, None] = {}
-            for path in dict.fromkeys(undecided_by(self.rules[rule_id].fire_condition, self.lookup)):
+            undecided = self.pack.memo(f"undecided:{rule_id}",
+                                       lambda: compile_undecided(self.rules[rule_id].fire_condition))
+            for path in dict.fromkeys(undecided(self.lookup)):
                 status, _ = self.lookup(path)
                 if status == MISSING:
                     missing.add(path)

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kbopt.engine.advice.estimates import DERIVED, Confidence, Estimate, Model, input_confidence, trace, weakest
+from kbopt.engine.evaluators.reference import rerun_of
 from kbopt.engine.lang.logic import KNOWN, Missing, value_of
+from kbopt.engine.lang.nodes import Value
 from kbopt.engine.lang.parse import parse_value
 from kbopt.engine.lang.text import fmt
 from kbopt.engine.pack.rule import Pack
 from kbopt.errors import EvaluationError, KboptError
 from kbopt.kb.catalog import Strategy
 from kbopt.kb.vocabulary import QUALITY_PREFIX
-
-if TYPE_CHECKING:
-    from kbopt.engine.evaluators import Evaluator
 
 MINUS, TIMES = "\u2212", "\u00d7"   # typeset minus and times signs (ruff flags them written out)
 FORGET = None          # an effect's value that forgets a measurement the change makes stale
@@ -121,10 +120,12 @@ def number(value: Any) -> str:
 class WhatIf:
     """Re-evaluates one pack's rules on changed facts, reusing its evaluator and today's model."""
 
-    def __init__(self, pack: Pack, evaluator: Evaluator, inputs: Mapping[str, Any], baseline: Model) -> None:
-        self.pack, self.evaluator, self.inputs, self.baseline = pack, evaluator, inputs, baseline
+    def __init__(self, pack: Pack, inputs: Mapping[str, Any], baseline: Model) -> None:
+        self.pack, self.inputs, self.baseline = pack, inputs, baseline
+        # Each what-if re-runs only the rules downstream of the facts it changes (Rerun): the
+        # same derivation as a whole evaluation, whichever evaluator made the baseline's.
+        self.rerun = rerun_of(pack)
         self.before = baseline.estimates()
-        self.parameters = {p.name: p.value for rule in pack.rules for p in rule.parameters}
 
     def changes(self, effects: tuple[tuple[str, Any], ...], owner: str) -> tuple[tuple[str, Any], ...]:
         """Each effect's value on today's final facts (FORGET where an expression lacks facts)."""
@@ -135,7 +136,7 @@ class WhatIf:
                 raise KboptError(f"kb/strategies.yaml: {owner} changes {path}, which is not an input fact "
                                  "(effects change input facts; derived ones follow through the rules)")
             if isinstance(raw, str) and raw.startswith("="):
-                node = parse_value(raw[1:], self.pack.kb.vocabulary, self.parameters)
+                node = self._expression(raw)
                 try:
                     out.append((path, value_of(node, self.baseline.lookup)))
                 except Missing:
@@ -145,6 +146,13 @@ class WhatIf:
             else:
                 out.append((path, raw))
         return tuple(out)
+
+    def _expression(self, raw: str) -> Value:
+        """An effect's `=expression`, parsed once per pack."""
+        def parse() -> Value:
+            parameters = {p.name: p.value for rule in self.pack.rules for p in rule.parameters}
+            return parse_value(raw[1:], self.pack.kb.vocabulary, parameters)
+        return self.pack.memo(f"effect:{raw}", parse)
 
     def run(self, effects: tuple[tuple[str, Any], ...], owner: str) -> Outcome:
         changes = self.changes(effects, owner)
@@ -157,16 +165,20 @@ class WhatIf:
                 inputs[path] = value
                 inputs[QUALITY_PREFIX + path] = "user"      # a setting the change makes
                 levels[path] = self._level_of(effects, path)
+        touched = [p for path, _ in changes for p in (path, QUALITY_PREFIX + path)]
         try:
-            derivation = self.evaluator.run(inputs)
+            derivation = self.rerun.run(inputs, self.baseline.derivation, touched)
         except EvaluationError as error:
             return Outcome(changes, (), (), f"the model cannot evaluate it: {error}")
-        after = Model(self.pack, inputs, derivation, levels)
+        after = Model(self.pack, inputs, derivation, levels, earlier=self.baseline,
+                      recomputed=self.rerun.derived_downstream(frozenset(touched)))
         # What the strategy changes, not the measurements it keeps consistent: an estimate reached
         # only through those says nothing of what the strategy brings.
         changed = {path for path, _ in changes if path not in BOOKKEEPING}
         reached: dict[str, None] = {}
         for name, estimate in after.estimates().items():
+            if estimate.path not in after.recomputed:
+                continue        # it reads nothing that changed, not even through derived facts
             def visit(fact: str, name: str = name) -> None:
                 if fact in changed:
                     reached[name] = None
@@ -178,7 +190,7 @@ class WhatIf:
         raw = dict(effects)[path]
         if not (isinstance(raw, str) and raw.startswith("=")):
             return "high"
-        t = trace(parse_value(raw[1:], self.pack.kb.vocabulary, self.parameters), self.baseline.lookup)
+        t = trace(self._expression(raw), self.baseline.lookup)
         levels: list[Confidence] = ["low"] if t.fell_back else []
         for fact in t.read:
             if fact.startswith(DERIVED):

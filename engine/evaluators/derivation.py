@@ -5,11 +5,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Missing, value_of
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Missing
 from kbopt.engine.lang.nodes import Value, unique_facts
 from kbopt.engine.lang.parse import MAX_EXACT
 from kbopt.engine.lang.text import fmt
-from kbopt.engine.pack.rule import Derive, Pack, Rule
+from kbopt.engine.pack.rule import Pack, Rule
 from kbopt.errors import EvaluationError
 from kbopt.kb.vocabulary import Vocabulary
 
@@ -28,23 +28,28 @@ class DerivedFacts:
         self.vocabulary = pack.kb.vocabulary
         self.order = pack.order          # rule id -> position in the pack, for stable messages
         self.values: dict[str, tuple[Any, str]] = {}
+        self.pack = pack
+        # Inputs and derived values in one dict: the lookup below is the evaluators' hottest call.
+        self.known: dict[str, Any] = dict(inputs)
 
     def lookup(self, path: str) -> tuple[str, Any]:  # a logic.Lookup: (status, value)
-        if path in self.inputs:
-            return KNOWN, self.inputs[path]
-        if path in self.values:
-            return KNOWN, self.values[path][0]
+        known = self.known
+        if path in known:
+            return KNOWN, known[path]
         # During chaining a derived fact not yet produced behaves as absent.
         return (ABSENT, None) if path.startswith("derived.") else (MISSING, None)
+
+    def take(self, path: str, value: Any, rule_id: str) -> None:
+        """A value derived by `rule_id` in an earlier evaluation that holds in this one too."""
+        self.values[path] = (value, rule_id)
+        self.known[path] = value
 
     def conclude(self, rule: Rule) -> list[tuple[str, Any]]:
         """Compute the facts `rule` derives; return those that are new."""
         new: list[tuple[str, Any]] = []
-        for conclusion in rule.then:
-            if not isinstance(conclusion, Derive):
-                continue
+        for conclusion, compute in self.pack.computes(rule.id):
             try:
-                value = value_of(conclusion.value, self.lookup)
+                value = compute(self.lookup)
             except Missing as missing:
                 raise EvaluationError(f"rule {rule.id} ({rule.location}) fired but cannot compute "
                                       f"{conclusion.path}: needs {', '.join(missing.paths)}") from None
@@ -64,6 +69,7 @@ class DerivedFacts:
                                           "make their conditions exclusive")
                 continue
             self.values[conclusion.path] = (value, rule.id)
+            self.known[conclusion.path] = value
             new.append((conclusion.path, value))
         return new
 

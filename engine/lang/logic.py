@@ -163,7 +163,7 @@ def value_of(node: Value, lookup: Lookup) -> Any:
         case Arith(op=op, left=left, right=right):
             a, b = _values((left, right), lookup)
             if ARITHMETIC[op].divides and b == 0:
-                raise Missing([f"{_label(right)} (is zero)"])
+                raise Missing([f"{label_of(right)} (is zero)"])
             return _finite(node, lambda: ARITHMETIC[op].apply(a, b))
         case Call(fn=fn, args=args):
             function = FUNCTIONS[fn]
@@ -189,10 +189,11 @@ def _finite(node: Value, compute: Callable[[], Any]) -> Any:
     try:
         return compute()
     except OverflowError:
-        raise Missing([f"{', '.join(unique_facts(node)) or _label(node)} (too large to compute)"]) from None
+        raise Missing([f"{', '.join(unique_facts(node)) or label_of(node)} (too large to compute)"]) from None
 
 
-def _label(node: Value) -> str:
+def label_of(node: Value) -> str:
+    """How a message names an operand: its fact, its parameter or literal, else `value`."""
     match node:
         case Fact(path=path):
             return path

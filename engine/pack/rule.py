@@ -1,11 +1,12 @@
 """Typed rules: what the loader produces and every evaluator consumes (the intermediate form)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
-from kbopt.engine.lang.compiled import Check, compile_condition
+from kbopt.engine.lang.compiled import Check, Compute, compile_condition, compile_value
 from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules are read by layer)
 from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
 
@@ -105,6 +106,7 @@ class Warn:
 
 
 Conclusion = Derive | Recommend | Reject | Caveat | Require | Mitigate | Warn
+T = TypeVar("T")
 C = TypeVar("C", Derive, Recommend, Reject, Caveat, Require, Mitigate, Warn)
 
 
@@ -185,6 +187,21 @@ class Pack:
         if check is None:
             check = self.artefacts[key] = compile_condition(self.by_id()[rule_id].fire_condition)
         return check  # type: ignore[return-value]  # artefacts holds what this method put there
+
+    def memo(self, key: str, build: Callable[[], T]) -> T:
+        """What `build` makes from the pack alone (a parsed catalog expression), made once per pack."""
+        if key not in self.artefacts:
+            self.artefacts[key] = build()
+        return self.artefacts[key]  # type: ignore[return-value]  # the same key always holds what build() made
+
+    def computes(self, rule_id: str) -> tuple[tuple[Derive, Compute], ...]:
+        """The rule's derive conclusions, each with its value expression compiled, once per pack."""
+        key = f"computes:{rule_id}"
+        computes = self.artefacts.get(key)
+        if computes is None:
+            computes = self.artefacts[key] = tuple((c, compile_value(c.value)) for c in self.by_id()[rule_id].then
+                                                    if isinstance(c, Derive))
+        return computes  # type: ignore[return-value]  # artefacts holds what this method put there
 
     def by_id(self) -> dict[str, Rule]:
         return self._by_id
