@@ -134,7 +134,9 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
 
 def test_compiled_values_agree_with_the_tree_walk(pack):
     """A compiled derive or parameter expression returns value_of()'s value, or raises the same
-    Missing (same paths, same order) or the same error, for every built-in expression."""
+    Missing (same paths, same order) or the same error, for every built-in expression; its
+    compiled trace is the tree walk's (what the estimates' confidence rests on)."""
+    from kbopt.engine.advice.estimates import compile_trace, trace
     from kbopt.engine.lang.compiled import compile_value
     from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Missing, value_of
     from kbopt.engine.lang.nodes import facts_of
@@ -165,7 +167,7 @@ def test_compiled_values_agree_with_the_tree_walk(pack):
     kinds = set()
     for node in expressions:
         paths = sorted(set(facts_of(node)))
-        compiled = compile_value(node)
+        compiled, traced = compile_value(node), compile_trace(node)
         for _ in range(40):
             table = {}
             for path in paths:
@@ -176,5 +178,21 @@ def test_compiled_values_agree_with_the_tree_walk(pack):
                 return table[path]
             expected = outcome(lambda lk, node=node: value_of(node, lk), lookup)
             assert outcome(compiled, lookup) == expected, (node, table)
+            ours, walked = traced(lookup), trace(node, lookup)
+            assert (list(ours.read.items()), ours.fell_back, ours.parameters) == \
+                (list(walked.read.items()), walked.fell_back, walked.parameters), (node, table)     # in order
             kinds.add(expected[0])
     assert len(expressions) > 100 and kinds >= {"value", "missing"}
+
+
+def test_a_rendered_template_reads_as_render_with_values(pack):
+    """The firing's `when_values` text, pre-rendered per rule, is render()'s for any values."""
+    from kbopt.engine.lang.nodes import facts_of
+    from kbopt.engine.lang.text import render, render_template
+    rng = random.Random(8)
+    for rule in pack.rules:
+        filled = render_template(rule.when)
+        paths = sorted(set(facts_of(rule.when)))
+        for _ in range(5):
+            values = {p: rng.choice([0.5, 3, True, "fp8", ["a", "b"], 1e7]) for p in paths if rng.random() < 0.7}
+            assert filled(values) == render(rule.when, values)

@@ -16,14 +16,15 @@ from kbopt.engine.lang.compiled import compile_condition
 from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, value_of
 from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.parse import parse_condition
-from kbopt.engine.lang.text import fmt, render
+from kbopt.engine.lang.text import fmt, render_template
 from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn
 from kbopt.kb.catalog import Strategy
 from kbopt.kb.facts import Facts
 
 
-def fill_because(rule: Rule, lookup: Lookup) -> str:
-    """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in."""
+def fill_because(rule: Rule, lookup: Lookup, pack: Pack) -> str:
+    """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in (the
+    text is split into its placeholders once per pack)."""
     parameters = {p.name: p.value for p in rule.parameters}
 
     def replace(name: str, spec: str | None) -> str:
@@ -40,7 +41,7 @@ def fill_because(rule: Rule, lookup: Lookup) -> str:
                 pass
         return fmt(value)
 
-    return template.fill(rule.because, replace)
+    return template.fill_compiled(pack.memo(f"because:{rule.id}", lambda: template.compile_text(rule.because)), replace)
 
 
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
@@ -54,21 +55,21 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
     rules = pack.by_id()
     shown_values = {**facts.values, **final.derived}
 
+    derived_by: dict[str, dict[str, Any]] = {}
+    for path, (value, rule_id) in derivation.derived.items():
+        derived_by.setdefault(rule_id, {})[path] = value
     firings = []
     for rule_id in derivation.fired:
         rule = rules[rule_id]
         values, checks = final.witness(rule)
         values = {p: shown_values.get(p, v) for p, v in values.items()}
+        when_values = pack.memo(f"when:{rule_id}", lambda rule=rule: render_template(rule.when))(shown_values)
         firings.append(Firing(
             rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
-            when=rule.when_text, when_values=render(rule.when, shown_values),
-            explanation=fill_because(rule, final.lookup), source=rule.sources,
-            location=rule.location, pack=rule.pack,
-            derived={p: v for p, (v, r) in derivation.derived.items() if r == rule.id}))
-    not_evaluated = tuple(
-        NotEvaluated(rule.id, rule.title, tuple(final.missing_inputs(rule)))
-        for rule in pack.rules
-        if rule.id not in final.fired and final.decision(rule.id) is None)
+            when=rule.when_text, when_values=when_values,
+            explanation=fill_because(rule, final.lookup, pack), source=rule.sources,
+            location=rule.location, pack=rule.pack, derived=derived_by.get(rule_id, {})))
+    not_evaluated = tuple(NotEvaluated(rule.id, rule.title, tuple(missing)) for rule, missing in final.not_evaluated())
 
     strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)
     warnings = tuple(RuleNote(rule_id, conclusion.text) for rule_id in derivation.fired

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
+from kbopt.engine.lang.compiled import compile_condition, compile_value
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Lookup, Missing, evaluate, value_of
 from kbopt.engine.lang.nodes import Arith, Call, Const, Fact, IfElse, ListOf, Value, facts_of, unique_facts
 from kbopt.engine.lang.operators import FUNCTIONS
@@ -101,6 +102,82 @@ def trace(node: Value, lookup: Lookup) -> Trace:
     return Trace(read, tuple(fell_back), tuple(parameters))
 
 
+# A traced expression compiled once per pack: each step notes a fact, notes a parameter, or (for
+# coalesce and if-else, whose path depends on the facts) runs a closure over the same state.
+Noter = Callable[[str], None]
+Step = tuple[Literal["fact", "parameter"], str] | Callable[[Lookup, Noter, dict[str, None], dict[str, None]], None]
+
+
+def compile_trace(node: Value) -> Callable[[Lookup], Trace]:
+    """`trace` compiled: the same Trace for every lookup (a test checks it on the built-in
+    expressions), without walking the tree on every call."""
+    steps = tuple(_steps(node))
+
+    def traced(lookup: Lookup) -> Trace:
+        read: dict[str, Any] = {}
+        fell_back: dict[str, None] = {}
+        parameters: dict[str, None] = {}
+
+        def note(path: str) -> None:
+            status, value = lookup(path)
+            if status == KNOWN:
+                read[path] = value
+            else:
+                fell_back[path] = None
+        _run(steps, lookup, note, parameters, fell_back)
+        return Trace(read, tuple(fell_back), tuple(parameters))
+    return traced
+
+
+def _run(steps: tuple[Step, ...], lookup: Lookup, note: Noter, parameters: dict[str, None],
+         fell_back: dict[str, None]) -> None:
+    for step in steps:
+        if isinstance(step, tuple):
+            if step[0] == "fact":
+                note(step[1])
+            else:
+                parameters[step[1]] = None
+        else:
+            step(lookup, note, parameters, fell_back)
+
+
+def _steps(node: Value) -> list[Step]:
+    """What `trace`'s walk does at `node`, in order (see trace())."""
+    match node:
+        case Const(parameter=parameter):
+            return [("parameter", parameter)] if parameter else []
+        case Fact(path=path):
+            return [("fact", path)]
+        case Arith(left=left, right=right):
+            return _steps(left) + _steps(right)
+        case ListOf(items=items):
+            return [step for item in items for step in _steps(item)]
+        case Call(fn=fn, args=args) if FUNCTIONS[fn].alternatives:
+            alternatives = tuple((compile_value(arg), unique_facts(arg), tuple(_steps(arg))) for arg in args)
+
+            def first_known(lookup: Lookup, note: Noter, parameters: dict[str, None], fell_back: dict[str, None]) -> None:
+                for compute, facts, steps in alternatives:
+                    try:
+                        compute(lookup)
+                    except Missing:
+                        fell_back.update((p, None) for p in facts if lookup(p)[0] != KNOWN)
+                        continue
+                    _run(steps, lookup, note, parameters, fell_back)
+                    break
+            return [first_known]
+        case Call(args=args):
+            return [step for arg in args for step in _steps(arg)]
+        case IfElse(condition=condition, then=then, otherwise=otherwise):
+            decide, branches = compile_condition(condition), (tuple(_steps(otherwise)), tuple(_steps(then)))
+            noted: list[Step] = [("fact", path) for path in dict.fromkeys(facts_of(condition))]
+
+            def branch(lookup: Lookup, note: Noter, parameters: dict[str, None], fell_back: dict[str, None]) -> None:
+                _run(branches[decide(lookup) is True], lookup, note, parameters, fell_back)
+            return [*noted, branch]
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 @dataclass(frozen=True)
 class Estimate:
     name: str                      # the derived fact's path without `derived.`
@@ -160,9 +237,10 @@ class Model:
             if earlier is not None:
                 self.traces[path] = earlier.trace_of(path)
                 return self.traces[path]
-            rule = self.pack.by_id()[self.rule_of(path)]
-            node = next(c.value for c in rule.then if isinstance(c, Derive) and c.path == path)
-            self.traces[path] = trace(node, self.lookup)
+            rule_id = self.rule_of(path)
+            traced = self.pack.memo(f"trace:{rule_id}:{path}", lambda: compile_trace(
+                next(c.value for c in self.pack.by_id()[rule_id].then if isinstance(c, Derive) and c.path == path)))
+            self.traces[path] = traced(self.lookup)
         return self.traces[path]
 
     def confidence(self, path: str) -> tuple[Confidence, tuple[str, ...]]:

@@ -69,7 +69,13 @@ class FinalFacts:
         once per evaluation, and a cycle of rules shares one set (strongly connected components),
         so the walk is linear in the pack where a naive recursion is exponential in its chains.
         """
-        return sorted(self._reachable_missing(rule.id))
+        return sorted(self._reachable_missing([rule.id])[rule.id])
+
+    def not_evaluated(self) -> list[tuple[Rule, list[str]]]:
+        """Every rule left undecided, in pack order, with `missing_inputs` of each (one walk for all)."""
+        undecided = [rule for rule in self.pack.rules if rule.id not in self.fired and self.decision(rule.id) is None]
+        missing = self._reachable_missing([rule.id for rule in undecided])
+        return [(rule, sorted(missing[rule.id])) for rule in undecided]
 
     def _step(self, rule_id: str) -> tuple[frozenset[str], tuple[str, ...]]:
         """The missing inputs `rule_id` reads itself, and the undecided rules it waits on."""
@@ -97,11 +103,11 @@ class FinalFacts:
     def _undecided(self, rule_id: str) -> bool:
         return self.decision(rule_id) is None
 
-    def _reachable_missing(self, start: str) -> frozenset[str]:
-        """Union of `_step(r)[0]` over every rule r reachable from `start`: components come
+    def _reachable_missing(self, starts: list[str]) -> dict[str, frozenset[str]]:
+        """Union of `_step(r)[0]` over every rule r reachable from each start: components come
         sinks first, so each one's successors outside it are already done."""
         done = self._reachable
-        for component in strongly_connected([start], lambda rule_id: self._step(rule_id)[1], finished=done):
+        for component in strongly_connected(starts, lambda rule_id: self._step(rule_id)[1], finished=done):
             members = set(component)
             missing: set[str] = set()
             for member in component:
@@ -113,7 +119,7 @@ class FinalFacts:
             shared = frozenset(missing)
             for member in component:
                 done[member] = shared
-        return done[start]
+        return done
 
     def witness(self, rule: Rule) -> tuple[dict[str, Any], tuple[Check, ...]]:
         """The fact values that made `rule` fire, and the comparisons that held."""

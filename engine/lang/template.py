@@ -37,3 +37,22 @@ def parameter_names(text: str) -> set[str]:
 def fill(text: str, value: Callable[[str, str | None], str]) -> str:
     """`text` with each placeholder replaced by `value(name, spec)`."""
     return _PLACEHOLDER.sub(lambda match: value(match.group(1), match.group(2)), text)
+
+
+Compiled = tuple[str | tuple[str, str | None], ...]     # literal text, or a placeholder's (name, spec)
+
+
+def compile_text(text: str) -> Compiled:
+    """`text` split once into literals and placeholders, for `fill_compiled`."""
+    parts: list[str | tuple[str, str | None]] = []
+    at = 0
+    for match in _PLACEHOLDER.finditer(text):
+        parts.extend([text[at:match.start()], (match.group(1), match.group(2))])
+        at = match.end()
+    parts.append(text[at:])
+    return tuple(parts)
+
+
+def fill_compiled(parts: Compiled, value: Callable[[str, str | None], str]) -> str:
+    """`fill(text, value)` of the text `parts` was compiled from."""
+    return "".join(part if isinstance(part, str) else value(*part) for part in parts)

@@ -1,6 +1,7 @@
 """Nodes and values as text: source-like (`render`), in words (`describe`), and single values (`fmt`)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, assert_never
 
 from kbopt.engine.lang.nodes import (
@@ -30,6 +31,34 @@ def render(node: Node, values: dict[str, Any] | None = None) -> str:
         if values is not None and path in values:
             return f"{path} ({fmt(values[path])})"
         return path
+    return _render(node, fact)
+
+
+_SLOT = "\x00"        # marks a fact's place in a rendered template; never in a rendered node's own text
+
+
+def render_template(node: Node) -> Callable[[dict[str, Any]], str]:
+    """`lambda values: render(node, values)`, with the text that does not depend on the values
+    rendered once: what changes per advice is only each fact's value after its name."""
+    if _SLOT in render(node):      # a literal holding the marker (never in practice): render each time
+        return lambda values: render(node, values)
+    segments = tuple(_render(node, lambda path: _SLOT + path + _SLOT).split(_SLOT))
+    slots = tuple(range(1, len(segments), 2))      # odd segments are fact paths
+
+    def filled(values: dict[str, Any]) -> str:
+        parts = list(segments)
+        for index in slots:
+            path = segments[index]
+            if path in values:
+                parts[index] = f"{path} ({fmt(values[path])})"
+        return "".join(parts)
+    return filled
+
+
+def _render(node: Node, fact: Callable[[str], str]) -> str:
+    """Source-like text, each fact written as `fact(path)` says."""
+    def nested(n: Node) -> str:
+        return _render(n, fact)
 
     def side(n: Node) -> str:
         match n:
@@ -39,14 +68,14 @@ def render(node: Node, values: dict[str, Any] | None = None) -> str:
                 shown = fmt(value, quote=True)
                 return f"{parameter}={shown}" if parameter else shown
             case _:
-                return render(n, values)
+                return nested(n)
 
     match node:
         case And(items=items) | Or(items=items):
             joiner = BOOLEAN["and" if isinstance(node, And) else "or"].symbol
-            return f" {joiner} ".join(_group(i, render(i, values)) for i in items)
+            return f" {joiner} ".join(_group(i, nested(i)) for i in items)
         case Not(item=item):
-            return f"{BOOLEAN['not'].symbol} {_group(item, render(item, values))}"
+            return f"{BOOLEAN['not'].symbol} {_group(item, nested(item))}"
         case Cmp(op=op, left=left, right=right):
             if op == "==" and right == Const(True):     # a bool fact on its own
                 return side(left)
@@ -66,7 +95,7 @@ def render(node: Node, values: dict[str, Any] | None = None) -> str:
         case ListOf(items=items):
             return "[" + ", ".join(side(a) for a in items) + "]"
         case IfElse(condition=condition, then=then, otherwise=otherwise):
-            return f"{side(then)} if {render(condition, values)} else {side(otherwise)}"
+            return f"{side(then)} if {nested(condition)} else {side(otherwise)}"
         case Fact() | Const():
             return side(node)
         case _ as unreachable:
