@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from kbopt.engine.advice.estimates import Model
@@ -63,7 +64,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         rule = rules[rule_id]
         values, checks = final.witness(rule)
         values = {p: shown_values.get(p, v) for p, v in values.items()}
-        when_values = pack.memo(f"when:{rule_id}", lambda rule=rule: render_template(rule.when))(shown_values)
+        when_values = pack.memo(f"when:{rule_id}", partial(render_template, rule.when))(shown_values)
         firings.append(Firing(
             rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
             when=rule.when_text, when_values=when_values,
