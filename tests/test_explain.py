@@ -102,16 +102,17 @@ def test_two_rules_requiring_the_same_thing_of_one_strategy(pack):
 def test_compiled_conditions_agree_with_the_tree_walk(pack):
     """The reference evaluator's closures give evaluate()'s Kleene value for every built-in
     condition, and the explanation's undecided_by()'s facts."""
-    from kbopt.engine.lang.compiled import compile_condition, compile_undecided
+    from kbopt.engine.lang.compiled import _closure, compile_chaining_check, compile_condition, compile_undecided
     from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, evaluate, undecided_by
     from kbopt.engine.lang.nodes import facts_of
 
     rng = random.Random(3)
     conditions = [rule.fire_condition for rule in pack.rules] + [rule.when for rule in pack.rules]
-    checked = 0
+    checked = chained = 0
     for condition in conditions:
         paths = sorted(set(facts_of(condition)))
-        check, undecided = compile_condition(condition), compile_undecided(condition)
+        check, undecided, closure = compile_condition(condition), compile_undecided(condition), _closure(condition)
+        chaining = compile_chaining_check(condition)
         for _ in range(40):
             table = {}
             for path in paths:
@@ -127,9 +128,17 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
             except TypeError:
                 continue            # a value of the wrong type for its fact: the tree walk fails too
             assert check(lookup) == expected, (condition, table)
+            assert closure(lookup) == expected, (condition, table)
+            if UNKNOWN not in (status for status, _ in table.values()):    # chaining knows no unknown facts
+                known = {path: value for path, (status, value) in table.items() if status == KNOWN}
+                chaining_status = {path: status for path, (status, _) in table.items()
+                                   if status != KNOWN and (status == ABSENT) != path.startswith("derived.")}
+                if not chaining_status:     # absent exactly where derived: the chaining lookup's reading
+                    assert chaining(known) == expected, (condition, table)
+                    chained += 1
             assert undecided(lookup) == undecided_by(condition, lookup), (condition, table)
             checked += 1
-    assert checked > 2000
+    assert checked > 2000 and chained > 200
 
 
 def test_compiled_values_agree_with_the_tree_walk(pack):
@@ -137,7 +146,7 @@ def test_compiled_values_agree_with_the_tree_walk(pack):
     Missing (same paths, same order) or the same error, for every built-in expression; its
     compiled trace is the tree walk's (what the estimates' confidence rests on)."""
     from kbopt.engine.advice.estimates import compile_trace, trace
-    from kbopt.engine.lang.compiled import compile_value
+    from kbopt.engine.lang.compiled import compile_chaining_value, compile_value
     from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Missing, value_of
     from kbopt.engine.lang.nodes import facts_of
     from kbopt.engine.pack.rule import Derive, Recommend
@@ -165,9 +174,10 @@ def test_compiled_values_agree_with_the_tree_walk(pack):
     expressions = [c.value for rule in pack.rules for c in rule.then if isinstance(c, Derive)]
     expressions += [node for rule in pack.rules for c in rule.then if isinstance(c, Recommend) for _, node in c.params]
     kinds = set()
+    fast_values = 0
     for node in expressions:
         paths = sorted(set(facts_of(node)))
-        compiled, traced = compile_value(node), compile_trace(node)
+        compiled, traced, fast = compile_value(node), compile_trace(node), compile_chaining_value(node)
         for _ in range(40):
             table = {}
             for path in paths:
@@ -178,11 +188,20 @@ def test_compiled_values_agree_with_the_tree_walk(pack):
                 return table[path]
             expected = outcome(lambda lk, node=node: value_of(node, lk), lookup)
             assert outcome(compiled, lookup) == expected, (node, table)
+            if fast is not None:
+                known = {path: value for path, (status, value) in table.items() if status == KNOWN}
+                try:
+                    quick = "value", repr(fast(known))
+                except Exception:       # the exact closure then raises too: Missing or the error
+                    assert expected[0] != "value", (node, table)
+                else:
+                    assert quick == expected, (node, table)
+                    fast_values += 1
             ours, walked = traced(lookup), trace(node, lookup)
             assert (list(ours.read.items()), ours.fell_back, ours.parameters) == \
                 (list(walked.read.items()), walked.fell_back, walked.parameters), (node, table)     # in order
             kinds.add(expected[0])
-    assert len(expressions) > 100 and kinds >= {"value", "missing"}
+    assert len(expressions) > 100 and kinds >= {"value", "missing"} and fast_values > 1000
 
 
 def test_a_rendered_template_reads_as_render_with_values(pack):

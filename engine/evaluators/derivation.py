@@ -20,6 +20,9 @@ class Derivation:
     derived: dict[str, tuple[Any, str]]          # path -> (value, id of the first rule in pack order that derived it)
 
 
+_UNSET = object()
+
+
 class DerivedFacts:
     """Derived facts as chaining adds them; the same fact may not get two values."""
 
@@ -47,9 +50,17 @@ class DerivedFacts:
     def conclude(self, rule: Rule) -> list[tuple[str, Any]]:
         """Compute the facts `rule` derives; return those that are new."""
         new: list[tuple[str, Any]] = []
-        for conclusion, compute in self.pack.computes(rule.id):
+        for conclusion, fast, compute in self.pack.computes[rule.id]:
+            if fast is not None:
+                try:
+                    value = fast(self.known)
+                except Exception:      # the exact closure below says what went wrong, or raises it
+                    value = _UNSET
+            else:
+                value = _UNSET
             try:
-                value = compute(self.lookup)
+                if value is _UNSET:
+                    value = compute(self.lookup)
             except Missing as missing:
                 raise EvaluationError(f"rule {rule.id} ({rule.location}) fired but cannot compute "
                                       f"{conclusion.path}: needs {', '.join(missing.paths)}") from None

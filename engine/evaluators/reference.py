@@ -14,12 +14,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
-from kbopt.engine.lang.compiled import Check
+from kbopt.engine.lang.compiled import ChainingCheck
 from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.rule import Derive, Pack, Rule
 
-Schedule = tuple[tuple[tuple[Rule, Check], ...], ...]
+Schedule = tuple[tuple[tuple[Rule, ChainingCheck], ...], ...]
 
 
 def schedule(pack: Pack) -> tuple[tuple[Rule, ...], ...]:
@@ -42,7 +42,7 @@ class ReferenceEvaluator:
 
     def __init__(self, pack: Pack):
         self.pack = pack
-        # Conditions run as closures compiled once per pack (Pack.check), not as tree walks.
+        # Conditions run as functions compiled once per pack (Pack.chaining_check), not as tree walks.
         self.schedule = make_evaluator_schedule(pack)
 
     def run(self, values: dict[str, Any]) -> Derivation:
@@ -54,12 +54,13 @@ class ReferenceEvaluator:
 
 def _chain(schedule: Schedule, derived: DerivedFacts, fired: set[str]) -> None:
     """Fire every scheduled rule whose condition holds, in order; a cycle's rules until none fires."""
+    known = derived.known
     for component in schedule:
         changed = True
         while changed:
             changed = False
             for rule, check in component:
-                if rule.id not in fired and check(derived.lookup) is True:
+                if rule.id not in fired and check(known) is True:
                     fired.add(rule.id)
                     derived.conclude(rule)
                     changed = len(component) > 1
@@ -140,7 +141,7 @@ class Rerun:
 
 
 def make_evaluator_schedule(pack: Pack) -> Schedule:
-    return tuple(tuple((rule, pack.check(rule.id)) for rule in component) for component in schedule(pack))
+    return tuple(tuple((rule, pack.chaining_check(rule.id)) for rule in component) for component in schedule(pack))
 
 
 def rerun_of(pack: Pack) -> Rerun:

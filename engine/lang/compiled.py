@@ -36,17 +36,144 @@ from kbopt.engine.lang.nodes import (
 from kbopt.engine.lang.operators import ARITHMETIC, COMPARISONS, FUNCTIONS
 
 Check = Callable[[Lookup], bool | None]
+DERIVED_PREFIX = "derived."              # the section of derived facts
 Compute = Callable[[Lookup], Any]         # a value expression's value; raises Missing
 
 
 def compile_condition(node: Condition) -> Check:
+    """A condition as one generated Python function per `and`/`or`/`not`, its leaves inline."""
+    return _Generated().function(node)
+
+
+class _Generated:
+    """Python source generated from a parsed condition, then compiled.
+
+    Only the shape of the condition reaches the source: every fact path, literal and operator
+    function is passed in the namespace by a generated name (`k3`, `a1`), never written into the
+    text, so no string of a rule can become code. The functions compute exactly the closures'
+    Kleene value (`_closure` below; a test checks both and evaluate() on every built-in rule);
+    inlining the leaves saves the two Python calls per leaf that the closures cost.
+    """
+
+    def __init__(self, chaining: bool = False) -> None:
+        # chaining: the function reads a dict of the known facts instead of calling a lookup,
+        # and a fact not in it is absent when derived and missing when an input, as during
+        # chaining (nothing is unknown yet): the evaluators' inner loop, without a call per fact.
+        self.chaining = chaining
+        self.namespace: dict[str, Any] = {"KNOWN": KNOWN, "ABSENT": ABSENT, "UNKNOWN": UNKNOWN, "NONE": _NONE}
+
+    def name(self, prefix: str, value: Any) -> str:
+        name = f"{prefix}{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def function(self, node: Condition) -> Check:
+        match node:
+            case And() | Or():
+                decisive = isinstance(node, Or)
+                lines = ["    undecided = False"]
+                for item in node.items:
+                    lines += self.into(item, "r")
+                    lines += [f"    if r is {decisive}:", f"        return {decisive}",
+                              "    if r is None:", "        undecided = True"]
+                lines.append(f"    return None if undecided else {not decisive}")
+            case Not():
+                lines = self.into(node.item, "r") + ["    return None if r is None else not r"]
+            case Cmp() | OneOf() | Contains() | Known() | Needs():
+                lines = self.into(node, "r") + ["    return r"]
+            case _ as unreachable:
+                assert_never(unreachable)
+        source = f"def check({'known' if self.chaining else 'lookup'}):\n" + "\n".join(lines) + "\n"
+        namespace = dict(self.namespace)
+        exec(compile(source, "<kbopt condition>", "exec"), namespace)   # the source: see the class docstring
+        check: Check = namespace["check"]
+        return check
+
+    def into(self, node: Condition, target: str) -> list[str]:
+        """Lines that set `target` to the node's truth value (a nested and/or/not: a call)."""
+        if self.chaining:
+            return self.chaining_into(node, target)
+
+        def unknown_or_absent(test: str) -> list[str]:
+            return [f"    s, v = lookup({self.name('k', path)})",
+                    f"    {target} = ({test}) if s == KNOWN else (False if s == ABSENT else None)"]
+        match node:
+            case Cmp(op=op, left=Fact(path=path), right=Const(value=value)):
+                return unknown_or_absent(f"{self.name('a', COMPARISONS[op].apply)}(v, {self.name('k', value)})")
+            case OneOf(fact=Fact(path=path), values=values, negated=negated):
+                return unknown_or_absent(f"(v in {self.name('k', values)}) != {negated}")
+            case Contains(fact=Fact(path=path), item=item, negated=negated):
+                return unknown_or_absent(f"({self.name('k', item)} in v) != {negated}")
+            case Needs(fact=Fact(path=path)):
+                return [f"    s = lookup({self.name('k', path)})[0]",
+                        f"    {target} = True if s == KNOWN else (False if s == ABSENT else None)"]
+            case Known(fact=Fact(path=path), negated=negated):
+                return [f"    s = lookup({self.name('k', path)})[0]",
+                        f"    {target} = None if s == UNKNOWN else ((s == KNOWN) != {negated})"]
+            case Cmp() | And() | Or() | Not():     # a comparison of two facts, or a nested node
+                call = _closure(node) if isinstance(node, Cmp) else self.function(node)
+                return [f"    {target} = {self.name('f', call)}(lookup)"]
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+    def chaining_into(self, node: Condition, target: str) -> list[str]:
+        def value_or(path: str, test: str) -> list[str]:
+            return [f"    v = known.get({self.name('k', path)}, NONE)",
+                    f"    {target} = ({test}) if v is not NONE else {_unset(path)}"]
+        match node:
+            case Cmp(op=op, left=Fact(path=path), right=right):
+                if isinstance(right, Const):
+                    return value_or(path, f"{self.name('a', COMPARISONS[op].apply)}(v, {self.name('k', right.value)})")
+                other = right.path
+                return [f"    v, w = known.get({self.name('k', path)}, NONE), known.get({self.name('k', other)}, NONE)",
+                        "    if v is NONE or w is NONE:",
+                        f"        {target} = False if (v is NONE and {_unset(path) == 'False'}) or "
+                        f"(w is NONE and {_unset(other) == 'False'}) else None",
+                        "    else:",
+                        f"        {target} = {self.name('a', COMPARISONS[op].apply)}(v, w)"]
+            case OneOf(fact=Fact(path=path), values=values, negated=negated):
+                return value_or(path, f"(v in {self.name('k', values)}) != {negated}")
+            case Contains(fact=Fact(path=path), item=item, negated=negated):
+                return value_or(path, f"({self.name('k', item)} in v) != {negated}")
+            case Needs(fact=Fact(path=path)):
+                return [f"    {target} = True if {self.name('k', path)} in known else {_unset(path)}"]
+            case Known(fact=Fact(path=path), negated=negated):
+                return [f"    {target} = ({self.name('k', path)} in known) != {negated}"]
+            case And() | Or() | Not():
+                return [f"    {target} = {self.name('f', self.function(node))}(known)"]
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+_NONE = object()       # what a generated chaining check reads for a fact not known
+
+
+def _unset(path: str) -> str:
+    """A leaf's value during chaining when its fact is not known: a derived fact not (yet)
+    produced is absent (False), an input not given is missing (undecided)."""
+    return "False" if path.startswith(DERIVED_PREFIX) else "None"
+
+
+ChainingCheck = Callable[[dict[str, Any]], bool | None]
+
+
+def compile_chaining_check(node: Condition) -> ChainingCheck:
+    """The condition's value during chaining, read from the dict of known facts (inputs and the
+    derived facts produced so far): `compile_condition(node)` with the chaining lookup, faster."""
+    check: ChainingCheck = _Generated(chaining=True).function(node)   # type: ignore[assignment]  # takes the dict
+    return check
+
+
+def _closure(node: Condition) -> Check:
+    """The condition as nested closures: the generated functions' specification."""
     match node:
         case Cmp():
             return _compare(node)
         case And():
-            return _kleene(tuple(compile_condition(item) for item in node.items), decisive=False)
+            return _kleene(tuple(_closure(item) for item in node.items), decisive=False)
         case Or():
-            return _kleene(tuple(compile_condition(item) for item in node.items), decisive=True)
+            return _kleene(tuple(_closure(item) for item in node.items), decisive=True)
         case Needs():
             path = node.fact.path
 
@@ -80,7 +207,7 @@ def compile_condition(node: Condition) -> Check:
                 return (item in value) != negated
             return contains
         case Not():
-            inner = compile_condition(node.item)
+            inner = _closure(node.item)
 
             def negation(lookup: Lookup) -> bool | None:
                 result = inner(lookup)
@@ -254,3 +381,56 @@ def _call(node: Call) -> Compute:
         except OverflowError:
             raise _too_large(node) from None
     return call
+
+
+FastCompute = Callable[[dict[str, Any]], Any]
+
+
+def compile_chaining_value(node: Value) -> FastCompute | None:
+    """A value expression as one generated Python expression over the dict of known facts: the
+    fast path of a derivation while chaining. It raises (KeyError, ZeroDivisionError, ...)
+    wherever the exact `compile_value` closure would raise Missing or an error, and the caller
+    then asks that closure, so only values computed without any trouble come from here. None
+    where the expression has a shape the fast path does not cover (if-else, coalesce of
+    expressions). As in `_Generated`, only the shape reaches the source, never a rule's string."""
+    namespace: dict[str, Any] = {}
+
+    def name(value: Any) -> str:
+        key = f"k{len(namespace)}"
+        namespace[key] = value
+        return key
+
+    def expression(item: Value) -> str | None:
+        match item:
+            case Const(value=value):
+                return name(value)
+            case Fact(path=path):
+                return f"known[{name(path)}]"
+            case Arith(op=op, left=left, right=right):
+                a, b = expression(left), expression(right)
+                return None if a is None or b is None else f"{name(ARITHMETIC[op].apply)}({a}, {b})"
+            case ListOf(items=items):
+                parts = [expression(i) for i in items]
+                return None if None in parts else "[" + ", ".join(p for p in parts if p) + "]"
+            case Call(fn=fn, args=args) if FUNCTIONS[fn].alternatives:
+                if not all(isinstance(arg, (Fact, Const)) for arg in args):
+                    return None
+                text = expression(args[-1])
+                for arg in reversed(args[:-1]):
+                    text = f"({expression(arg)} if {name(arg.path)} in known else {text})" if isinstance(arg, Fact) \
+                        else expression(arg)
+                return text
+            case Call(fn=fn, args=args):
+                parts = [expression(a) for a in args]
+                return None if None in parts else f"{name(FUNCTIONS[fn].apply)}({', '.join(p for p in parts if p)})"
+            case IfElse():
+                return None
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    text = expression(node)
+    if text is None:
+        return None
+    exec(compile(f"def compute(known):\n    return {text}\n", "<kbopt value>", "exec"), namespace)  # the source: see above
+    compute: FastCompute = namespace["compute"]
+    return compute

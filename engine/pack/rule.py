@@ -6,7 +6,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
-from kbopt.engine.lang.compiled import Check, Compute, compile_condition, compile_value
+from kbopt.engine.lang.compiled import (
+    ChainingCheck,
+    Check,
+    Compute,
+    FastCompute,
+    compile_chaining_check,
+    compile_chaining_value,
+    compile_condition,
+    compile_value,
+)
 from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules are read by layer)
 from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
 
@@ -188,20 +197,24 @@ class Pack:
             check = self.artefacts[key] = compile_condition(self.by_id()[rule_id].fire_condition)
         return check  # type: ignore[return-value]  # artefacts holds what this method put there
 
+    def chaining_check(self, rule_id: str) -> ChainingCheck:
+        """The rule's fire condition as the evaluators test it while chaining, once per pack."""
+        return self.memo(f"chaining:{rule_id}", lambda: compile_chaining_check(self.by_id()[rule_id].fire_condition))
+
     def memo(self, key: str, build: Callable[[], T]) -> T:
         """What `build` makes from the pack alone (a parsed catalog expression), made once per pack."""
         if key not in self.artefacts:
             self.artefacts[key] = build()
         return self.artefacts[key]  # type: ignore[return-value]  # the same key always holds what build() made
 
-    def computes(self, rule_id: str) -> tuple[tuple[Derive, Compute], ...]:
-        """The rule's derive conclusions, each with its value expression compiled, once per pack."""
-        key = f"computes:{rule_id}"
-        computes = self.artefacts.get(key)
-        if computes is None:
-            computes = self.artefacts[key] = tuple((c, compile_value(c.value)) for c in self.by_id()[rule_id].then
-                                                    if isinstance(c, Derive))
-        return computes  # type: ignore[return-value]  # artefacts holds what this method put there
+    @property
+    def computes(self) -> dict[str, tuple[tuple[Derive, FastCompute | None, Compute], ...]]:
+        """Each rule's derive conclusions with their value expressions compiled, once per pack:
+        the chaining fast path (or None) and the exact closure (engine/lang/compiled.py says
+        how they relate). Kept with the artefacts, which the compiled-pack cache does not pickle."""
+        return self.memo("computes", lambda: {
+            rule.id: tuple((c, compile_chaining_value(c.value), compile_value(c.value))
+                           for c in rule.then if isinstance(c, Derive)) for rule in self.rules})
 
     def by_id(self) -> dict[str, Rule]:
         return self._by_id
