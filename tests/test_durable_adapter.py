@@ -9,7 +9,8 @@ import pytest
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.authoring.synthetic import random_telemetry, synthetic_pack
 from kbopt.engine.evaluators import durable_available
-from kbopt.engine.evaluators.durable import RULESET_SIZE, DurableEvaluator, compile_pack, dumps
+from kbopt.engine.evaluators.durable import RULESET_SIZE, DurableEvaluator, FactKeys, compile_pack, dumps
+from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.evaluators.reference import ReferenceEvaluator
 from kbopt.errors import FactsError
 from kbopt.kb.facts import facts_from_document
@@ -35,14 +36,30 @@ def test_tiny_ratios_are_asserted_and_compared(pack):
 
 
 def test_compiled_patterns_for_a_cross_fact_comparison(pack):
+    """Input and derived facts travel in one flat fact under short keys: a comparison of two facts
+    is a reference within it ($m), never a join between facts."""
+    keys = FactKeys(pack).key
     compiled = compile_pack(pack)
     rules = {name: d for ruleset in compiled for name, d in ruleset["rules"].items()}
     compute = rules["D-BOTTLENECK-COMPUTE#0"]["all"]
-    assert compute[0] == {"i": {"$and": [{"k": "i"}, {"$ex": {"telemetry.compute_utilization": 1}},
-                                         {"$ex": {"telemetry.bandwidth_utilization": 1}},
-                                         {"$gt": {"telemetry.compute_utilization": {"$m": "telemetry.bandwidth_utilization"}}}]}}
-    assert {"d2": {"$and": [{"k": "d"}, {"$ex": {"derived.capacity_binding": 1}},
-                            {"$eq": {"derived.capacity_binding": False}}]}} in compute[1:]
+    assert len(compute) == 1
+    tests = compute[0]["f"]["$and"]
+    assert tests[0] == {"k": "i"}
+    compute_key, bandwidth_key = keys["telemetry.compute_utilization"], keys["telemetry.bandwidth_utilization"]
+    assert {"$gt": {compute_key: {"$m": bandwidth_key}}} in tests
+    assert {"$ex": {compute_key: 1}} in tests and {"$ex": {bandwidth_key: 1}} in tests
+    assert {"$eq": {keys["derived.capacity_binding"]: False}} in tests
+
+
+def test_rulesets_run_after_every_ruleset_that_derives_what_they_read(pack):
+    compiled = compile_pack(pack)
+    levels = [ruleset["level"] for ruleset in compiled]
+    assert levels == sorted(levels) and levels[-1] > 0
+    level_of = {name.split("#")[0]: ruleset["level"] for ruleset in compiled for name in ruleset["rules"] if name != "marker"}
+    for rule in pack.rules:
+        for path in set(facts_of(rule.fire_condition)):
+            for producer in pack.producers.get(path, ()):
+                assert level_of[producer] < level_of[rule.id], (producer, rule.id)
 
 
 def test_large_packs_are_split_and_agree_with_the_reference():
@@ -63,6 +80,28 @@ def test_sessions_are_cleaned_up_past_the_1024_limit():
     for _ in range(1100):           # more than durable_rules' 1,024 live sessions per ruleset
         durable.run(values)
     assert durable.run(values) == ReferenceEvaluator(pack).run(values)
+
+
+def _rule(rule_id: str, when: str, derive: str) -> str:
+    return (f"id: {rule_id}\ntitle: a rule for the session test\nlayer: diagnosis\nwhen: {when}\nthen:\n  - derive: {{{derive}}}\n"
+            "because: a rule for the session test\nsource: test\nexamples:\n  - {name: a, facts: {}, fires: true}\n  - {name: b, facts: {}, fires: false}\n")
+
+
+def test_sessions_are_clean_after_an_evaluation_that_failed():
+    """Sessions are kept from one evaluation to the next and emptied by retracting: an evaluation
+    that stops on an error must leave them empty too, or the same facts later match nothing."""
+    from kbopt.engine.pack.loader import build_pack, load_rule_text
+    from kbopt.errors import EvaluationError
+    texts = [_rule("S-A", "telemetry.compute_utilization > 0.5", "derived.low_gpu_utilization: true"),
+             _rule("S-B", "telemetry.compute_utilization > 0.6", "derived.low_gpu_utilization: false"),
+             _rule("S-C", "derived.low_gpu_utilization", "derived.queue_timeouts: true")]
+    pack = build_pack([load_rule_text(t, f"x/{i}.yaml", pack="x") for i, t in enumerate(texts)], "clean-after-error")
+    durable, reference = DurableEvaluator(pack), ReferenceEvaluator(pack)
+    for _ in range(3):
+        with pytest.raises(EvaluationError):
+            durable.run({"telemetry.compute_utilization": 0.7})
+        for value in (0.55, 0.7 - 0.1, 0.2):
+            assert durable.run({"telemetry.compute_utilization": value}) == reference.run({"telemetry.compute_utilization": value})
 
 
 def test_evaluators_agree_on_random_facts(pack):
@@ -107,10 +146,12 @@ def test_evaluators_agree_on_random_facts(pack):
     assert checked >= 100
 
 
-def test_fact_serialization_takes_the_careful_path_only_when_needed():
-    from kbopt.engine.evaluators.durable import dumps_fact
-    assert dumps_fact({"a": 0.5, "b": "1e-05"}, [0.5, "1e-05"]) == '{"a":0.5,"b":"1e-05"}'
-    assert dumps_fact({"a": 2e-05}, [2e-05]) == '{"a":2.0e-05}'
+def test_fact_values_are_encoded_as_dumps_writes_them():
+    from kbopt.engine.evaluators.durable import encode
+    for value in (0.5, 2e-05, 1e20, 3, -7, True, False, "1e-05", "ünïcode \"q\"", None, 5e-4):
+        assert encode(value) == dumps(value), value
+    with pytest.raises(ValueError):
+        encode(float("inf"))
 
 
 _SHAPE = ("hardware: {gpu_name: NVIDIA L4, gpu_count: 1}, model: {params_billion: 8, weight_dtype: bf16, num_layers: 32, "

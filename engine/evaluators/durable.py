@@ -3,15 +3,23 @@
 A thin adapter around the traps measured in durable_rules 2.0.28 (docs/evaluators.md lists them):
 - numbers are serialized by us, never in bare exponent form (`1e-05` fails to parse);
 - no Host and no timer threads: actions are taken synchronously right after each assert;
-- one fact asserted at a time ("not handled" is normal), one fresh session per evaluation,
-  a marker rule that always fires so that `delete_state` is safe, and the session deleted after;
+- one fact asserted at a time ("not handled" is normal); one session per ruleset, kept from one
+  evaluation to the next, each evaluation retracting all it asserted (a fresh session per
+  evaluation cost more than the matching: see _clear); a marker rule that always fires so that
+  `delete_state` is safe, for a session that failed midway and when the ruleset goes;
 - an action that fails is abandoned in the engine and its error re-raised, never swallowed;
-- a pack is split into rulesets in which at most RULESET_SIZE compiled rules test any one kind
-  of fact, each asserted only the facts it reads, so no fact meets the 64-condition limit;
+- a pack is split into rulesets of at most RULESET_SIZE compiled rules, so the fact never meets
+  the 64-condition limit;
 - rulesets are created once per pack and kept while the pack is among the MAX_LIVE most recently used,
   then deleted (delete_ruleset frees them; measured flat over thousands of packs), never per request.
 Negation is pushed to the leaves and conditions expanded to disjunctions (one compiled rule per
-alternative); derived facts travel as separate facts joined to the input fact.
+alternative).
+
+Each evaluation asserts one flat fact per ruleset, holding the inputs and derived facts its rules
+read (each under a short key, FactKeys; durable_rules' cost grows with the fact's size and nesting):
+the rulesets run in the rules' dependency order (rule_levels), so a rule's ruleset is asserted
+only once all that can derive what it reads has run, and no rule ever joins two facts. A ruleset
+none of whose rules can match (each needs a fact that is absent) is not asserted at all.
 """
 from __future__ import annotations
 
@@ -20,26 +28,31 @@ import json
 import math
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any, TypeAlias, TypedDict, assert_never
+from typing import Any, NamedTuple, TypeAlias, TypedDict, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
-from kbopt.engine.lang.nodes import Cmp, Const, Contains, Fact, Known, Leaf, Needs, OneOf, facts_of, leaves
+from kbopt.engine.evaluators.reference import schedule
+from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.engine.pack.rule import PERSISTENT, Pack, Rule
-from kbopt.kb.vocabulary import Vocabulary
 
-RULESET_SIZE = 60          # compiled rules testing one kind of fact, per ruleset (64 is the limit; +1 marker)
-RULESET_MAX = 240          # compiled rules per ruleset in all, well below the 512-entry test table
-INPUT, DERIVED, MARKER = "i", "d", "marker"
+RULESET_SIZE = 60          # compiled rules per ruleset: each tests the one fact (64 is the limit; +1 marker)
+FACT, MARKER, MARKER_ALIAS = "f", "marker", "m"
+INPUT = "i"                # the fact's "k": the marker rule matches it
+SESSION = "1"              # the one session of each ruleset
+HEAD = f'{{"sid":"{SESSION}","k":"{INPUT}"'     # how every asserted fact begins
 
 # What durable_rules reads (ruleset definitions, their patterns and tests) is JSON; fact values sit at its leaves.
 Json: TypeAlias = dict[str, "Json"] | list["Json"] | str | int | float | bool | None
 
 
 class CompiledRuleset(TypedDict):
-    rules: dict[str, Json]         # compiled rule name -> its `all` of patterns; the marker rule among them
-    reads: list[str]               # the kinds of fact its rules test: INPUT, derived paths
+    rules: dict[str, Json]         # compiled rule name -> its `all` of one pattern; the marker rule among them
+    level: int                     # rule_levels' level of its rules
+    needs: list[list[str]]         # facts one of its rules needs present, one list a rule (supersets dropped)
+    feedback: list[str]            # derived facts, produced within its rules' cycle, that call for another round
+    fields: list[str]              # the facts its rules read: all the fact asserted into it holds
 
 
 def dumps(value: object) -> str:
@@ -61,193 +74,187 @@ def dumps(value: object) -> str:
     raise TypeError(f"cannot serialize {type(value).__name__}")
 
 
-def _exponent_prone(value: object) -> bool:
-    """Floats Python's json writes in exponent form (|x| < 1e-4 or >= 1e16)."""
-    return isinstance(value, float) and value != 0.0 and not 1e-4 <= abs(value) < 1e16
+_encode_string = json.encoder.encode_basestring     # the C encoder json.dumps(ensure_ascii=False) uses
 
 
-def dumps_fact(fact: dict[str, Any], flat_values: Iterable[Any]) -> str:
-    """A fact's JSON: the C encoder when no value needs the careful float form, else `dumps`."""
-    if any(_exponent_prone(v) for v in flat_values):
-        return dumps(fact)
-    return json.dumps(fact, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def nest(flat: dict[str, Any], list_facts: dict[str, tuple[str, ...]]) -> dict[str, Any]:
-    """{"a.b": 1} -> {"a": {"b": 1}}; lists become membership maps ({"fp8": true, ...})."""
-    out: dict[str, Any] = {}
-    for path, value in flat.items():
-        if path in list_facts:
-            value = {item: item in value for item in list_facts[path]}
-        node = out
-        *parents, leaf = path.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
+def encode(value: Any) -> str:
+    """One fact value's JSON, as `dumps` writes it, without its checks for the common kinds."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    kind = type(value)
+    if kind is int:
+        return repr(value)
+    if kind is str:
+        return _encode_string(value)
+    return dumps(value)
 
 
 # ---------------------------------------------------------------- compiling
 
 
+class FactKeys:
+    """The short flat key under which each fact a pack's rules read travels in the asserted fact:
+    `a0`, `a1`, ... in path order. A list fact travels as `aN: 1` (it is there) beside one boolean
+    per item of its vocabulary, `aN_0`, `aN_1`, ... (membership). durable_rules parses nested objects
+    about twice as slowly as flat ones, and a fact's cost grows with its text."""
+
+    def __init__(self, pack: Pack) -> None:
+        vocabulary = pack.kb.vocabulary
+        paths = sorted({p for rule in pack.rules for p in facts_of(rule.fire_condition)})
+        self.key = {path: f"a{index}" for index, path in enumerate(paths)}
+        self.items = {path: spec.values for path in paths if (spec := vocabulary.facts[path]).type == "list"}
+
+    def item(self, path: str, item: str) -> str:
+        # the parser admits only items of the list's vocabulary (`"x" can never be in ...`)
+        return f"{self.key[path]}_{self.items[path].index(item)}"
+
+
 class _TermCompiler:
-    """One conjunction of leaves -> an ordered list of durable_rules patterns."""
+    """One conjunction of leaves -> the tests of one durable_rules pattern on the one fact."""
 
-    def __init__(self, vocabulary: Vocabulary) -> None:
-        self.vocabulary = vocabulary
-        self.aliases: dict[str, str] = {}        # carrier (INPUT or a derived path) -> alias
-        self.tests: dict[str, list[Json]] = {}
+    def __init__(self, keys: FactKeys) -> None:
+        self.keys = keys
+        # Tests begin with the fact's kind, as in the form with a fact per kind: a pattern made only
+        # of `$nex` tests was measured to match a fact that holds the key.
+        self.tests: list[Json] = [{"k": INPUT}]
+        self.required: set[str] = set()          # paths the fact must hold for the term to match
 
-    def carrier(self, path: str) -> str:
-        return _carrier(self.vocabulary, path)
-
-    def alias(self, carrier: str) -> str:
-        if carrier not in self.aliases:
-            self.aliases[carrier] = "i" if carrier == INPUT else f"d{len(self.aliases)}"
-            kind = INPUT if carrier == INPUT else DERIVED
-            self.tests[carrier] = [{"k": kind}]
-        return self.aliases[carrier]
-
-    def exists(self, path: str) -> None:
-        carrier = self.carrier(path)
-        self.alias(carrier)
-        test: Json = {"$ex": {path: 1}}
-        if test not in self.tests[carrier]:
-            self.tests[carrier].append(test)
-
-    def add(self, path: str, test: Json) -> None:
-        self.exists(path)
-        self.tests[self.carrier(path)].append(test)
+    def exists(self, path: str) -> str:
+        self.required.add(path)
+        key = self.keys.key[path]
+        test: Json = {"$ex": {key: 1}}
+        if test not in self.tests:
+            self.tests.append(test)
+        return key
 
     def leaf(self, node: Leaf) -> None:
         match node:
+            case Known(fact=fact, negated=True):
+                self.tests.append({"$nex": {self.keys.key[fact.path]: 1}})
             case Needs(fact=fact) | Known(fact=fact):
-                carrier = self.carrier(fact.path)
-                self.alias(carrier)
-                absent = isinstance(node, Known) and node.negated
-                self.tests[carrier].append({"$nex" if absent else "$ex": {fact.path: 1}})
-            case Contains():
-                self._contains(node)
+                self.exists(fact.path)
+            case Contains(fact=fact, item=item, negated=negated):
+                self.exists(fact.path)
+                self.tests.append({self.keys.item(fact.path, item): not negated})
             case OneOf(fact=fact, values=values, negated=True):
-                self.add(fact.path, {"$and": [{COMPARISONS["!="].durable: {fact.path: v}} for v in values]})
+                key = self.exists(fact.path)
+                self.tests.append({"$and": [{COMPARISONS["!="].durable: {key: v}} for v in values]})
             case OneOf(fact=fact, values=values):
-                self.add(fact.path, {"$or": [{fact.path: v} for v in values]})
+                key = self.exists(fact.path)
+                self.tests.append({"$or": [{key: v} for v in values]})
             case Cmp():
                 self._compare(node)
             case _ as unreachable:
                 assert_never(unreachable)
 
-    def _contains(self, node: Contains) -> None:
-        field = f"{node.fact.path}.{node.item}"
-        carrier = self.carrier(node.fact.path)
-        self.alias(carrier)
-        self.tests[carrier].append({"$ex": {field: 1}})
-        self.tests[carrier].append({field: not node.negated})
-
     def _compare(self, node: Cmp) -> None:
-        comparison = COMPARISONS[node.op]
-        op = comparison.durable
-        left = node.left.path
+        op = COMPARISONS[node.op].durable
+        left = self.exists(node.left.path)
         if isinstance(node.right, Const):
-            self.add(left, {op: {left: node.right.value}})
+            self.tests.append({op: {left: node.right.value}})
             return
-        right = node.right.path
-        self.exists(left)
-        self.exists(right)
-        left_carrier, right_carrier = self.carrier(left), self.carrier(right)
-        if left_carrier == right_carrier:
-            self.tests[left_carrier].append({op: {left: {"$m": right}}})
-            return
-        # Two facts of different carriers (a derived fact against an input): durable_rules' core
-        # crashes on such a join reference once a ruleset has seen earlier sessions (a segfault in
-        # assert_fact). The rule only waits here for both facts to exist; the evaluator checks the
-        # comparison itself before it counts the rule as fired (see cross_fact_rules). Both values
-        # are fixed once both facts exist, so a comparison false then stays false.
-
-    def patterns(self) -> list[Json]:
-        return [{self.aliases[c]: {"$and": tests}} for c, tests in self.tests.items()]
+        # Input and derived facts travel in one fact, so a comparison of two facts is a reference
+        # within that fact ($m), never a join between facts (durable_rules' core crashed on joins
+        # between a derived and an input fact once a ruleset had seen earlier sessions).
+        right = self.exists(node.right.path)
+        self.tests.append({op: {left: {"$m": right}}})
 
 
-def _carrier(vocabulary: Vocabulary, path: str) -> str:
-    """The kind of fact a path travels in: the input fact, or its own derived fact."""
-    # facts[], not get(): the loader admits only facts the vocabulary declares
-    return path if vocabulary.facts[path].derived else INPUT
-
-
-def compile_rule(rule: Rule, vocabulary: Vocabulary) -> list[dict[str, Json]]:
-    """A rule -> one durable_rules `all` per alternative of its condition."""
-    out: list[dict[str, Json]] = []
+def compile_rule(rule: Rule, keys: FactKeys) -> list[tuple[dict[str, Json], frozenset[str]]]:
+    """A rule -> one durable_rules `all` per alternative of its condition, with the paths each
+    alternative needs present in the fact."""
+    out: list[tuple[dict[str, Json], frozenset[str]]] = []
     for term in to_dnf(to_nnf(rule.fire_condition)):
-        compiler = _TermCompiler(vocabulary)
-        # The input pattern comes first so derived patterns can refer to it.
-        if any(compiler.carrier(p) == INPUT for leaf in term for p in facts_of(leaf)):
-            compiler.alias(INPUT)
+        compiler = _TermCompiler(keys)
         for leaf in term:
             compiler.leaf(leaf)
-        out.append({"all": compiler.patterns()})
+        out.append(({"all": [{FACT: {"$and": compiler.tests}}]}, frozenset(compiler.required)))
     return out
 
 
-def cross_fact_rules(pack: Pack) -> frozenset[str]:
-    """Rules that compare facts of different carriers: their durable match is confirmed in Python."""
-    vocabulary = pack.kb.vocabulary
-    out = set()
-    for rule in pack.rules:
-        for leaf in leaves(rule.fire_condition):
-            if isinstance(leaf, Cmp) and isinstance(leaf.right, Fact) \
-                    and _carrier(vocabulary, leaf.left.path) != _carrier(vocabulary, leaf.right.path):
-                out.add(rule.id)
-    return frozenset(out)
+def rule_levels(pack: Pack) -> tuple[dict[str, int], dict[str, frozenset[str]]]:
+    """Each rule's level: 0 when it reads no derived fact, else one more than the highest level of
+    a rule (outside its own cycle) producing a fact it reads. Rules of one level cannot feed each
+    other, except within a cycle of rules; so running the levels in order, each over the facts all
+    lower levels derived, reaches the reference's fix-point. Also, for each rule in a cycle of
+    several rules, the facts it reads that its cycle produces: their appearance calls for another
+    round of its level."""
+    level: dict[str, int] = {}
+    feedback: dict[str, frozenset[str]] = {}
+    for component in schedule(pack):
+        members = {rule.id for rule in component}
+        reads = {rule.id: set(facts_of(rule.fire_condition)) for rule in component}
+        level_of_component = max((level[producer] + 1 for paths in reads.values() for path in paths
+                                  for producer in pack.producers.get(path, ()) if producer not in members), default=0)
+        for rule in component:
+            level[rule.id] = level_of_component
+            if len(component) > 1:      # a lone rule cannot enable itself: it derives only once it fired
+                feedback[rule.id] = frozenset(path for path in reads[rule.id]
+                                              if any(p in members for p in pack.producers.get(path, ())))
+    return level, feedback
+
+
+def _minimal(sets: Iterable[frozenset[str]]) -> list[frozenset[str]]:
+    """The sets none of the others is a subset of: one of them held means one of all of them held."""
+    out: list[frozenset[str]] = []
+    for candidate in sorted(set(sets), key=lambda s: (len(s), sorted(s))):
+        if not any(kept <= candidate for kept in out):
+            out.append(candidate)
+    return out
 
 
 def compile_pack(pack: Pack) -> list[CompiledRuleset]:
-    """The engine-neutral rules -> durable_rules ruleset definitions (without actions).
+    """The engine-neutral rules -> durable_rules ruleset definitions (without actions), in the
+    order they run: by level (rule_levels), within a level by the facts their rules need.
 
-    Returns one entry per ruleset: {"rules": {name: definition}, "reads": facts it consumes}.
     Compiled rule names are `<rule id>#<alternative>`.
     """
-    vocabulary = pack.kb.vocabulary
-    compiled: list[tuple[str, dict[str, Json], list[str]]] = []
+    keys = FactKeys(pack)
+    level, feedback = rule_levels(pack)
+    # level -> (facts needed, compiled rule name, definition, rule)
+    by_level: dict[int, list[tuple[frozenset[str], str, dict[str, Json], Rule]]] = {}
     for rule in pack.rules:
-        for index, definition in enumerate(compile_rule(rule, vocabulary)):
-            paths = sorted({p for p in facts_of(rule.fire_condition)})
-            compiled.append((f"{rule.id}#{index}", definition, paths))
-    # A fact may meet at most 64 conditions of one ruleset (docs/evaluators.md): count, per kind of
-    # fact (the input, each derived fact), the compiled rules that test it, and start a new
-    # ruleset before any count passes RULESET_SIZE (the marker rule takes one more on the input).
-    chunks: list[list[tuple[str, dict[str, Json], set[str]]]] = [[]]
-    counts: dict[str, int] = {}
-    for name, definition, paths in compiled:
-        carriers = {_carrier(vocabulary, p) for p in paths}
-        if chunks[-1] and (len(chunks[-1]) >= RULESET_MAX or any(counts.get(c, 0) >= RULESET_SIZE for c in carriers)):
-            chunks.append([])
-            counts = {}
-        chunks[-1].append((name, definition, carriers))
-        for carrier in carriers:
-            counts[carrier] = counts.get(carrier, 0) + 1
+        for index, (definition, required) in enumerate(compile_rule(rule, keys)):
+            by_level.setdefault(level[rule.id], []).append((required, f"{rule.id}#{index}", definition, rule))
     rulesets: list[CompiledRuleset] = []
-    for chunk in chunks:
-        # Every session must see at least one action before delete_state (docs/evaluators.md): this
-        # rule matches the input fact, which every ruleset is asserted.
-        rules: dict[str, Json] = {MARKER: {"all": [{"m": {"k": INPUT}}]}}
-        reads: set[str] = set()
-        for name, definition, carriers in chunk:
-            rules[name] = definition
-            reads.update(carriers)
-        rulesets.append({"rules": rules, "reads": sorted(reads)})
+    for at in sorted(by_level):
+        # Rules that need the same facts share rulesets: fewer facts in each asserted fact, and a
+        # ruleset none of whose rules can match (a fact they need is absent) more often skipped whole.
+        entries = sorted(by_level[at], key=lambda entry: sorted(entry[0]))
+        # All rules test the one fact, which may meet at most 64 conditions of a ruleset
+        # (docs/evaluators.md): RULESET_SIZE rules and the marker rule per ruleset.
+        for start in range(0, len(entries), RULESET_SIZE):
+            chunk = entries[start:start + RULESET_SIZE]
+            # Every session must see an action before delete_state (docs/evaluators.md): the marker
+            # rule matches every asserted fact.
+            rules: dict[str, Json] = {MARKER: {"all": [{MARKER_ALIAS: {"k": INPUT}}]}}
+            for _, name, definition, _ in chunk:
+                rules[name] = definition
+            rulesets.append({
+                "rules": rules, "level": at,
+                "needs": [sorted(needs) for needs in _minimal(needs for needs, *_ in chunk)],
+                "feedback": sorted({p for *_, rule in chunk for p in feedback.get(rule.id, ())}),
+                "fields": sorted({p for *_, rule in chunk for p in facts_of(rule.fire_condition)}),
+            })
     return rulesets
 
 
-RulesetText = tuple[str, tuple[str, ...], tuple[str, ...]]    # (JSON definition, facts it reads, rule names)
+# (JSON definition, level, needs, feedback, fields, rule names): see CompiledRuleset
+RulesetText = tuple[str, int, tuple[tuple[str, ...], ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 
 def ruleset_texts(pack: Pack) -> list[RulesetText]:
     """compile_pack's rulesets as the JSON text the C core takes, computed once per pack and kept
     with it, so the compiled-pack cache spares a cold start the compilation too."""
-    key = PERSISTENT + "durable-rulesets"
+    key = PERSISTENT + "durable-rulesets-by-level"
     texts = pack.artefacts.get(key)
     if texts is None:
-        texts = pack.artefacts[key] = [(dumps(c["rules"]), tuple(c["reads"]), tuple(c["rules"])) for c in compile_pack(pack)]
+        texts = pack.artefacts[key] = [
+            (dumps(c["rules"]), c["level"], tuple(tuple(needs) for needs in c["needs"]), tuple(c["feedback"]),
+             tuple(c["fields"]), tuple(c["rules"]))
+            for c in compile_pack(pack)]
     return texts  # type: ignore[return-value]  # artefacts holds what this function put there
 
 
@@ -255,6 +262,13 @@ def ruleset_texts(pack: Pack) -> list[RulesetText]:
 
 MAX_LIVE = 8      # packs whose rulesets stay created; a long-lived process may see any number of packs
 _live: OrderedDict[str, DurableEvaluator] = OrderedDict()     # least recently used first
+
+
+class _Ruleset(NamedTuple):
+    handle: int
+    needs: tuple[frozenset[str], ...]    # one of these sets of facts must be present; () when none need be
+    feedback: frozenset[str]             # derived facts whose appearance calls for another round
+    fields: tuple[str, ...]              # the facts the fact asserted into it holds, when present
 
 
 class DurableEvaluator:
@@ -286,23 +300,30 @@ class DurableEvaluator:
         self.pack = pack
         self.key = key
         self.rules = pack.by_id()
-        # Only the facts some rule reads are worth serializing and asserting.
-        self.list_facts = {spec.path: spec.values for spec in pack.kb.vocabulary.facts.values() if spec.type == "list"}
-        self.read_paths = frozenset(p for rule in pack.rules for p in facts_of(rule.fire_condition))
-        self.confirm = cross_fact_rules(pack)
+        keys = FactKeys(pack)
+        # What each fact some rule reads looks like in the asserted fact, worked out once per pack:
+        # the text before its value (`,"a3":`), and for a list fact the text before each item's boolean.
+        self.prefix = {path: f',"{key}":' for path, key in keys.key.items()}
+        self.item_prefixes = {path: tuple((f',"{keys.item(path, item)}":', item) for item in items)
+                              for path, items in keys.items.items()}
+        self.read = frozenset(keys.key)
         self.rule_of: dict[str, str] = {}        # compiled rule name -> rule id
-        self.rulesets: list[tuple[int, frozenset[str]]] = []
-        self._sids = itertools.count(1)
+        self.rulesets: list[list[_Ruleset]] = []     # the rulesets of each level, lowest level first
+        self._sessions: set[int] = set()         # rulesets whose session exists
         self._generation = itertools.count()     # ruleset names must be new each time they are created
 
     def _open(self) -> None:
         """Create the rulesets if they are not (or no longer) there, and mark the pack as just used."""
         if not self.rulesets:
             prefix = f"kbopt_{self.pack.version}_{id(self)}_{next(self._generation)}"
-            for index, (text, reads, names) in enumerate(ruleset_texts(self.pack)):
+            levels: dict[int, list[_Ruleset]] = {}
+            for index, (text, level, needs, feedback, fields, names) in enumerate(ruleset_texts(self.pack)):
                 self.rule_of.update((name, name.split("#", 1)[0]) for name in names if name != MARKER)
                 handle = self._core.create_ruleset(f"{prefix}_{index}", text)
-                self.rulesets.append((handle, frozenset(reads)))
+                always = any(not n for n in needs)
+                levels.setdefault(level, []).append(
+                    _Ruleset(handle, () if always else tuple(frozenset(n) for n in needs), frozenset(feedback), fields))
+            self.rulesets = [levels[level] for level in sorted(levels)]
         _live[self.key] = self
         _live.move_to_end(self.key)
         while len(_live) > MAX_LIVE:
@@ -311,9 +332,13 @@ class DurableEvaluator:
 
     def _close(self) -> None:
         """Delete the rulesets; a later run creates them again (_open)."""
-        rulesets, self.rulesets = self.rulesets, []
-        for handle, _ in rulesets:
-            self._core.delete_ruleset(handle)
+        levels, self.rulesets = self.rulesets, []
+        sessions, self._sessions = self._sessions, set()
+        for rulesets in levels:
+            for ruleset in rulesets:
+                if ruleset.handle in sessions:       # deleted before its ruleset, as sessions always were
+                    self._core.delete_state(ruleset.handle, SESSION)
+                self._core.delete_ruleset(ruleset.handle)
 
     def _assert(self, handle: int, text: str) -> list[str]:
         """Assert one fact (JSON text); return the compiled rules whose actions it started."""
@@ -334,33 +359,75 @@ class DurableEvaluator:
                 raise
         return started
 
+    def _fragment(self, path: str, value: Any) -> str:
+        """A fact's part of the asserted fact's text: `,"a3":0.5`; a list's `,"a4":1,"a4_0":true,...`."""
+        items = self.item_prefixes.get(path)
+        if items is None:
+            return self.prefix[path] + encode(value)
+        return self.prefix[path] + "1" + "".join(prefix + ("true" if item in value else "false") for prefix, item in items)
+
     def run(self, values: dict[str, Any]) -> Derivation:
         self._open()
-        sid = str(next(self._sids))
         derived = DerivedFacts(values, self.pack)
         fired: set[str] = set()
-        started: list[int] = []
+        asserted: list[tuple[int, str]] = []      # (ruleset, fact text), to retract afterwards
+        failed: int | None = None                 # a ruleset whose assert raised: its session state is unknown
+        # The facts some rule reads, input or derived so far -> their text in the asserted fact.
+        # An input that names a derived fact takes precedence over the derived value, as in lookup.
+        fragments = {path: self._fragment(path, values[path]) for path in self.read & values.keys()}
+        present = fragments.keys()
         try:
-            asserted = {p: v for p, v in values.items() if p in self.read_paths}
-            pending = [(INPUT, dumps_fact({"sid": sid, "k": INPUT, **nest(asserted, self.list_facts)}, asserted.values()))]
-            while pending:
-                carrier, text = pending.pop(0)
-                for handle, reads in self.rulesets:
-                    if carrier == INPUT:
-                        started.append(handle)      # the input goes to every ruleset (marker rule)
-                    elif carrier not in reads:
-                        continue
-                    for name in self._assert(handle, text):
-                        rule_id = self.rule_of.get(name)
-                        if rule_id is None or rule_id in fired:
+            for rulesets in self.rulesets:
+                new: set[str] | None = None       # None: the level's first round, where every ruleset runs
+                while new is None or new:
+                    produced: set[str] = set()
+                    for ruleset in rulesets:
+                        if new is not None and ruleset.feedback.isdisjoint(new):
                             continue
-                        if rule_id in self.confirm and self.pack.check(rule_id)(derived.lookup) is not True:
+                        # A rule tests `$ex` on each fact it needs: with one absent it cannot match.
+                        if ruleset.needs and not any(present >= needs for needs in ruleset.needs):
                             continue
-                        fired.add(rule_id)
-                        for path, value in derived.conclude(self.rules[rule_id]):
-                            section, name = path.split(".", 1)
-                            pending.append((path, dumps_fact({"sid": sid, "k": DERIVED, section: {name: value}}, [value])))
+                        text = HEAD + "".join(map(fragments.get, ruleset.fields, itertools.repeat(""))) + "}"
+                        self._sessions.add(ruleset.handle)
+                        asserted.append((ruleset.handle, text))
+                        try:
+                            names = self._assert(ruleset.handle, text)
+                        except BaseException:
+                            failed = ruleset.handle
+                            raise
+                        for name in names:
+                            rule_id = self.rule_of.get(name)
+                            if rule_id is None or rule_id in fired:
+                                continue
+                            fired.add(rule_id)
+                            for path, value in derived.conclude(self.rules[rule_id]):
+                                if path in self.read and path not in fragments:
+                                    fragments[path] = self._fragment(path, value)
+                                    produced.add(path)
+                    new = produced
         finally:
-            for handle in started:
-                self._core.delete_state(handle, sid)
+            self._clear(asserted, failed)
         return finish(self.pack, fired, derived)
+
+    def _clear(self, asserted: list[tuple[int, str]], failed: int | None) -> None:
+        """Leave every session empty for the next evaluation: retract the facts asserted into it
+        (a fact left there would make the same fact of a later evaluation "already observed", and
+        match nothing). Retracting is cheap; deleting and re-creating a session per evaluation was
+        not: its state is large, and glibc gave the freed heap back to the system each time only
+        to fault it in again, up to 90% of an evaluation. A session whose assert raised (an action
+        abandoned) or whose retract failed is deleted instead, and starts afresh."""
+        broken = set() if failed is None else {failed}
+        error: BaseException | None = None
+        for handle, text in asserted:
+            if handle in broken:
+                continue
+            try:
+                self._core.retract_fact(handle, text)
+            except BaseException as raised:     # re-raised below, once every session is clean
+                error = error or raised
+                broken.add(handle)
+        for handle in broken:
+            self._sessions.discard(handle)
+            self._core.delete_state(handle, SESSION)
+        if error is not None:
+            raise error
