@@ -213,6 +213,7 @@ class Model:
         self.traces: dict[str, Trace] = {}
         self._confidence: dict[str, tuple[Confidence, tuple[str, ...]]] = {}
         self._estimates: dict[str, Estimate] | None = None
+        self._depends: dict[str, frozenset[str]] = {}
         self.earlier, self.recomputed = earlier, recomputed
         self.lookup: Lookup = self._lookup
 
@@ -300,17 +301,28 @@ class Model:
         self._estimates = out
         return out
 
-    def reads(self, path: str, visit: Callable[[str], None]) -> None:
-        """Call `visit` on every fact a derived fact rests on, transitively (inputs and derived)."""
+    def depends(self, path: str) -> frozenset[str]:
+        """Every fact a derived fact rests on, transitively (what `reads` visits), kept per fact:
+        a fact already done is taken whole instead of walked again."""
+        done = self._depends.get(path)
+        if done is not None:
+            return done
         seen: set[str] = set()
         stack = [path]
         while stack:
-            current = stack.pop()
-            t = self.trace_of(current)
-            for fact in list(t.read) + list(t.fell_back):
+            for fact in self._read_by(stack.pop()):
                 if fact in seen:
                     continue
                 seen.add(fact)
-                visit(fact)
                 if fact.startswith(DERIVED) and fact in self.derivation.derived:
-                    stack.append(fact)
+                    below = self._depends.get(fact)
+                    if below is None:
+                        stack.append(fact)
+                    else:
+                        seen |= below
+        result = self._depends[path] = frozenset(seen)
+        return result
+
+    def _read_by(self, path: str) -> list[str]:
+        t = self.trace_of(path)
+        return [*t.read, *t.fell_back]

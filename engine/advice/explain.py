@@ -34,6 +34,7 @@ class FinalFacts:
     def __init__(self, pack: Pack, inputs: dict[str, Any], derivation: Derivation):
         self.pack, self.inputs = pack, inputs
         self.derived = {path: value for path, (value, _) in derivation.derived.items()}
+        self.known = {**inputs, **self.derived}        # one dict read per lookup (the two never share a path)
         self.fired = set(derivation.fired)
         self.rules = pack.by_id()
         self.status: dict[str, str] = {}
@@ -53,10 +54,9 @@ class FinalFacts:
                     changed = True
 
     def lookup(self, path: str) -> tuple[str, Any]:     # a Lookup: (status, value)
-        if path in self.inputs:
-            return KNOWN, self.inputs[path]
-        if path in self.derived:
-            return KNOWN, self.derived[path]
+        known = self.known
+        if path in known:
+            return KNOWN, known[path]
         if path.startswith("derived."):
             return self.status.get(path, ABSENT), None
         return MISSING, None

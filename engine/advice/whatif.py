@@ -179,10 +179,8 @@ class WhatIf:
         for name, estimate in after.estimates().items():
             if estimate.path not in after.recomputed:
                 continue        # it reads nothing that changed, not even through derived facts
-            def visit(fact: str, name: str = name) -> None:
-                if fact in changed:
-                    reached[name] = None
-            after.reads(estimate.path, visit)
+            if not changed.isdisjoint(after.depends(estimate.path)):
+                reached[name] = None
         return Outcome(changes, self._gains(after), tuple(reached))
 
     def _level_of(self, effects: tuple[tuple[str, Any], ...], path: str) -> Confidence:
@@ -213,11 +211,10 @@ class WhatIf:
     def _rules(self, after: Model, path: str) -> tuple[str, ...]:
         """The rule of the after-value, then those of the derived facts it rests on that moved."""
         rules = {after.rule_of(path): None}
-
-        def visit(fact: str) -> None:
-            if fact in after.derivation.derived and self.baseline.lookup(fact) != (KNOWN, after.derivation.derived[fact][0]):
+        derived = after.derivation.derived
+        for fact in sorted(after.depends(path)):
+            if fact in derived and self.baseline.lookup(fact) != (KNOWN, derived[fact][0]):
                 rules[after.rule_of(fact)] = None
-        after.reads(path, visit)
         order = self.pack.order
         first, *rest = rules
         return (first, *sorted(rest, key=lambda r: order.get(r, 0)))

@@ -219,23 +219,49 @@ def _closure(node: Condition) -> Check:
 
 def compile_undecided(node: Condition) -> Callable[[Lookup], list[str]]:
     """`logic.undecided_by` compiled: the facts that leave `node` unknown, skipping branches
-    already decided. Each level decides with its own compiled closure."""
-    decide = compile_condition(node)
+    already decided. Each leaf is evaluated once, and each and/or/not takes its value from its
+    items' (an undecided `and` has no false item and an undecided `or` no true one, so every
+    item counts, as in undecided_by)."""
+    walk = _undecided(node)
+    return lambda lookup: walk(lookup)[1]
+
+
+Undecided = Callable[[Lookup], tuple[bool | None, list[str]]]     # (value, facts that leave it unknown)
+
+
+def _undecided(node: Condition) -> Undecided:
     match node:
         case And() | Or():
-            parts = tuple(compile_undecided(item) for item in node.items)
+            decisive = isinstance(node, Or)
+            parts = tuple(_undecided(item) for item in node.items)
 
-            def branches(lookup: Lookup) -> list[str]:
-                return [] if decide(lookup) is not None else [p for part in parts for p in part(lookup)]
+            def branches(lookup: Lookup) -> tuple[bool | None, list[str]]:
+                facts: list[str] = []
+                undecided = False
+                for part in parts:
+                    value, below = part(lookup)
+                    if value is decisive:
+                        return decisive, []
+                    if value is None:
+                        undecided = True
+                        facts += below
+                return (None, facts) if undecided else (not decisive, [])
             return branches
         case Not():
-            inner = compile_undecided(node.item)
-            return lambda lookup: [] if decide(lookup) is not None else inner(lookup)
-        case Cmp() | OneOf() | Contains() | Known() | Needs():
-            paths = tuple(facts_of(node))
+            inner = _undecided(node.item)
 
-            def leaf(lookup: Lookup) -> list[str]:
-                return [] if decide(lookup) is not None else [p for p in paths if lookup(p)[0] in (MISSING, UNKNOWN)]
+            def negation(lookup: Lookup) -> tuple[bool | None, list[str]]:
+                value, below = inner(lookup)
+                return (None, below) if value is None else (not value, [])
+            return negation
+        case Cmp() | OneOf() | Contains() | Known() | Needs():
+            decide, paths = compile_condition(node), tuple(facts_of(node))
+
+            def leaf(lookup: Lookup) -> tuple[bool | None, list[str]]:
+                value = decide(lookup)
+                if value is not None:
+                    return value, []
+                return None, [p for p in paths if lookup(p)[0] in (MISSING, UNKNOWN)]
             return leaf
         case _ as unreachable:
             assert_never(unreachable)
