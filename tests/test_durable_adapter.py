@@ -10,8 +10,8 @@ from kbopt.engine.advice.advisor import advise
 from kbopt.engine.authoring.synthetic import random_telemetry, synthetic_pack
 from kbopt.engine.evaluators import durable_available
 from kbopt.engine.evaluators.durable import RULESET_SIZE, DurableEvaluator, FactKeys, compile_pack, dumps
-from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.evaluators.reference import ReferenceEvaluator
+from kbopt.engine.lang.nodes import facts_of
 from kbopt.errors import FactsError
 from kbopt.kb.facts import facts_from_document
 from kbopt.kb.vocabulary import load_vocabulary
@@ -84,7 +84,8 @@ def test_sessions_are_cleaned_up_past_the_1024_limit():
 
 def _rule(rule_id: str, when: str, derive: str) -> str:
     return (f"id: {rule_id}\ntitle: a rule for the session test\nlayer: diagnosis\nwhen: {when}\nthen:\n  - derive: {{{derive}}}\n"
-            "because: a rule for the session test\nsource: test\nexamples:\n  - {name: a, facts: {}, fires: true}\n  - {name: b, facts: {}, fires: false}\n")
+            "because: a rule for the session test\nsource: test\nexamples:\n"
+            "  - {name: a, facts: {}, fires: true}\n  - {name: b, facts: {}, fires: false}\n")
 
 
 def test_sessions_are_clean_after_an_evaluation_that_failed():

@@ -81,22 +81,30 @@ class Rerun:
     derivation. The result is the Derivation a whole evaluation of the changed facts gives (a
     test checks it against one): the what-ifs of an advice re-evaluate the model this way, for
     a fraction of a whole evaluation each.
+
+    With `wanted` (derived facts, e.g. the performance model's estimates), it also leaves out
+    the rules that nothing wanted rests on: only the producers of wanted facts run, and the
+    producers of the derived facts those read, transitively. The Derivation is then exact for
+    those rules (what they fire and derive; a test checks it) and silent on the others: a rule
+    that only recommends, or an error in a rule no estimate rests on, is not the model's.
     """
 
-    def __init__(self, pack: Pack):
+    def __init__(self, pack: Pack, wanted: frozenset[str] | None = None):
         self.pack = pack
-        self.schedule: Schedule = make_evaluator_schedule(pack)
         consumers: dict[str, list[str]] = {}
         for rule in pack.rules:
             for path in reads(rule):
                 consumers.setdefault(path, []).append(rule.id)
         self.consumers = consumers
+        self.relevant = upstream(pack, wanted) if wanted is not None else frozenset(pack.order)
+        self.schedule: Schedule = tuple(component for component in (
+            tuple(item for item in c if item[0].id in self.relevant) for c in make_evaluator_schedule(pack)) if component)
         self._downstream: dict[frozenset[str], tuple[frozenset[str], Schedule]] = {}
         self._derived: dict[frozenset[str], frozenset[str]] = {}
 
     def downstream(self, changed: frozenset[str]) -> tuple[frozenset[str], Schedule]:
-        """The rules downstream of `changed`, and the schedule of just those (kept per fact set:
-        the what-ifs of one strategy always change the same facts)."""
+        """The rules downstream of `changed` (among the relevant ones), and the schedule of just
+        those (kept per fact set: the what-ifs of one strategy always change the same facts)."""
         known = self._downstream.get(changed)
         if known is not None:
             return known
@@ -113,7 +121,7 @@ class Rerun:
                             stack.append(path)
         schedule = tuple(component for component in (tuple(item for item in c if item[0].id in found)
                                                      for c in self.schedule) if component)
-        result = self._downstream[changed] = (frozenset(found), schedule)
+        result = self._downstream[changed] = (frozenset(found) & self.relevant, schedule)
         return result
 
     def derived_downstream(self, changed: frozenset[str]) -> frozenset[str]:
@@ -130,7 +138,7 @@ class Rerun:
         rerun, schedule = self.downstream(frozenset(changed))
         derived = DerivedFacts(values, self.pack)
         rules = self.pack.by_id()
-        kept = [rule_id for rule_id in earlier.fired if rule_id not in rerun]     # in pack order
+        kept = [rule_id for rule_id in earlier.fired if rule_id not in rerun and rule_id in self.relevant]   # in pack order
         fired = set(kept)
         for rule_id in kept:
             for path in rules[rule_id].derives:
@@ -140,14 +148,30 @@ class Rerun:
         return finish(self.pack, fired, derived)
 
 
+def upstream(pack: Pack, wanted: frozenset[str]) -> frozenset[str]:
+    """The rules that derive a wanted fact, or a derived fact such a rule reads, transitively."""
+    rules = pack.by_id()
+    found: set[str] = set()
+    seen, stack = set(wanted), list(wanted)
+    while stack:
+        for rule_id in pack.producers.get(stack.pop(), ()):
+            if rule_id not in found:
+                found.add(rule_id)
+                for path in reads(rules[rule_id]):
+                    if path in pack.producers and path not in seen:
+                        seen.add(path)
+                        stack.append(path)
+    return frozenset(found)
+
+
 def make_evaluator_schedule(pack: Pack) -> Schedule:
     return tuple(tuple((rule, pack.chaining_check(rule.id)) for rule in component) for component in schedule(pack))
 
 
 def rerun_of(pack: Pack) -> Rerun:
-    """The pack's Rerun, built once and kept with the pack."""
+    """The pack's Rerun for the performance model's estimates, built once and kept with the pack."""
     rerun = pack.artefacts.get("rerun")
     if rerun is None:
-        rerun = pack.artefacts["rerun"] = Rerun(pack)
+        rerun = pack.artefacts["rerun"] = Rerun(pack, frozenset(pack.kb.vocabulary.estimate_paths))
     assert isinstance(rerun, Rerun)
     return rerun
