@@ -97,7 +97,13 @@ class FinalFacts:
     def decision(self, rule_id: str) -> bool | None:
         """The rule's condition on the final facts: True, False, or None (not evaluated)."""
         if rule_id not in self._decision:
-            self._decision[rule_id] = self.pack.check(rule_id)(self.lookup)
+            # The final facts read as chaining read them (a derived fact not produced is absent)
+            # except where a derived fact is unknown: where the rule reads none, the chaining
+            # check on the dict of known facts gives the same value without a lookup per fact.
+            if any(self.status.get(path) == UNKNOWN for path in self.pack.derived_read_by[rule_id]):
+                self._decision[rule_id] = self.pack.check(rule_id)(self.lookup)
+            else:
+                self._decision[rule_id] = self.pack.chaining_check(rule_id)(self.known)
         return self._decision[rule_id]
 
     def _undecided(self, rule_id: str) -> bool:
@@ -123,11 +129,12 @@ class FinalFacts:
 
     def witness(self, rule: Rule) -> tuple[dict[str, Any], tuple[Check, ...]]:
         """The fact values that made `rule` fire, and the comparisons that held."""
-        leaves = witnesses(rule.when, self.lookup)
+        fixed = self.pack.memo(f"witness:{rule.id}", lambda: _fixed_witnesses(rule.when))
+        leaves = fixed if fixed is not None else [(leaf, tuple(facts_of(leaf))) for leaf in witnesses(rule.when, self.lookup)]
         facts: dict[str, Any] = {}
         checks = []
-        for leaf in leaves:
-            for path in facts_of(leaf):
+        for leaf, paths in leaves:
+            for path in paths:
                 status, value = self.lookup(path)
                 if status == KNOWN:
                     facts[path] = value
@@ -157,3 +164,18 @@ class FinalFacts:
                 raise TypeError(f"not a witness leaf: {leaf!r}")
             case _ as unreachable:
                 assert_never(unreachable)
+
+
+def _fixed_witnesses(node: Condition) -> list[tuple[Condition, tuple[str, ...]]] | None:
+    """The witnesses of a condition without an `or` (where no choice depends on the facts: all its
+    leaves, as logic.witnesses gives them), each with its facts; None when an `or` decides."""
+    match node:
+        case And(items=items):
+            parts = [_fixed_witnesses(item) for item in items]
+            return None if any(part is None for part in parts) else [leaf for part in parts if part for leaf in part]
+        case Or():
+            return None
+        case Not() | Cmp() | OneOf() | Contains() | Known() | Needs():
+            return [(node, tuple(facts_of(node)))]
+        case _ as unreachable:
+            assert_never(unreachable)

@@ -212,7 +212,7 @@ class WhatIf:
         """The rule of the after-value, then those of the derived facts it rests on that moved."""
         rules = {after.rule_of(path): None}
         derived = after.derivation.derived
-        for fact in sorted(after.depends(path)):
+        for fact in after.depends(path):     # in any order: all but the first are sorted below
             if fact in derived and self.baseline.lookup(fact) != (KNOWN, derived[fact][0]):
                 rules[after.rule_of(fact)] = None
         order = self.pack.order
