@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from typing import Any, Literal
 
@@ -93,7 +93,15 @@ class EngineCatalog:
     entries: tuple[Entry, ...]
 
     def for_strategy(self, engine: str, strategy: str) -> tuple[Entry, ...]:
-        return tuple(e for e in self.entries if e.engine == engine and e.strategy == strategy)
+        return self._by_strategy.get((engine, strategy), ())
+
+    @cached_property
+    def _by_strategy(self) -> dict[tuple[str, str], tuple[Entry, ...]]:
+        """The entries by (engine, strategy), in file order: every advice asks for each strategy."""
+        grouped: dict[tuple[str, str], list[Entry]] = {}
+        for entry in self.entries:
+            grouped.setdefault((entry.engine, entry.strategy), []).append(entry)
+        return {key: tuple(entries) for key, entries in grouped.items()}
 
 
 def _version(raw: object) -> Version | None:

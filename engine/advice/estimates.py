@@ -33,7 +33,8 @@ DERIVED = "derived."
 
 
 def weakest(levels: list[Confidence]) -> Confidence:
-    return min(levels, key=LEVELS.index, default="high")
+    """The lowest of the levels (LEVELS order), "high" for none."""
+    return "low" if "low" in levels else "medium" if "medium" in levels else "high"
 
 
 def input_confidence(path: str, quality: str | None) -> Confidence:
