@@ -1,12 +1,14 @@
 """After chaining: which facts are known, absent or unknown, and why each rule did or did not fire."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
-from kbopt.engine.lang.compiled import compile_undecided
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, witnesses
+from kbopt.engine.lang.compiled import ChainingCheck, compile_undecided
+from kbopt.engine.lang.compiled import Check as CompiledCheck
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, witnesses
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
 from kbopt.engine.pack.graph import strongly_connected
@@ -24,6 +26,20 @@ class Check:
     against: str | None = None
 
 
+@dataclass(frozen=True)
+class _Compiled:
+    """What explaining a rule uses, compiled once per pack."""
+    check: CompiledCheck                   # its fire condition, on any lookup
+    chaining_check: ChainingCheck          # the same, on the dict of known facts (chaining's reading)
+    undecided: Callable[[Lookup], list[str]]   # the facts that leave it undecided
+    derived_reads: tuple[str, ...]         # the derived facts its fire condition reads
+
+    @classmethod
+    def of(cls, pack: Pack, rule: Rule) -> _Compiled:
+        return cls(pack.check(rule.id), pack.chaining_check(rule.id), compile_undecided(rule.fire_condition),
+                   pack.derived_read_by[rule.id])
+
+
 class FinalFacts:
     """Facts at the fix-point, with three-valued status for derived ones.
 
@@ -37,6 +53,7 @@ class FinalFacts:
         self.known = {**inputs, **self.derived}        # one dict read per lookup (the two never share a path)
         self.fired = set(derivation.fired)
         self.rules = pack.by_id()
+        self.compiled = pack.memo("explain", lambda: {rule.id: _Compiled.of(pack, rule) for rule in pack.rules})
         self.status: dict[str, str] = {}
         self._steps: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
         self._decision: dict[str, bool | None] = {}
@@ -83,9 +100,7 @@ class FinalFacts:
         if step is None:
             missing: set[str] = set()
             waits_on: dict[str, None] = {}
-            undecided = self.pack.memo(f"undecided:{rule_id}",
-                                       lambda: compile_undecided(self.rules[rule_id].fire_condition))
-            for path in dict.fromkeys(undecided(self.lookup)):
+            for path in dict.fromkeys(self.compiled[rule_id].undecided(self.lookup)):
                 status, _ = self.lookup(path)
                 if status == MISSING:
                     missing.add(path)
@@ -100,10 +115,11 @@ class FinalFacts:
             # The final facts read as chaining read them (a derived fact not produced is absent)
             # except where a derived fact is unknown: where the rule reads none, the chaining
             # check on the dict of known facts gives the same value without a lookup per fact.
-            if any(self.status.get(path) == UNKNOWN for path in self.pack.derived_read_by[rule_id]):
-                self._decision[rule_id] = self.pack.check(rule_id)(self.lookup)
+            compiled = self.compiled[rule_id]
+            if any(self.status.get(path) == UNKNOWN for path in compiled.derived_reads):
+                self._decision[rule_id] = compiled.check(self.lookup)
             else:
-                self._decision[rule_id] = self.pack.chaining_check(rule_id)(self.known)
+                self._decision[rule_id] = compiled.chaining_check(self.known)
         return self._decision[rule_id]
 
     def _undecided(self, rule_id: str) -> bool:

@@ -110,11 +110,12 @@ def value_problem(vocabulary: Vocabulary, path: str, value: Any) -> str | None:
 
 
 def finish(pack: Pack, fired: set[str], derived: DerivedFacts) -> Derivation:
-    order = [r.id for r in pack.rules if r.id in fired]
+    order = sorted(fired, key=pack.order.__getitem__)
     first: dict[str, tuple[Any, str]] = {}
     rules = pack.by_id()
+    values = derived.values
     for rule_id in order:
         for path in rules[rule_id].derives:
-            if path in derived.values and path not in first:
-                first[path] = (derived.values[path][0], rule_id)
+            if path not in first and path in values:
+                first[path] = (values[path][0], rule_id)
     return Derivation(fired=tuple(order), derived=dict(sorted(first.items())))
