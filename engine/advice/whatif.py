@@ -175,13 +175,12 @@ class WhatIf:
         # What the strategy changes, not the measurements it keeps consistent: an estimate reached
         # only through those says nothing of what the strategy brings.
         changed = {path for path, _ in changes if path not in BOOKKEEPING}
-        reached: dict[str, None] = {}
-        for name, estimate in after.estimates().items():
-            if estimate.path not in after.recomputed:
-                continue        # it reads nothing that changed, not even through derived facts
-            if not changed.isdisjoint(after.depends(estimate.path)):
-                reached[name] = None
-        return Outcome(changes, self._gains(after), tuple(reached))
+        # Only the estimates re-derived can have moved or reach a change (the others read nothing
+        # that changed, not even through derived facts): no other is traced again.
+        estimates = [path for path in self.pack.kb.vocabulary.estimate_paths if path in derivation.derived]
+        reached = tuple(path.removeprefix(DERIVED) for path in estimates
+                        if path in after.recomputed and not changed.isdisjoint(after.depends(path)))
+        return Outcome(changes, self._gains(after, estimates), reached)
 
     def _level_of(self, effects: tuple[tuple[str, Any], ...], path: str) -> Confidence:
         """A literal setting is what it is; a computed one is as good as the facts it read."""
@@ -198,14 +197,17 @@ class WhatIf:
                 levels.append(input_confidence(fact, quality if isinstance(quality, str) else None))
         return weakest(levels)
 
-    def _gains(self, after: Model) -> tuple[Gain, ...]:
+    def _gains(self, after: Model, estimates: list[str]) -> tuple[Gain, ...]:
+        """How each estimate known before and after moved (those that did), in vocabulary order."""
         out = []
-        for name, now in after.estimates().items():
+        for path in estimates:
+            name = path.removeprefix(DERIVED)
             was: Estimate | None = self.before.get(name)
-            if was is None or was.value == now.value:
+            now = after.derivation.derived[path][0]
+            if was is None or was.value == now:
                 continue
-            out.append(Gain(name, was.value, now.value, now.unit, self._rules(after, now.path),
-                            weakest([was.confidence, now.confidence])))
+            out.append(Gain(name, was.value, now, was.unit, self._rules(after, path),
+                            weakest([was.confidence, after.confidence(path)[0]])))
         return tuple(out)
 
     def _rules(self, after: Model, path: str) -> tuple[str, ...]:
