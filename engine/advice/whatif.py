@@ -8,8 +8,9 @@ next roof (max of compute and bandwidth) instead of multiplying.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from kbopt.engine.advice.estimates import DERIVED, Confidence, Estimate, Model, input_confidence, trace, weakest
@@ -80,15 +81,22 @@ class Outcome:
     """One what-if: the changes made, and how the estimates moved."""
     changes: tuple[tuple[str, Any], ...]   # fact -> new value (None: forgotten)
     gains: tuple[Gain, ...]                # every estimate known before and after whose value moved
-    reached: tuple[str, ...]               # the estimates that rest on a changed fact
+    # the estimates that rest on a changed fact, found when first asked (tracing them costs, and
+    # only a what-if whose gains are all small asks)
+    reach: Callable[[], tuple[str, ...]] = field(default=tuple, compare=False, repr=False)
     unevaluated: str | None = None         # why the model could not evaluate the effects
+
+    @cached_property
+    def reached(self) -> tuple[str, ...]:
+        return self.reach()
 
     def negligible(self, threshold: float) -> bool:
         """Negligible only when the model measured what a deployment gains (a performance metric
         known before and after) and nothing moved enough: a change the model cannot size, because
         the facts lack the model's shape, is not thereby a change that brings nothing."""
-        sized = [name for name in self.reached if name in PERFORMANCE_METRICS]
-        return bool(sized) and self.unevaluated is None and all(abs(g.change) < threshold for g in self.gains)
+        if self.unevaluated is not None or not all(abs(g.change) < threshold for g in self.gains):
+            return False
+        return any(name in PERFORMANCE_METRICS for name in self.reached)
 
 
 @dataclass(frozen=True)
@@ -169,7 +177,7 @@ class WhatIf:
         try:
             derivation = self.rerun.run(inputs, self.baseline.derivation, touched)
         except EvaluationError as error:
-            return Outcome(changes, (), (), f"the model cannot evaluate it: {error}")
+            return Outcome(changes, (), unevaluated=f"the model cannot evaluate it: {error}")
         after = Model(self.pack, inputs, derivation, levels, earlier=self.baseline,
                       recomputed=self.rerun.derived_downstream(frozenset(touched)))
         # What the strategy changes, not the measurements it keeps consistent: an estimate reached
@@ -178,9 +186,10 @@ class WhatIf:
         # Only the estimates re-derived can have moved or reach a change (the others read nothing
         # that changed, not even through derived facts): no other is traced again.
         estimates = [path for path in self.pack.kb.vocabulary.estimate_paths if path in derivation.derived]
-        reached = tuple(path.removeprefix(DERIVED) for path in estimates
-                        if path in after.recomputed and not changed.isdisjoint(after.depends(path)))
-        return Outcome(changes, self._gains(after, estimates), reached)
+        def reach() -> tuple[str, ...]:
+            return tuple(path.removeprefix(DERIVED) for path in estimates
+                         if path in after.recomputed and not changed.isdisjoint(after.depends(path)))
+        return Outcome(changes, self._gains(after, estimates), reach)
 
     def _level_of(self, effects: tuple[tuple[str, Any], ...], path: str) -> Confidence:
         """A literal setting is what it is; a computed one is as good as the facts it read."""
