@@ -15,7 +15,7 @@ from typing import Any
 
 from kbopt.engine.advice.estimates import DERIVED, Confidence, Estimate, Model, input_confidence, trace, weakest
 from kbopt.engine.evaluators.reference import rerun_of
-from kbopt.engine.lang.logic import KNOWN, Missing, value_of
+from kbopt.engine.lang.logic import Missing, value_of
 from kbopt.engine.lang.nodes import Value
 from kbopt.engine.lang.parse import parse_value
 from kbopt.engine.lang.text import fmt
@@ -222,10 +222,12 @@ class WhatIf:
     def _rules(self, after: Model, path: str) -> tuple[str, ...]:
         """The rule of the after-value, then those of the derived facts it rests on that moved."""
         rules = {after.rule_of(path): None}
-        derived = after.derivation.derived
-        for fact in after.depends(path):     # in any order: all but the first are sorted below
-            if fact in derived and self.baseline.lookup(fact) != (KNOWN, derived[fact][0]):
-                rules[after.rule_of(fact)] = None
+        derived, before = after.derivation.derived, self.baseline.derivation.derived
+        # Only a re-derived fact can have moved; in any order: all rules but the first are sorted below.
+        for fact in after.depends(path) & after.recomputed:
+            now = derived.get(fact)
+            if now is not None and (fact not in before or before[fact][0] != now[0]):
+                rules[now[1]] = None
         order = self.pack.order
         first, *rest = rules
         return (first, *sorted(rest, key=lambda r: order.get(r, 0)))
