@@ -230,7 +230,7 @@ class Model:
         self.traces: dict[str, Trace] = {}
         self._confidence: dict[str, tuple[Confidence, tuple[str, ...]]] = {}
         self._estimates: dict[str, Estimate] | None = None
-        self._depends: dict[str, frozenset[str]] = {}
+        self._depends_anew: dict[str, frozenset[str]] = {}
         self.earlier, self.recomputed = earlier, recomputed
         self.lookup: Lookup = self._lookup
 
@@ -318,26 +318,23 @@ class Model:
         self._estimates = out
         return out
 
-    def depends(self, path: str) -> frozenset[str]:
-        """Every fact a derived fact rests on, transitively (what `reads` visits), kept per fact:
-        a fact already done is taken whole instead of walked again."""
-        done = self._depends.get(path)
+    def depends_anew(self, path: str) -> frozenset[str]:
+        """What a re-derived fact rests on through re-derived facts only: every fact read by the
+        trace of `path` or of a re-derived fact it reads, transitively. It holds every changed
+        input and every re-derived fact that `path` rests on: a fact taken over from the earlier
+        model read nothing that changed, so the walk stops there."""
+        done = self._depends_anew.get(path)
         if done is not None:
             return done
         seen: set[str] = set()
         stack = [path]
         while stack:
             for fact in self._read_by(stack.pop()):
-                if fact in seen:
-                    continue
-                seen.add(fact)
-                if fact.startswith(DERIVED) and fact in self.derivation.derived:
-                    below = self._depends.get(fact)
-                    if below is None:
+                if fact not in seen:
+                    seen.add(fact)
+                    if fact in self.recomputed and fact in self.derivation.derived:
                         stack.append(fact)
-                    else:
-                        seen |= below
-        result = self._depends[path] = frozenset(seen)
+        result = self._depends_anew[path] = frozenset(seen)
         return result
 
     def _read_by(self, path: str) -> list[str]:

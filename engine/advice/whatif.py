@@ -188,7 +188,7 @@ class WhatIf:
         estimates = [path for path in self.pack.kb.vocabulary.estimate_paths if path in derivation.derived]
         def reach() -> tuple[str, ...]:
             return tuple(path.removeprefix(DERIVED) for path in estimates
-                         if path in after.recomputed and not changed.isdisjoint(after.depends(path)))
+                         if path in after.recomputed and not changed.isdisjoint(after.depends_anew(path)))
         return Outcome(changes, self._gains(after, estimates), reach)
 
     def _level_of(self, effects: tuple[tuple[str, Any], ...], path: str) -> Confidence:
@@ -224,7 +224,7 @@ class WhatIf:
         rules = {after.rule_of(path): None}
         derived, before = after.derivation.derived, self.baseline.derivation.derived
         # Only a re-derived fact can have moved; in any order: all rules but the first are sorted below.
-        for fact in after.depends(path) & after.recomputed:
+        for fact in after.depends_anew(path) & after.recomputed:
             now = derived.get(fact)
             if now is not None and (fact not in before or before[fact][0] != now[0]):
                 rules[now[1]] = None
