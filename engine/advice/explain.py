@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Any, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
-from kbopt.engine.lang.compiled import ChainingCheck, compile_undecided
+from kbopt.engine.lang.compiled import ChainingCheck, compile_condition, compile_undecided
 from kbopt.engine.lang.compiled import Check as CompiledCheck
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, witnesses
-from kbopt.engine.lang.nodes import And, Cmp, Condition, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup
+from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
 from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.rule import Pack, Rule
@@ -33,11 +33,12 @@ class _Compiled:
     chaining_check: ChainingCheck          # the same, on the dict of known facts (chaining's reading)
     undecided: Callable[[Lookup], list[str]]   # the facts that leave it undecided
     derived_reads: tuple[str, ...]         # the derived facts its fire condition reads
+    witnesses: Witnesses                   # its condition's witnesses
 
     @classmethod
     def of(cls, pack: Pack, rule: Rule) -> _Compiled:
         return cls(pack.check(rule.id), pack.chaining_check(rule.id), compile_undecided(rule.fire_condition),
-                   pack.derived_read_by[rule.id])
+                   pack.derived_read_by[rule.id], _compiled_witnesses(rule.when))
 
 
 class FinalFacts:
@@ -145,53 +146,86 @@ class FinalFacts:
 
     def witness(self, rule: Rule) -> tuple[dict[str, Any], tuple[Check, ...]]:
         """The fact values that made `rule` fire, and the comparisons that held."""
-        fixed = self.pack.memo(f"witness:{rule.id}", lambda: _fixed_witnesses(rule.when))
-        leaves = fixed if fixed is not None else [(leaf, tuple(facts_of(leaf))) for leaf in witnesses(rule.when, self.lookup)]
         facts: dict[str, Any] = {}
-        checks = []
-        for leaf, paths in leaves:
-            for path in paths:
-                status, value = self.lookup(path)
-                if status == KNOWN:
-                    facts[path] = value
-            checks.append(self._check(leaf))
-        return facts, tuple(checks)
-
-    def _check(self, leaf: Condition) -> Check:
-        match leaf:
-            case Cmp(op=op, left=left, right=right):
-                value = self.lookup(left.path)[1]
-                if isinstance(right, Fact):
-                    return Check(left.path, value, op, self.lookup(right.path)[1], against=right.path)
-                return Check(left.path, value, op, right.value, parameter=right.parameter)
-            case Not(item=And() | Or() as item):
-                path = next(facts_of(leaf))
-                return Check(path, self.lookup(path)[1], "not", render(item))
-            case Not(item=item):
-                inner = self._check(item)
-                return Check(inner.fact, inner.value, "not " + inner.op, inner.threshold, inner.parameter, inner.against)
-            case OneOf(fact=fact, values=values, negated=negated):
-                return Check(fact.path, self.lookup(fact.path)[1], "not in" if negated else "in", list(values))
-            case Contains(fact=fact, item=item, negated=negated):
-                return Check(fact.path, self.lookup(fact.path)[1], "lacks" if negated else "has", item)
-            case Known(fact=fact, negated=negated):
-                return Check(fact.path, self.lookup(fact.path)[1], "missing" if negated else "known")
-            case And() | Or() | Needs():
-                raise TypeError(f"not a witness leaf: {leaf!r}")
-            case _ as unreachable:
-                assert_never(unreachable)
+        return facts, tuple(make(self.lookup, facts) for make in witnesses_on(self.compiled[rule.id].witnesses, self.lookup))
 
 
-def _fixed_witnesses(node: Condition) -> list[tuple[Condition, tuple[str, ...]]] | None:
-    """The witnesses of a condition without an `or` (where no choice depends on the facts: all its
-    leaves, as logic.witnesses gives them), each with its facts; None when an `or` decides."""
+WitnessMaker = Callable[[Lookup, dict[str, Any]], Check]    # adds the leaf's known facts, returns its Check
+# Witnesses: fixed where no `or` chooses them, else chosen on the facts.
+Witnesses = tuple[WitnessMaker, ...] | Callable[[Lookup], tuple[WitnessMaker, ...]]
+
+
+def witnesses_on(witnesses: Witnesses, lookup: Lookup) -> tuple[WitnessMaker, ...]:
+    return witnesses if isinstance(witnesses, tuple) else witnesses(lookup)
+
+
+def _compiled_witnesses(node: Condition) -> Witnesses:
+    """logic.witnesses compiled: the leaves that made a true condition true (the first true
+    branch of each `or`), each as what `witness` does with it."""
     match node:
         case And(items=items):
-            parts = [_fixed_witnesses(item) for item in items]
-            return None if any(part is None for part in parts) else [leaf for part in parts if part for leaf in part]
-        case Or():
-            return None
+            parts = tuple(_compiled_witnesses(item) for item in items)
+            if all(isinstance(part, tuple) for part in parts):
+                return tuple(make for part in parts if isinstance(part, tuple) for make in part)
+            return lambda lookup: tuple(make for part in parts for make in witnesses_on(part, lookup))
+        case Or(items=items):
+            branches = tuple((compile_condition(item), _compiled_witnesses(item)) for item in items)
+
+            def first_true(lookup: Lookup) -> tuple[WitnessMaker, ...]:
+                for holds, leaves in branches:
+                    if holds(lookup) is True:
+                        return witnesses_on(leaves, lookup)
+                return ()
+            return first_true
         case Not() | Cmp() | OneOf() | Contains() | Known() | Needs():
-            return [(node, tuple(facts_of(node)))]
+            return (_witness_maker(node),)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _witness_maker(leaf: Condition) -> WitnessMaker:
+    """`witness` for one leaf: a comparison with a literal directly, any other through _check."""
+    if isinstance(leaf, Cmp) and isinstance(leaf.right, Const):
+        path, op, threshold, parameter = leaf.left.path, leaf.op, leaf.right.value, leaf.right.parameter
+
+        def comparison(lookup: Lookup, facts: dict[str, Any]) -> Check:
+            status, value = lookup(path)
+            if status == KNOWN:
+                facts[path] = value
+            return Check(path, value, op, threshold, parameter)
+        return comparison
+    paths = tuple(facts_of(leaf))
+
+    def other(lookup: Lookup, facts: dict[str, Any]) -> Check:
+        for path in paths:
+            status, value = lookup(path)
+            if status == KNOWN:
+                facts[path] = value
+        return _check(leaf, lookup)
+    return other
+
+
+def _check(leaf: Condition, lookup: Lookup) -> Check:
+    """The comparison a witness leaf made, with the values it compared."""
+    match leaf:
+        case Cmp(op=op, left=left, right=right):
+            value = lookup(left.path)[1]
+            if isinstance(right, Fact):
+                return Check(left.path, value, op, lookup(right.path)[1], against=right.path)
+            return Check(left.path, value, op, right.value, parameter=right.parameter)
+        case Not(item=And() | Or() as item):
+            path = next(facts_of(leaf))
+            return Check(path, lookup(path)[1], "not", render(item))
+        case Not(item=item):
+            inner = _check(item, lookup)
+            return Check(inner.fact, inner.value, "not " + inner.op, inner.threshold, inner.parameter, inner.against)
+        case OneOf(fact=fact, values=values, negated=negated):
+            return Check(fact.path, lookup(fact.path)[1], "not in" if negated else "in", list(values))
+        case Contains(fact=fact, item=item, negated=negated):
+            return Check(fact.path, lookup(fact.path)[1], "lacks" if negated else "has", item)
+        case Known(fact=fact, negated=negated):
+            return Check(fact.path, lookup(fact.path)[1], "missing" if negated else "known")
+        case And() | Or() | Needs():
+            raise TypeError(f"not a witness leaf: {leaf!r}")
         case _ as unreachable:
             assert_never(unreachable)
