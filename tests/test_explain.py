@@ -215,3 +215,37 @@ def test_a_rendered_template_reads_as_render_with_values(pack):
         for _ in range(5):
             values = {p: rng.choice([0.5, 3, True, "fp8", ["a", "b"], 1e7]) for p in paths if rng.random() < 0.7}
             assert filled(values) == render(rule.when, values)
+
+
+def test_compiled_witnesses_agree_with_the_tree_walk(pack):
+    """A firing's facts and checks, from witnesses compiled per rule, are those of the tree walk
+    (logic.witnesses: the first true branch of each or) on every built-in rule."""
+    from kbopt.engine.advice.explain import _check, _compiled_witnesses, witnesses_on
+    from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, evaluate, witnesses
+    from kbopt.engine.lang.nodes import facts_of
+
+    rng = random.Random(9)
+    compared = 0
+    for rule in pack.rules:
+        compiled = _compiled_witnesses(rule.when)
+        paths = sorted(set(facts_of(rule.when)))
+        for _ in range(60):
+            table = {p: (KNOWN, rng.choice([0, 0.5, 0.95, 1, 64, 4096, True, False, "fp8", "vllm", ["fp8"]]))
+                     if rng.random() < 0.8 else (rng.choice([MISSING, ABSENT]), None) for p in paths}
+
+            def lookup(path, table=table):
+                return table[path]
+            try:
+                if evaluate(rule.when, lookup) is not True:
+                    continue
+            except TypeError:
+                continue
+            facts, checks = {}, []
+            for leaf in witnesses(rule.when, lookup):
+                facts.update((p, table[p][1]) for p in facts_of(leaf) if table[p][0] == KNOWN)
+                checks.append(_check(leaf, lookup))
+            ours: dict = {}
+            assert [make(lookup, ours) for make in witnesses_on(compiled, lookup)] == checks, rule.id
+            assert list(ours.items()) == list(facts.items()), rule.id
+            compared += 1
+    assert compared > 100
