@@ -32,13 +32,13 @@ class _Compiled:
     check: CompiledCheck                   # its fire condition, on any lookup
     chaining_check: ChainingCheck          # the same, on the dict of known facts (chaining's reading)
     undecided: Callable[[Lookup], list[str]]   # the facts that leave it undecided
-    derived_reads: tuple[str, ...]         # the derived facts its fire condition reads
+    derived_reads: frozenset[str]          # the derived facts its fire condition reads
     witnesses: Witnesses                   # its condition's witnesses
 
     @classmethod
     def of(cls, pack: Pack, rule: Rule) -> _Compiled:
         return cls(pack.check(rule.id), pack.chaining_check(rule.id), compile_undecided(rule.fire_condition),
-                   pack.derived_read_by[rule.id], _compiled_witnesses(rule.when))
+                   frozenset(pack.derived_read_by[rule.id]), _compiled_witnesses(rule.when))
 
 
 class FinalFacts:
@@ -59,17 +59,19 @@ class FinalFacts:
         self._steps: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
         self._decision: dict[str, bool | None] = {}
         self._reachable: dict[str, frozenset[str]] = {}
-        undecided = {p for p in pack.producers if p not in self.derived}
+        undecided = sorted(p for p in pack.producers if p not in self.derived)
         for path in undecided:
             self.status[path] = UNKNOWN
+        compiled = self.compiled
         changed = True
         while changed:
             changed = False
-            for path in sorted(undecided):
+            for path in undecided:
                 if self.status[path] == UNKNOWN and all(
-                        pack.check(r)(self.lookup) is False for r in pack.producers[path] if r not in self.fired):
+                        compiled[r].check(self.lookup) is False for r in pack.producers[path] if r not in self.fired):
                     self.status[path] = ABSENT
                     changed = True
+        self.unknown = frozenset(path for path in undecided if self.status[path] == UNKNOWN)
 
     def lookup(self, path: str) -> tuple[str, Any]:     # a Lookup: (status, value)
         known = self.known
@@ -117,7 +119,7 @@ class FinalFacts:
             # except where a derived fact is unknown: where the rule reads none, the chaining
             # check on the dict of known facts gives the same value without a lookup per fact.
             compiled = self.compiled[rule_id]
-            if any(self.status.get(path) == UNKNOWN for path in compiled.derived_reads):
+            if not self.unknown.isdisjoint(compiled.derived_reads):
                 self._decision[rule_id] = compiled.check(self.lookup)
             else:
                 self._decision[rule_id] = compiled.chaining_check(self.known)
