@@ -102,17 +102,24 @@ def test_two_rules_requiring_the_same_thing_of_one_strategy(pack):
 def test_compiled_conditions_agree_with_the_tree_walk(pack):
     """The reference evaluator's closures give evaluate()'s Kleene value for every built-in
     condition, and the explanation's undecided_by()'s facts."""
-    from kbopt.engine.lang.compiled import _closure, compile_chaining_check, compile_condition, compile_undecided
+    from kbopt.engine.lang.compiled import (
+        _closure,
+        compile_chaining_check,
+        compile_condition,
+        compile_final_check,
+        compile_final_undecided,
+    )
     from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, evaluate, undecided_by
     from kbopt.engine.lang.nodes import facts_of
 
     rng = random.Random(3)
     conditions = [rule.fire_condition for rule in pack.rules] + [rule.when for rule in pack.rules]
-    checked = chained = 0
+    checked = chained = finals = 0
     for condition in conditions:
         paths = sorted(set(facts_of(condition)))
-        check, undecided, closure = compile_condition(condition), compile_undecided(condition), _closure(condition)
+        check, closure = compile_condition(condition), _closure(condition)
         chaining = compile_chaining_check(condition)
+        final, final_undecided = compile_final_check(condition), compile_final_undecided(condition)
         for _ in range(40):
             table = {}
             for path in paths:
@@ -129,6 +136,14 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
                 continue            # a value of the wrong type for its fact: the tree walk fails too
             assert check(lookup) == expected, (condition, table)
             assert closure(lookup) == expected, (condition, table)
+            if all(status != MISSING for path, (status, _) in table.items() if path.startswith("derived.")) and \
+                    all(status in (KNOWN, MISSING) for path, (status, _) in table.items() if not path.startswith("derived.")):
+                # the final facts' reading: inputs known or missing, derived facts known, absent or unknown
+                known = {path: value for path, (status, value) in table.items() if status == KNOWN}
+                statuses = {path: status for path, (status, _) in table.items() if status in (ABSENT, UNKNOWN)}
+                assert final(known, statuses) == expected, (condition, table)
+                assert final_undecided(known, statuses) == undecided_by(condition, lookup), (condition, table)
+                finals += 1
             if UNKNOWN not in (status for status, _ in table.values()):    # chaining knows no unknown facts
                 known = {path: value for path, (status, value) in table.items() if status == KNOWN}
                 chaining_status = {path: status for path, (status, _) in table.items()
@@ -136,9 +151,8 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
                 if not chaining_status:     # absent exactly where derived: the chaining lookup's reading
                     assert chaining(known) == expected, (condition, table)
                     chained += 1
-            assert undecided(lookup) == undecided_by(condition, lookup), (condition, table)
             checked += 1
-    assert checked > 2000 and chained > 200
+    assert checked > 2000 and chained > 200 and finals > 200
 
 
 def test_compiled_values_agree_with_the_tree_walk(pack):

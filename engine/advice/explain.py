@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import Any, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
-from kbopt.engine.lang.compiled import ChainingCheck, compile_condition, compile_undecided
-from kbopt.engine.lang.compiled import Check as CompiledCheck
+from kbopt.engine.lang.compiled import FinalCheck, compile_condition, compile_final_check, compile_final_undecided
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
@@ -29,16 +28,14 @@ class Check:
 @dataclass(frozen=True)
 class _Compiled:
     """What explaining a rule uses, compiled once per pack."""
-    check: CompiledCheck                   # its fire condition, on any lookup
-    chaining_check: ChainingCheck          # the same, on the dict of known facts (chaining's reading)
-    undecided: Callable[[Lookup], list[str]]   # the facts that leave it undecided
-    derived_reads: frozenset[str]          # the derived facts its fire condition reads
+    check: FinalCheck                      # its fire condition on the final facts (known, statuses)
+    undecided: Callable[[dict[str, Any], dict[str, str]], list[str]]   # the facts that leave it undecided
     witnesses: Witnesses                   # its condition's witnesses
 
     @classmethod
-    def of(cls, pack: Pack, rule: Rule) -> _Compiled:
-        return cls(pack.check(rule.id), pack.chaining_check(rule.id), compile_undecided(rule.fire_condition),
-                   frozenset(pack.derived_read_by[rule.id]), _compiled_witnesses(rule.when))
+    def of(cls, rule: Rule) -> _Compiled:
+        return cls(compile_final_check(rule.fire_condition), compile_final_undecided(rule.fire_condition),
+                   _compiled_witnesses(rule.when))
 
 
 class FinalFacts:
@@ -54,7 +51,7 @@ class FinalFacts:
         self.known = {**inputs, **self.derived}        # one dict read per lookup (the two never share a path)
         self.fired = set(derivation.fired)
         self.rules = pack.by_id()
-        self.compiled = pack.memo("explain", lambda: {rule.id: _Compiled.of(pack, rule) for rule in pack.rules})
+        self.compiled = pack.memo("explain", lambda: {rule.id: _Compiled.of(rule) for rule in pack.rules})
         self.status: dict[str, str] = {}
         self._steps: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
         self._decision: dict[str, bool | None] = {}
@@ -68,10 +65,9 @@ class FinalFacts:
             changed = False
             for path in undecided:
                 if self.status[path] == UNKNOWN and all(
-                        compiled[r].check(self.lookup) is False for r in pack.producers[path] if r not in self.fired):
+                        compiled[r].check(self.known, self.status) is False for r in pack.producers[path] if r not in self.fired):
                     self.status[path] = ABSENT
                     changed = True
-        self.unknown = frozenset(path for path in undecided if self.status[path] == UNKNOWN)
 
     def lookup(self, path: str) -> tuple[str, Any]:     # a Lookup: (status, value)
         known = self.known
@@ -103,7 +99,7 @@ class FinalFacts:
         if step is None:
             missing: set[str] = set()
             waits_on: dict[str, None] = {}
-            for path in dict.fromkeys(self.compiled[rule_id].undecided(self.lookup)):
+            for path in dict.fromkeys(self.compiled[rule_id].undecided(self.known, self.status)):
                 status, _ = self.lookup(path)
                 if status == MISSING:
                     missing.add(path)
@@ -115,14 +111,7 @@ class FinalFacts:
     def decision(self, rule_id: str) -> bool | None:
         """The rule's condition on the final facts: True, False, or None (not evaluated)."""
         if rule_id not in self._decision:
-            # The final facts read as chaining read them (a derived fact not produced is absent)
-            # except where a derived fact is unknown: where the rule reads none, the chaining
-            # check on the dict of known facts gives the same value without a lookup per fact.
-            compiled = self.compiled[rule_id]
-            if not self.unknown.isdisjoint(compiled.derived_reads):
-                self._decision[rule_id] = compiled.check(self.lookup)
-            else:
-                self._decision[rule_id] = compiled.chaining_check(self.known)
+            self._decision[rule_id] = self.compiled[rule_id].check(self.known, self.status)
         return self._decision[rule_id]
 
     def _undecided(self, rule_id: str) -> bool:

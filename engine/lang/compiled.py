@@ -10,7 +10,7 @@ changes nothing since a lookup has no side effects. A compiled value expression 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, assert_never
+from typing import Any, Literal, assert_never
 
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, Missing, label_of, undecided_by
 from kbopt.engine.lang.nodes import (
@@ -55,11 +55,14 @@ class _Generated:
     inlining the leaves saves the two Python calls per leaf that the closures cost.
     """
 
-    def __init__(self, chaining: bool = False) -> None:
-        # chaining: the function reads a dict of the known facts instead of calling a lookup,
-        # and a fact not in it is absent when derived and missing when an input, as during
-        # chaining (nothing is unknown yet): the evaluators' inner loop, without a call per fact.
-        self.chaining = chaining
+    def __init__(self, reading: Literal["lookup", "chaining", "final"] = "lookup") -> None:
+        # lookup: the function calls a Lookup for each fact. chaining: it reads a dict of the
+        # known facts instead, and a fact not in it is absent when derived and missing when an
+        # input, as during chaining (nothing is unknown yet): the evaluators' inner loop, without
+        # a call per fact. final: it reads the known facts and the statuses of the derived facts
+        # no rule produced (absent or unknown), as explaining the final facts does.
+        self.reading = reading
+        self.arguments = {"lookup": "lookup", "chaining": "known", "final": "known, status"}[reading]
         self.namespace: dict[str, Any] = {"KNOWN": KNOWN, "ABSENT": ABSENT, "UNKNOWN": UNKNOWN, "NONE": _NONE}
 
     def name(self, prefix: str, value: Any) -> str:
@@ -83,7 +86,7 @@ class _Generated:
                 lines = self.into(node, "r") + ["    return r"]
             case _ as unreachable:
                 assert_never(unreachable)
-        source = f"def check({'known' if self.chaining else 'lookup'}):\n" + "\n".join(lines) + "\n"
+        source = f"def check({self.arguments}):\n" + "\n".join(lines) + "\n"
         namespace = dict(self.namespace)
         exec(compile(source, "<kbopt condition>", "exec"), namespace)   # the source: see the class docstring
         check: Check = namespace["check"]
@@ -91,7 +94,7 @@ class _Generated:
 
     def into(self, node: Condition, target: str) -> list[str]:
         """Lines that set `target` to the node's truth value (a nested and/or/not: a call)."""
-        if self.chaining:
+        if self.reading != "lookup":
             return self.chaining_into(node, target)
 
         def unknown_or_absent(test: str) -> list[str]:
@@ -117,19 +120,34 @@ class _Generated:
                 assert_never(unreachable)
 
 
+    def absent(self, path: str, key: str) -> str:
+        """An expression: is `path` (named `key`), not among the known facts, absent? An input not
+        given is missing (undecided), never absent; a derived fact not produced is absent while
+        chaining, and at the end unless it is unknown."""
+        if not path.startswith(DERIVED_PREFIX):
+            return "False"
+        return "True" if self.reading == "chaining" else f"(status.get({key}) != UNKNOWN)"
+
+    def unset(self, path: str, key: str) -> str:
+        """A leaf's value when its fact is not known: false when absent, else undecided."""
+        absent = self.absent(path, key)
+        return {"True": "False", "False": "None"}.get(absent, f"(False if {absent} else None)")
+
     def chaining_into(self, node: Condition, target: str) -> list[str]:
         def value_or(path: str, test: str) -> list[str]:
-            return [f"    v = known.get({self.name('k', path)}, NONE)",
-                    f"    {target} = ({test}) if v is not NONE else {_unset(path)}"]
+            key = self.name("k", path)
+            return [f"    v = known.get({key}, NONE)",
+                    f"    {target} = ({test}) if v is not NONE else {self.unset(path, key)}"]
         match node:
             case Cmp(op=op, left=Fact(path=path), right=right):
                 if isinstance(right, Const):
                     return value_or(path, f"{self.name('a', COMPARISONS[op].apply)}(v, {self.name('k', right.value)})")
                 other = right.path
-                return [f"    v, w = known.get({self.name('k', path)}, NONE), known.get({self.name('k', other)}, NONE)",
+                key, other_key = self.name("k", path), self.name("k", other)
+                return [f"    v, w = known.get({key}, NONE), known.get({other_key}, NONE)",
                         "    if v is NONE or w is NONE:",
-                        f"        {target} = False if (v is NONE and {_unset(path) == 'False'}) or "
-                        f"(w is NONE and {_unset(other) == 'False'}) else None",
+                        f"        {target} = False if (v is NONE and {self.absent(path, key)}) or "
+                        f"(w is NONE and {self.absent(other, other_key)}) else None",
                         "    else:",
                         f"        {target} = {self.name('a', COMPARISONS[op].apply)}(v, w)"]
             case OneOf(fact=Fact(path=path), values=values, negated=negated):
@@ -137,22 +155,21 @@ class _Generated:
             case Contains(fact=Fact(path=path), item=item, negated=negated):
                 return value_or(path, f"({self.name('k', item)} in v) != {negated}")
             case Needs(fact=Fact(path=path)):
-                return [f"    {target} = True if {self.name('k', path)} in known else {_unset(path)}"]
+                key = self.name("k", path)
+                return [f"    {target} = True if {key} in known else {self.unset(path, key)}"]
             case Known(fact=Fact(path=path), negated=negated):
-                return [f"    {target} = ({self.name('k', path)} in known) != {negated}"]
+                key = self.name("k", path)
+                known = f"(({key} in known) != {negated})"
+                if self.absent(path, key) in ("True", "False"):
+                    return [f"    {target} = {known}"]
+                return [f"    {target} = {known} if ({key} in known or {self.absent(path, key)}) else None"]
             case And() | Or() | Not():
-                return [f"    {target} = {self.name('f', self.function(node))}(known)"]
+                return [f"    {target} = {self.name('f', self.function(node))}({self.arguments})"]
             case _ as unreachable:
                 assert_never(unreachable)
 
 
 _NONE = object()       # what a generated chaining check reads for a fact not known
-
-
-def _unset(path: str) -> str:
-    """A leaf's value during chaining when its fact is not known: a derived fact not (yet)
-    produced is absent (False), an input not given is missing (undecided)."""
-    return "False" if path.startswith(DERIVED_PREFIX) else "None"
 
 
 ChainingCheck = Callable[[dict[str, Any]], bool | None]
@@ -161,7 +178,18 @@ ChainingCheck = Callable[[dict[str, Any]], bool | None]
 def compile_chaining_check(node: Condition) -> ChainingCheck:
     """The condition's value during chaining, read from the dict of known facts (inputs and the
     derived facts produced so far): `compile_condition(node)` with the chaining lookup, faster."""
-    check: ChainingCheck = _Generated(chaining=True).function(node)   # type: ignore[assignment]  # takes the dict
+    check: ChainingCheck = _Generated("chaining").function(node)   # type: ignore[assignment]  # takes the dict
+    return check
+
+
+FinalCheck = Callable[[dict[str, Any], dict[str, str]], bool | None]
+
+
+def compile_final_check(node: Condition) -> FinalCheck:
+    """The condition's value on the final facts: the known facts, and the status (absent or
+    unknown) of each derived fact no rule produced: `compile_condition(node)` with the final
+    facts' lookup, without a call per fact."""
+    check: FinalCheck = _Generated("final").function(node)   # type: ignore[assignment]  # takes the dicts
     return check
 
 
@@ -217,29 +245,30 @@ def _closure(node: Condition) -> Check:
             assert_never(unreachable)
 
 
-def compile_undecided(node: Condition) -> Callable[[Lookup], list[str]]:
-    """`logic.undecided_by` compiled: the facts that leave `node` unknown, skipping branches
+FinalUndecided = Callable[[dict[str, Any], dict[str, str]], tuple[bool | None, list[str]]]
+
+
+def compile_final_undecided(node: Condition) -> Callable[[dict[str, Any], dict[str, str]], list[str]]:
+    """`logic.undecided_by` compiled, on the final facts (known facts and derived statuses, as
+    compile_final_check reads them): the facts that leave `node` unknown, skipping branches
     already decided. Each leaf is evaluated once, and each and/or/not takes its value from its
     items' (an undecided `and` has no false item and an undecided `or` no true one, so every
     item counts, as in undecided_by)."""
-    walk = _undecided(node)
-    return lambda lookup: walk(lookup)[1]
+    walk = _final_undecided(node)
+    return lambda known, status: walk(known, status)[1]
 
 
-Undecided = Callable[[Lookup], tuple[bool | None, list[str]]]     # (value, facts that leave it unknown)
-
-
-def _undecided(node: Condition) -> Undecided:
+def _final_undecided(node: Condition) -> FinalUndecided:
     match node:
         case And() | Or():
             decisive = isinstance(node, Or)
-            parts = tuple(_undecided(item) for item in node.items)
+            parts = tuple(_final_undecided(item) for item in node.items)
 
-            def branches(lookup: Lookup) -> tuple[bool | None, list[str]]:
+            def branches(known: dict[str, Any], status: dict[str, str]) -> tuple[bool | None, list[str]]:
                 facts: list[str] = []
                 undecided = False
                 for part in parts:
-                    value, below = part(lookup)
+                    value, below = part(known, status)
                     if value is decisive:
                         return decisive, []
                     if value is None:
@@ -248,20 +277,22 @@ def _undecided(node: Condition) -> Undecided:
                 return (None, facts) if undecided else (not decisive, [])
             return branches
         case Not():
-            inner = _undecided(node.item)
+            inner = _final_undecided(node.item)
 
-            def negation(lookup: Lookup) -> tuple[bool | None, list[str]]:
-                value, below = inner(lookup)
+            def negation(known: dict[str, Any], status: dict[str, str]) -> tuple[bool | None, list[str]]:
+                value, below = inner(known, status)
                 return (None, below) if value is None else (not value, [])
             return negation
         case Cmp() | OneOf() | Contains() | Known() | Needs():
-            decide, paths = compile_condition(node), tuple(facts_of(node))
+            decide, paths = compile_final_check(node), tuple(facts_of(node))
+            derived = frozenset(p for p in paths if p.startswith(DERIVED_PREFIX))
 
-            def leaf(lookup: Lookup) -> tuple[bool | None, list[str]]:
-                value = decide(lookup)
+            def leaf(known: dict[str, Any], status: dict[str, str]) -> tuple[bool | None, list[str]]:
+                value = decide(known, status)
                 if value is not None:
                     return value, []
-                return None, [p for p in paths if lookup(p)[0] in (MISSING, UNKNOWN)]
+                # missing inputs, and unknown derived facts
+                return None, [p for p in paths if p not in known and (p not in derived or status.get(p) == UNKNOWN)]
             return leaf
         case _ as unreachable:
             assert_never(unreachable)

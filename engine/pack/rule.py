@@ -7,7 +7,6 @@ from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 from kbopt.engine.lang.compiled import (
-    DERIVED_PREFIX,
     ChainingCheck,
     Check,
     Compute,
@@ -17,7 +16,6 @@ from kbopt.engine.lang.compiled import (
     compile_condition,
     compile_value,
 )
-from kbopt.engine.lang.nodes import facts_of
 from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules are read by layer)
 from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
 
@@ -202,13 +200,6 @@ class Pack:
     def chaining_check(self, rule_id: str) -> ChainingCheck:
         """The rule's fire condition as the evaluators test it while chaining, once per pack."""
         return self.memo(f"chaining:{rule_id}", lambda: compile_chaining_check(self.by_id()[rule_id].fire_condition))
-
-    @property
-    def derived_read_by(self) -> dict[str, tuple[str, ...]]:
-        """The derived facts each rule's fire condition reads, once per pack."""
-        return self.memo("derived_read_by", lambda: {rule.id: tuple(p for p in dict.fromkeys(facts_of(rule.fire_condition))
-                                                                    if p in self.producers or p.startswith(DERIVED_PREFIX))
-                                                     for rule in self.rules})
 
     def memo(self, key: str, build: Callable[[], T]) -> T:
         """What `build` makes from the pack alone (a parsed catalog expression), made once per pack."""
