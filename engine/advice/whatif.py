@@ -133,6 +133,7 @@ class WhatIf:
         # Each what-if re-runs only the rules downstream of the facts it changes (Rerun): the
         # same derivation as a whole evaluation, whichever evaluator made the baseline's.
         self.rerun = rerun_of(pack)
+        self._outcomes: dict[tuple[tuple[str, Any], ...], Outcome] = {}
         self.before = baseline.estimates()
 
     def changes(self, effects: tuple[tuple[str, Any], ...], owner: str) -> tuple[tuple[str, Any], ...]:
@@ -163,6 +164,16 @@ class WhatIf:
         return self.pack.memo(f"effect:{raw}", parse)
 
     def run(self, effects: tuple[tuple[str, Any], ...], owner: str) -> Outcome:
+        # The same effects move the model the same way: a plan of one strategy is its what-if.
+        try:
+            known = self._outcomes.get(effects)
+        except TypeError:              # a value that cannot be a key (a list): not kept
+            return self._run(effects, owner)
+        if known is None:
+            known = self._outcomes[effects] = self._run(effects, owner)
+        return known
+
+    def _run(self, effects: tuple[tuple[str, Any], ...], owner: str) -> Outcome:
         changes = self.changes(effects, owner)
         inputs = dict(self.inputs)
         levels: dict[str, Confidence] = {}
