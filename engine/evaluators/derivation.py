@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kbopt.engine.lang.compiled import Compute, FastCompute, compile_chaining_value, compile_value
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Missing
 from kbopt.engine.lang.nodes import Value, unique_facts
 from kbopt.engine.lang.parse import MAX_EXACT
 from kbopt.engine.lang.text import fmt
-from kbopt.engine.pack.rule import Pack, Rule
+from kbopt.engine.pack.rule import Derive, Pack, Rule
 from kbopt.errors import EvaluationError
 from kbopt.kb.vocabulary import Vocabulary
 
@@ -23,6 +25,46 @@ class Derivation:
 _UNSET = object()
 
 
+@dataclass(frozen=True)
+class Conclusion:
+    """A derive conclusion compiled once per pack: its value expression as the chaining fast
+    path (or None) and the exact closure (engine/lang/compiled.py says how they relate), and a
+    quick test of the value's type (value_problem says why one fails)."""
+    derive: Derive
+    fast: FastCompute | None
+    compute: Compute
+    accepts: Callable[[Any], bool]
+
+
+def conclusions(pack: Pack) -> dict[str, tuple[Conclusion, ...]]:
+    """Each rule's derive conclusions, compiled once per pack."""
+    def build() -> dict[str, tuple[Conclusion, ...]]:
+        vocabulary = pack.kb.vocabulary
+        return {rule.id: tuple(Conclusion(c, compile_chaining_value(c.value), compile_value(c.value),
+                                          _acceptance(vocabulary, c.path))
+                               for c in rule.then if isinstance(c, Derive)) for rule in pack.rules}
+    return pack.memo("conclusions", build)
+
+
+def _acceptance(vocabulary: Vocabulary, path: str) -> Callable[[Any], bool]:
+    """What value_problem accepts without a word, tested quickly: a finite float, an exact int
+    (not a bool) for a number, a bool, one of an enum's values. Anything else goes to value_problem."""
+    spec = vocabulary.get(path)
+    if spec is None:
+        return lambda value: False
+    if spec.type == "bool":
+        return lambda value: value is True or value is False
+    if spec.type == "enum":
+        members = frozenset(spec.values)
+        return lambda value: isinstance(value, str) and value in members
+    if spec.is_numeric:
+        def number(value: Any) -> bool:
+            kind = type(value)
+            return (kind is float and math.isfinite(value)) or (kind is int and -MAX_EXACT <= value <= MAX_EXACT)
+        return number
+    return lambda value: False
+
+
 class DerivedFacts:
     """Derived facts as chaining adds them; the same fact may not get two values."""
 
@@ -32,6 +74,7 @@ class DerivedFacts:
         self.order = pack.order          # rule id -> position in the pack, for stable messages
         self.values: dict[str, tuple[Any, str]] = {}
         self.pack = pack
+        self.conclusions = conclusions(pack)
         # Inputs and derived values in one dict: the lookup below is the evaluators' hottest call.
         self.known: dict[str, Any] = dict(inputs)
 
@@ -50,7 +93,8 @@ class DerivedFacts:
     def conclude(self, rule: Rule) -> list[tuple[str, Any]]:
         """Compute the facts `rule` derives; return those that are new."""
         new: list[tuple[str, Any]] = []
-        for conclusion, fast, compute in self.pack.computes[rule.id]:
+        for compiled in self.conclusions[rule.id]:
+            conclusion, fast = compiled.derive, compiled.fast
             if fast is not None:
                 try:
                     value = fast(self.known)
@@ -60,14 +104,14 @@ class DerivedFacts:
                 value = _UNSET
             try:
                 if value is _UNSET:
-                    value = compute(self.lookup)
+                    value = compiled.compute(self.lookup)
             except Missing as missing:
                 raise EvaluationError(f"rule {rule.id} ({rule.location}) fired but cannot compute "
                                       f"{conclusion.path}: needs {', '.join(missing.paths)}") from None
             except (ArithmeticError, ValueError, TypeError) as error:
                 raise EvaluationError(f"rule {rule.id} ({rule.location}) cannot compute {conclusion.path}: "
                                       f"{error} (from {self._inputs_of(conclusion.value)})") from None
-            problem = value_problem(self.vocabulary, conclusion.path, value)
+            problem = None if compiled.accepts(value) else value_problem(self.vocabulary, conclusion.path, value)
             if problem:
                 raise EvaluationError(f"rule {rule.id} ({rule.location}) computes {conclusion.path} = "
                                       f"{fmt(value)}: {problem} (from {self._inputs_of(conclusion.value)})")

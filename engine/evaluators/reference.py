@@ -56,6 +56,12 @@ def _chain(schedule: Schedule, derived: DerivedFacts, fired: set[str]) -> None:
     """Fire every scheduled rule whose condition holds, in order; a cycle's rules until none fires."""
     known = derived.known
     for component in schedule:
+        if len(component) == 1:          # most rules: checked once, after everything they read
+            rule, check = component[0]
+            if check(known) is True and rule.id not in fired:
+                fired.add(rule.id)
+                derived.conclude(rule)
+            continue
         changed = True
         while changed:
             changed = False

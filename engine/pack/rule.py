@@ -9,12 +9,8 @@ from typing import Any, Generic, TypeVar
 from kbopt.engine.lang.compiled import (
     ChainingCheck,
     Check,
-    Compute,
-    FastCompute,
     compile_chaining_check,
-    compile_chaining_value,
     compile_condition,
-    compile_value,
 )
 from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules are read by layer)
 from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
@@ -206,15 +202,6 @@ class Pack:
         if key not in self.artefacts:
             self.artefacts[key] = build()
         return self.artefacts[key]  # type: ignore[return-value]  # the same key always holds what build() made
-
-    @property
-    def computes(self) -> dict[str, tuple[tuple[Derive, FastCompute | None, Compute], ...]]:
-        """Each rule's derive conclusions with their value expressions compiled, once per pack:
-        the chaining fast path (or None) and the exact closure (engine/lang/compiled.py says
-        how they relate). Kept with the artefacts, which the compiled-pack cache does not pickle."""
-        return self.memo("computes", lambda: {
-            rule.id: tuple((c, compile_chaining_value(c.value), compile_value(c.value))
-                           for c in rule.then if isinstance(c, Derive)) for rule in self.rules})
 
     def by_id(self) -> dict[str, Rule]:
         return self._by_id
