@@ -1,8 +1,8 @@
 """Facts + pack -> Advice: run an evaluator, explain what fired, settle conflicts."""
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import partial
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kbopt.engine.advice.estimates import Model
@@ -23,10 +23,23 @@ from kbopt.kb.catalog import Strategy
 from kbopt.kb.facts import Facts
 
 
-def fill_because(rule: Rule, lookup: Lookup, pack: Pack) -> str:
-    """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in (the
-    text is split into its placeholders once per pack)."""
-    parameters = {p.name: p.value for p in rule.parameters}
+@dataclass(frozen=True)
+class _Explained:
+    """What a rule's firing says that does not depend on the facts, prepared once per pack."""
+    when_values: Callable[[dict[str, Any]], str]     # the condition with each fact's value beside it
+    because: template.Compiled                       # the `because` text, split at its placeholders
+    parameters: dict[str, Any]                       # the rule's parameters, for its placeholders
+    location: str
+
+    @classmethod
+    def of(cls, rule: Rule) -> _Explained:
+        return cls(render_template(rule.when), template.compile_text(rule.because),
+                   {p.name: p.value for p in rule.parameters}, rule.location)
+
+
+def fill_because(explained: _Explained, lookup: Lookup) -> str:
+    """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in."""
+    parameters = explained.parameters
 
     def replace(name: str, spec: str | None) -> str:
         if name in parameters:
@@ -42,7 +55,7 @@ def fill_because(rule: Rule, lookup: Lookup, pack: Pack) -> str:
                 pass
         return fmt(value)
 
-    return template.fill_compiled(pack.memo(f"because:{rule.id}", lambda: template.compile_text(rule.because)), replace)
+    return template.fill_compiled(explained.because, replace)
 
 
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
@@ -60,16 +73,15 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
     for path, (value, rule_id) in derivation.derived.items():
         derived_by.setdefault(rule_id, {})[path] = value
     firings = []
+    explained = pack.memo("explained", lambda: {rule.id: _Explained.of(rule) for rule in pack.rules})
     for rule_id in derivation.fired:
-        rule = rules[rule_id]
-        values, checks = final.witness(rule)
-        values = {p: shown_values.get(p, v) for p, v in values.items()}
-        when_values = pack.memo(f"when:{rule_id}", partial(render_template, rule.when))(shown_values)
+        rule, said = rules[rule_id], explained[rule_id]
+        values, checks = final.witness(rule, shown_values)
         firings.append(Firing(
             rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
-            when=rule.when_text, when_values=when_values,
-            explanation=fill_because(rule, final.lookup, pack), source=rule.sources,
-            location=rule.location, pack=rule.pack, derived=derived_by.get(rule_id, {})))
+            when=rule.when_text, when_values=said.when_values(shown_values),
+            explanation=fill_because(said, final.lookup), source=rule.sources,
+            location=said.location, pack=rule.pack, derived=derived_by.get(rule_id, {})))
     not_evaluated = tuple(NotEvaluated(rule.id, rule.title, tuple(missing)) for rule, missing in final.not_evaluated())
 
     strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)

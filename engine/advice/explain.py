@@ -1,7 +1,7 @@
 """After chaining: which facts are known, absent or unknown, and why each rule did or did not fire."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -135,10 +135,14 @@ class FinalFacts:
                 done[member] = shared
         return done
 
-    def witness(self, rule: Rule) -> tuple[dict[str, Any], tuple[Check, ...]]:
-        """The fact values that made `rule` fire, and the comparisons that held."""
+    def witness(self, rule: Rule, shown: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], tuple[Check, ...]]:
+        """The fact values that made `rule` fire, and the comparisons that held; a fact's value
+        is as `shown` gives it, where it does (the facts as the user wrote them)."""
         facts: dict[str, Any] = {}
-        return facts, tuple(make(self.lookup, facts) for make in witnesses_on(self.compiled[rule.id].witnesses, self.lookup))
+        checks = tuple(make(self.lookup, facts) for make in witnesses_on(self.compiled[rule.id].witnesses, self.lookup))
+        if shown:
+            facts = {path: shown.get(path, value) for path, value in facts.items()}
+        return facts, checks
 
 
 WitnessMaker = Callable[[Lookup, dict[str, Any]], Check]    # adds the leaf's known facts, returns its Check
