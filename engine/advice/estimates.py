@@ -169,6 +169,23 @@ def _steps(node: Value) -> list[Step]:
             return _steps(left) + _steps(right)
         case ListOf(items=items):
             return [step for item in items for step in _steps(item)]
+        case Call(fn=fn, args=args) if FUNCTIONS[fn].alternatives and all(isinstance(a, (Fact, Const)) for a in args):
+            # Facts and literals only (the usual `coalesce(fact, default_x)`): the first known fact
+            # or the first literal is the one used, and the facts before it were fallen back past.
+            simple = tuple((a.path, None) if isinstance(a, Fact) else (None, a.parameter)
+                           for a in args if isinstance(a, (Fact, Const)))
+
+            def first_of(lookup: Lookup, note: Noter, parameters: dict[str, None], fell_back: dict[str, None]) -> None:
+                for path, parameter in simple:
+                    if path is None:
+                        if parameter:
+                            parameters[parameter] = None
+                        return
+                    if lookup(path)[0] == KNOWN:
+                        note(path)
+                        return
+                    fell_back[path] = None
+            return [first_of]
         case Call(fn=fn, args=args) if FUNCTIONS[fn].alternatives:
             alternatives = tuple((compile_value(arg), unique_facts(arg), tuple(_steps(arg))) for arg in args)
 
