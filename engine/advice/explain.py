@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
+from kbopt.engine.evaluators.reference import schedule_order
 from kbopt.engine.lang.compiled import FinalCheck, compile_condition, compile_final_check, compile_final_undecided
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
@@ -90,8 +91,26 @@ class FinalFacts:
     def not_evaluated(self) -> list[tuple[Rule, list[str]]]:
         """Every rule left undecided, in pack order, with `missing_inputs` of each (one walk for all)."""
         undecided = [rule for rule in self.pack.rules if rule.id not in self.fired and self.decision(rule.id) is None]
-        missing = self._reachable_missing([rule.id for rule in undecided])
-        return [(rule, sorted(missing[rule.id])) for rule in undecided]
+        waiting = {rule.id for rule in undecided}
+        done = self._reachable
+        # In dependency order a rule comes after the producers it can wait on: a rule alone in
+        # its component takes their sets as they are; a cycle goes through the general walk.
+        for component in self.pack.memo("components", lambda: schedule_order(self.pack)):
+            if len(component) > 1:
+                self._reachable_missing([rule_id for rule_id in component if rule_id in waiting])
+                continue
+            rule_id = component[0]
+            if rule_id not in waiting or rule_id in done:
+                continue
+            own, waits_on = self._step(rule_id)
+            if rule_id in waits_on:        # it waits on itself
+                self._reachable_missing([rule_id])
+                continue
+            missing = set(own)
+            for producer in waits_on:
+                missing |= done[producer]
+            done[rule_id] = frozenset(missing)
+        return [(rule, sorted(done[rule.id])) for rule in undecided]
 
     def _step(self, rule_id: str) -> tuple[frozenset[str], tuple[str, ...]]:
         """The missing inputs `rule_id` reads itself, and the undecided rules it waits on."""

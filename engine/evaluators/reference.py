@@ -37,6 +37,11 @@ def schedule(pack: Pack) -> tuple[tuple[Rule, ...], ...]:
                  for component in reversed(components))
 
 
+def schedule_order(pack: Pack) -> tuple[tuple[str, ...], ...]:
+    """The rule ids of `schedule(pack)`, component by component."""
+    return tuple(tuple(rule.id for rule in component) for component in schedule(pack))
+
+
 class ReferenceEvaluator:
     name = "reference"
 
