@@ -54,7 +54,9 @@ class FinalFacts:
         self.rules = pack.by_id()
         self.compiled = pack.memo("explain", lambda: {rule.id: _Compiled.of(rule) for rule in pack.rules})
         self.status: dict[str, str] = {}
-        self._steps: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._owns: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._producers: dict[str, tuple[str, ...]] = {}
+        self._by_path: dict[str, frozenset[str]] = {}
         self._decision: dict[str, bool | None] = {}
         self._reachable: dict[str, frozenset[str]] = {}
         undecided = sorted(p for p in pack.producers if p not in self.derived)
@@ -102,30 +104,47 @@ class FinalFacts:
             rule_id = component[0]
             if rule_id not in waiting or rule_id in done:
                 continue
-            own, waits_on = self._step(rule_id)
-            if rule_id in waits_on:        # it waits on itself
+            own, unknown = self._own(rule_id)
+            if any(rule_id in self._waited_on(path) for path in unknown):     # it waits on itself
                 self._reachable_missing([rule_id])
                 continue
-            missing = set(own)
-            for producer in waits_on:
-                missing |= done[producer]
-            done[rule_id] = frozenset(missing)
+            done[rule_id] = own.union(*(self._path_missing(path) for path in unknown))
         return [(rule, sorted(done[rule.id])) for rule in undecided]
 
-    def _step(self, rule_id: str) -> tuple[frozenset[str], tuple[str, ...]]:
-        """The missing inputs `rule_id` reads itself, and the undecided rules it waits on."""
-        step = self._steps.get(rule_id)
-        if step is None:
+    def _own(self, rule_id: str) -> tuple[frozenset[str], tuple[str, ...]]:
+        """The missing inputs `rule_id` reads itself, and the unknown derived facts it reads."""
+        own = self._owns.get(rule_id)
+        if own is None:
             missing: set[str] = set()
-            waits_on: dict[str, None] = {}
+            unknown: list[str] = []
             for path in dict.fromkeys(self.compiled[rule_id].undecided(self.known, self.status)):
                 status, _ = self.lookup(path)
                 if status == MISSING:
                     missing.add(path)
                 elif status == UNKNOWN:
-                    waits_on.update((p, None) for p in self.pack.producers.get(path, ()) if self._undecided(p))
-            step = self._steps[rule_id] = (frozenset(missing), tuple(waits_on))
-        return step
+                    unknown.append(path)
+            own = self._owns[rule_id] = (frozenset(missing), tuple(unknown))
+        return own
+
+    def _waited_on(self, path: str) -> tuple[str, ...]:
+        """The undecided producers of an unknown derived fact (once per fact, however many wait)."""
+        producers = self._producers.get(path)
+        if producers is None:
+            producers = self._producers[path] = tuple(p for p in self.pack.producers.get(path, ()) if self._undecided(p))
+        return producers
+
+    def _path_missing(self, path: str) -> frozenset[str]:
+        """What an unknown derived fact waits for: the union over its undecided producers, whose
+        sets are done (they come before its readers); once per fact, however many read it."""
+        missing = self._by_path.get(path)
+        if missing is None:
+            missing = self._by_path[path] = frozenset().union(*(self._reachable[p] for p in self._waited_on(path)))
+        return missing
+
+    def _step(self, rule_id: str) -> tuple[frozenset[str], tuple[str, ...]]:
+        """The missing inputs `rule_id` reads itself, and the undecided rules it waits on."""
+        own, unknown = self._own(rule_id)
+        return own, tuple(dict.fromkeys(p for path in unknown for p in self._waited_on(path)))
 
     def decision(self, rule_id: str) -> bool | None:
         """The rule's condition on the final facts: True, False, or None (not evaluated)."""
