@@ -59,6 +59,7 @@ def fill_because(explained: _Explained, lookup: Lookup) -> str:
 
 
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
+    pack.used()
     inputs = facts.engine_values(pack.kb.vocabulary)
     derivation = make_evaluator(pack, evaluator).run(inputs)
     final = FinalFacts(pack, inputs, derivation)
@@ -172,7 +173,7 @@ def in_place(pack: Pack, strategy: Strategy, variant: str | None, final: FinalFa
     text = strategy.in_place_condition(variant)
     if not text:
         return False
-    check = pack.memo(f"in_place:{text}", lambda: compile_condition(parse_condition(text, pack.kb.vocabulary, {})))
+    check = pack.memo(f"in_place:{text}", lambda: compile_condition(parse_condition(text, pack.kb.vocabulary, {}), False))
     return check(final.lookup) is True
 
 

@@ -34,8 +34,8 @@ class _Compiled:
     witnesses: Witnesses                   # its condition's witnesses
 
     @classmethod
-    def of(cls, rule: Rule) -> _Compiled:
-        return cls(compile_final_check(rule.fire_condition), compile_final_undecided(rule.fire_condition),
+    def of(cls, rule: Rule, hot: bool) -> _Compiled:
+        return cls(compile_final_check(rule.fire_condition, hot), compile_final_undecided(rule.fire_condition, hot),
                    _compiled_witnesses(rule.when))
 
 
@@ -52,7 +52,8 @@ class FinalFacts:
         self.known = {**inputs, **self.derived}        # one dict read per lookup (the two never share a path)
         self.fired = set(derivation.fired)
         self.rules = pack.by_id()
-        self.compiled = pack.memo("explain", lambda: {rule.id: _Compiled.of(rule) for rule in pack.rules})
+        hot = pack.hot
+        self.compiled = pack.memo(f"explain:{hot}", lambda: {rule.id: _Compiled.of(rule, hot) for rule in pack.rules})
         self.status: dict[str, str] = {}
         self._owns: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
         self._producers: dict[str, tuple[str, ...]] = {}
@@ -202,7 +203,7 @@ def _compiled_witnesses(node: Condition) -> Witnesses:
                 return tuple(make for part in parts if isinstance(part, tuple) for make in part)
             return lambda lookup: tuple(make for part in parts for make in witnesses_on(part, lookup))
         case Or(items=items):
-            branches = tuple((compile_condition(item), _compiled_witnesses(item)) for item in items)
+            branches = tuple((compile_condition(item, False), _compiled_witnesses(item)) for item in items)
 
             def first_true(lookup: Lookup) -> tuple[WitnessMaker, ...]:
                 for holds, leaves in branches:

@@ -37,13 +37,15 @@ class Conclusion:
 
 
 def conclusions(pack: Pack) -> dict[str, tuple[Conclusion, ...]]:
-    """Each rule's derive conclusions, compiled once per pack."""
+    """Each rule's derive conclusions, compiled once per pack and tier (the fast path only hot)."""
+    hot = pack.hot
+
     def build() -> dict[str, tuple[Conclusion, ...]]:
         vocabulary = pack.kb.vocabulary
-        return {rule.id: tuple(Conclusion(c, compile_chaining_value(c.value), compile_value(c.value),
+        return {rule.id: tuple(Conclusion(c, compile_chaining_value(c.value) if hot else None, compile_value(c.value),
                                           _acceptance(vocabulary, c.path))
                                for c in rule.then if isinstance(c, Derive)) for rule in pack.rules}
-    return pack.memo("conclusions", build)
+    return pack.memo(f"conclusions:{hot}", build)
 
 
 def _acceptance(vocabulary: Vocabulary, path: str) -> Callable[[Any], bool]:

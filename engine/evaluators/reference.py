@@ -47,13 +47,17 @@ class ReferenceEvaluator:
 
     def __init__(self, pack: Pack):
         self.pack = pack
-        # Conditions run as functions compiled once per pack (Pack.chaining_check), not as tree walks.
-        self.schedule = make_evaluator_schedule(pack)
+        # Conditions run as functions compiled once per pack and tier (Pack.chaining_check), not as tree walks.
+        self.schedules: dict[bool, Schedule] = {}
 
     def run(self, values: dict[str, Any]) -> Derivation:
+        hot = self.pack.hot
+        schedule = self.schedules.get(hot)
+        if schedule is None:
+            schedule = self.schedules[hot] = make_evaluator_schedule(self.pack)
         derived = DerivedFacts(values, self.pack)
         fired: set[str] = set()
-        _chain(self.schedule, derived, fired)
+        _chain(schedule, derived, fired)
         return finish(self.pack, fired, derived)
 
 
@@ -108,14 +112,21 @@ class Rerun:
                 consumers.setdefault(path, []).append(rule.id)
         self.consumers = consumers
         self.relevant = upstream(pack, wanted) if wanted is not None else frozenset(pack.order)
-        self.schedule: Schedule = tuple(component for component in (
-            tuple(item for item in c if item[0].id in self.relevant) for c in make_evaluator_schedule(pack)) if component)
-        self._downstream: dict[frozenset[str], tuple[frozenset[str], Schedule]] = {}
+        self._downstream: dict[frozenset[str], frozenset[str]] = {}
+        self._schedules: dict[tuple[frozenset[str], bool], Schedule] = {}
         self._derived: dict[frozenset[str], frozenset[str]] = {}
 
-    def downstream(self, changed: frozenset[str]) -> tuple[frozenset[str], Schedule]:
-        """The rules downstream of `changed` (among the relevant ones), and the schedule of just
-        those (kept per fact set: the what-ifs of one strategy always change the same facts)."""
+    def schedule(self, changed: frozenset[str]) -> Schedule:
+        """The schedule of the rules downstream of `changed`, kept per fact set and tier."""
+        key = (changed, self.pack.hot)
+        schedule = self._schedules.get(key)
+        if schedule is None:
+            schedule = self._schedules[key] = make_evaluator_schedule(self.pack, self.downstream(changed))
+        return schedule
+
+    def downstream(self, changed: frozenset[str]) -> frozenset[str]:
+        """The rules downstream of `changed`, among the relevant ones (kept per fact set: the
+        what-ifs of one strategy always change the same facts)."""
         known = self._downstream.get(changed)
         if known is not None:
             return known
@@ -130,9 +141,7 @@ class Rerun:
                         if path not in seen:
                             seen.add(path)
                             stack.append(path)
-        schedule = tuple(component for component in (tuple(item for item in c if item[0].id in found)
-                                                     for c in self.schedule) if component)
-        result = self._downstream[changed] = (frozenset(found) & self.relevant, schedule)
+        result = self._downstream[changed] = frozenset(found) & self.relevant
         return result
 
     def derived_downstream(self, changed: frozenset[str]) -> frozenset[str]:
@@ -141,12 +150,13 @@ class Rerun:
         if known is None:
             rules = self.pack.by_id()
             known = self._derived[changed] = frozenset(
-                path for rule_id in self.downstream(changed)[0] for path in rules[rule_id].derives)
+                path for rule_id in self.downstream(changed) for path in rules[rule_id].derives)
         return known
 
     def run(self, values: dict[str, Any], earlier: Derivation, changed: Iterable[str]) -> Derivation:
         """The evaluation of `values`, which differ from those of `earlier` at most in `changed`."""
-        rerun, schedule = self.downstream(frozenset(changed))
+        changed = frozenset(changed)
+        rerun, schedule = self.downstream(changed), self.schedule(changed)
         derived = DerivedFacts(values, self.pack)
         rules = self.pack.by_id()
         kept = [rule_id for rule_id in earlier.fired if rule_id not in rerun and rule_id in self.relevant]   # in pack order
@@ -175,8 +185,11 @@ def upstream(pack: Pack, wanted: frozenset[str]) -> frozenset[str]:
     return frozenset(found)
 
 
-def make_evaluator_schedule(pack: Pack) -> Schedule:
-    return tuple(tuple((rule, pack.chaining_check(rule.id)) for rule in component) for component in schedule(pack))
+def make_evaluator_schedule(pack: Pack, only: frozenset[str] | None = None) -> Schedule:
+    """The pack's schedule with each rule's chaining check (of the pack's tier); only some rules'."""
+    components = pack.memo("schedule", lambda: schedule(pack))
+    picked = (tuple(rule for rule in component if only is None or rule.id in only) for component in components)
+    return tuple(tuple((rule, pack.chaining_check(rule.id)) for rule in component) for component in picked if component)
 
 
 def rerun_of(pack: Pack) -> Rerun:

@@ -40,9 +40,16 @@ DERIVED_PREFIX = "derived."              # the section of derived facts
 Compute = Callable[[Lookup], Any]         # a value expression's value; raises Missing
 
 
-def compile_condition(node: Condition) -> Check:
-    """A condition as one generated Python function per `and`/`or`/`not`, its leaves inline."""
-    return _Generated().function(node)
+# Generating and compiling Python source costs about 100 us a function, which a pack pays once;
+# closures cost a microsecond to build and run a few times slower. A pack advises with closures
+# first and with generated functions once it is used again and again (Pack.hot): a single cold
+# `kbopt advise` compiles nothing, a batch compiles once. Both give the same values (tested).
+
+
+def compile_condition(node: Condition, generated: bool = True) -> Check:
+    """A condition as one generated Python function per `and`/`or`/`not`, its leaves inline
+    (or, not generated, as closures)."""
+    return _Generated().function(node) if generated else _closure(node)
 
 
 class _Generated:
@@ -175,9 +182,19 @@ _NONE = object()       # what a generated chaining check reads for a fact not kn
 ChainingCheck = Callable[[dict[str, Any]], bool | None]
 
 
-def compile_chaining_check(node: Condition) -> ChainingCheck:
+def compile_chaining_check(node: Condition, generated: bool = True) -> ChainingCheck:
     """The condition's value during chaining, read from the dict of known facts (inputs and the
     derived facts produced so far): `compile_condition(node)` with the chaining lookup, faster."""
+    if not generated:
+        closure = _closure(node)
+
+        def check_known(known: dict[str, Any]) -> bool | None:
+            def lookup(path: str) -> tuple[str, Any]:
+                if path in known:
+                    return KNOWN, known[path]
+                return (ABSENT, None) if path.startswith(DERIVED_PREFIX) else (MISSING, None)
+            return closure(lookup)
+        return check_known
     check: ChainingCheck = _Generated("chaining").function(node)   # type: ignore[assignment]  # takes the dict
     return check
 
@@ -185,10 +202,20 @@ def compile_chaining_check(node: Condition) -> ChainingCheck:
 FinalCheck = Callable[[dict[str, Any], dict[str, str]], bool | None]
 
 
-def compile_final_check(node: Condition) -> FinalCheck:
+def compile_final_check(node: Condition, generated: bool = True) -> FinalCheck:
     """The condition's value on the final facts: the known facts, and the status (absent or
     unknown) of each derived fact no rule produced: `compile_condition(node)` with the final
     facts' lookup, without a call per fact."""
+    if not generated:
+        closure = _closure(node)
+
+        def check_final(known: dict[str, Any], status: dict[str, str]) -> bool | None:
+            def lookup(path: str) -> tuple[str, Any]:
+                if path in known:
+                    return KNOWN, known[path]
+                return (status.get(path, ABSENT), None) if path.startswith(DERIVED_PREFIX) else (MISSING, None)
+            return closure(lookup)
+        return check_final
     check: FinalCheck = _Generated("final").function(node)   # type: ignore[assignment]  # takes the dicts
     return check
 
@@ -248,21 +275,21 @@ def _closure(node: Condition) -> Check:
 FinalUndecided = Callable[[dict[str, Any], dict[str, str]], tuple[bool | None, list[str]]]
 
 
-def compile_final_undecided(node: Condition) -> Callable[[dict[str, Any], dict[str, str]], list[str]]:
+def compile_final_undecided(node: Condition, generated: bool = True) -> Callable[[dict[str, Any], dict[str, str]], list[str]]:
     """`logic.undecided_by` compiled, on the final facts (known facts and derived statuses, as
     compile_final_check reads them): the facts that leave `node` unknown, skipping branches
     already decided. Each leaf is evaluated once, and each and/or/not takes its value from its
     items' (an undecided `and` has no false item and an undecided `or` no true one, so every
     item counts, as in undecided_by)."""
-    walk = _final_undecided(node)
+    walk = _final_undecided(node, generated)
     return lambda known, status: walk(known, status)[1]
 
 
-def _final_undecided(node: Condition) -> FinalUndecided:
+def _final_undecided(node: Condition, generated: bool) -> FinalUndecided:
     match node:
         case And() | Or():
             decisive = isinstance(node, Or)
-            parts = tuple(_final_undecided(item) for item in node.items)
+            parts = tuple(_final_undecided(item, generated) for item in node.items)
 
             def branches(known: dict[str, Any], status: dict[str, str]) -> tuple[bool | None, list[str]]:
                 facts: list[str] = []
@@ -277,14 +304,14 @@ def _final_undecided(node: Condition) -> FinalUndecided:
                 return (None, facts) if undecided else (not decisive, [])
             return branches
         case Not():
-            inner = _final_undecided(node.item)
+            inner = _final_undecided(node.item, generated)
 
             def negation(known: dict[str, Any], status: dict[str, str]) -> tuple[bool | None, list[str]]:
                 value, below = inner(known, status)
                 return (None, below) if value is None else (not value, [])
             return negation
         case Cmp() | OneOf() | Contains() | Known() | Needs():
-            decide, paths = compile_final_check(node), tuple(facts_of(node))
+            decide, paths = compile_final_check(node, generated), tuple(facts_of(node))
             derived = frozenset(p for p in paths if p.startswith(DERIVED_PREFIX))
 
             def leaf(known: dict[str, Any], status: dict[str, str]) -> tuple[bool | None, list[str]]:
@@ -354,7 +381,7 @@ def compile_value(node: Value) -> Compute:
             items = tuple(compile_value(item) for item in node.items)
             return lambda lookup: [item(lookup) for item in items]
         case IfElse():
-            condition, decide = node.condition, compile_condition(node.condition)
+            condition, decide = node.condition, _closure(node.condition)     # if-else: rare
             then, otherwise = compile_value(node.then), compile_value(node.otherwise)
 
             def if_else(lookup: Lookup) -> Any:

@@ -16,6 +16,7 @@ from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules ar
 from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
 
 PERSISTENT = "persist:"       # Pack.artefacts keys that the compiled-pack cache keeps
+HOT_AFTER = 2                 # advices with a pack before its conditions are compiled to generated Python
 
 
 def candidate_key(strategy: str, variant: str | None = None) -> str:
@@ -185,17 +186,27 @@ class Pack:
         kept = {key: value for key, value in self.artefacts.items() if key.startswith(PERSISTENT)}
         return {**self.__dict__, "artefacts": kept}
 
+    @property
+    def hot(self) -> bool:
+        """Whether the pack has advised often enough to compile its conditions to generated
+        Python (engine/lang/compiled.py says why not at once)."""
+        return self.artefacts.get("uses", 0) >= HOT_AFTER   # type: ignore[operator]  # only used() writes it
+
+    def used(self) -> None:
+        """Count one advice given with the pack."""
+        uses = self.artefacts.get("uses", 0)
+        self.artefacts["uses"] = uses + 1   # type: ignore[operator]  # only this method writes it
+
     def check(self, rule_id: str) -> Check:
-        """The rule's fire condition compiled to a closure, once per pack (evaluate()'s value)."""
-        key = f"check:{rule_id}"
-        check = self.artefacts.get(key)
-        if check is None:
-            check = self.artefacts[key] = compile_condition(self.by_id()[rule_id].fire_condition)
-        return check  # type: ignore[return-value]  # artefacts holds what this method put there
+        """The rule's fire condition compiled once per pack, per tier (evaluate()'s value)."""
+        hot = self.hot
+        return self.memo(f"check:{hot}:{rule_id}", lambda: compile_condition(self.by_id()[rule_id].fire_condition, hot))
 
     def chaining_check(self, rule_id: str) -> ChainingCheck:
-        """The rule's fire condition as the evaluators test it while chaining, once per pack."""
-        return self.memo(f"chaining:{rule_id}", lambda: compile_chaining_check(self.by_id()[rule_id].fire_condition))
+        """The rule's fire condition as the evaluators test it while chaining, once per pack, per tier."""
+        hot = self.hot
+        return self.memo(f"chaining:{hot}:{rule_id}",
+                         lambda: compile_chaining_check(self.by_id()[rule_id].fire_condition, hot))
 
     def memo(self, key: str, build: Callable[[], T]) -> T:
         """What `build` makes from the pack alone (a parsed catalog expression), made once per pack."""
