@@ -93,8 +93,10 @@ _ENTRIES = (
     Code("L501", "error", "does not compile for durable_rules",
          "The pack loads but cannot be compiled into durable_rules rulesets.", "K501"),
     Code("L502", "info", "split into several rulesets",
-         "The pack is compiled into more than one durable_rules ruleset, so that no fact meets more conditions of "
-         "one ruleset than durable_rules allows. Nothing to fix; said so that timings are not a surprise.", "K502"),
+         "Rules run in levels (those that read a derived fact after those that derive it), and a level with more "
+         "compiled rules than one durable_rules ruleset can hold (no fact may meet more than 64 conditions of one) is "
+         "split into several, each asserted once per evaluation. Nothing to fix; said so that timings are not a "
+         "surprise.", "K502"),
 )
 
 CODES: dict[str, Code] = {entry.code: entry for entry in _ENTRIES}

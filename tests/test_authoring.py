@@ -229,3 +229,21 @@ examples:
 """
     code, out, _ = run_cli("rules", "lint", _pack(tmp_path, {"storage/s-static-short.yaml": rule}))
     assert code == 0 and "L401" not in out
+
+
+def test_l502_speaks_of_a_level_split_by_size_not_of_levels_alone(pack):
+    """Chained rules run in levels, which is no news; L502 says when a level needs several
+    durable_rules rulesets (each one more assert per evaluation)."""
+    from kbopt.engine.authoring.lint import _limits
+    from kbopt.engine.authoring.synthetic import synthetic_pack
+    from kbopt.engine.evaluators.durable import RULESET_SIZE, compile_pack
+    small = synthetic_pack(50)
+    assert len({r["level"] for r in compile_pack(small)}) > 1          # chained: several levels
+    assert _limits(small) == []                                         # ... and no level split
+    levels: dict = {}
+    for ruleset in compile_pack(pack):
+        levels.setdefault(ruleset["level"], []).append(len(ruleset["rules"]) - 1)
+    split = [sizes for sizes in levels.values() if len(sizes) > 1]
+    assert split and all(max(sizes) <= RULESET_SIZE for sizes in split)
+    (finding,) = _limits(pack)
+    assert finding.code == "L502" and f"{len(split)} level(s) split" in finding.message

@@ -277,11 +277,18 @@ def _limits(pack: Pack) -> list[Diagnostic]:
         rulesets = compile_pack(pack)
     except ExprError as error:
         return [diagnostic("L501", "(pack)", None, error.message, help=error.hint)]
-    if len(rulesets) > 1:
-        sizes = ", ".join(str(len(r["rules"]) - 1) for r in rulesets)
+    per_level: dict[int, list[int]] = {}
+    for ruleset in rulesets:
+        per_level.setdefault(ruleset["level"], []).append(len(ruleset["rules"]) - 1)
+    split = {level: sizes for level, sizes in per_level.items() if len(sizes) > 1}
+    if split:
+        # Levels alone (rules that read what others derive run after them) are no news; a level
+        # split by size is: it costs one more assert per evaluation.
+        sizes = "; ".join(f"level {level}: {', '.join(map(str, counts))}" for level, counts in sorted(split.items()))
         return [diagnostic("L502", "(pack)", None,
-                           f"compiled into {len(rulesets)} durable_rules rulesets ({sizes} compiled rules), so that no "
-                           f"fact meets more than {RULESET_SIZE} conditions of one (durable_rules allows 64)")]
+                           f"compiled into {len(rulesets)} durable_rules rulesets over {len(per_level)} level(s) of "
+                           f"chained rules; {len(split)} level(s) split so that no fact meets more than {RULESET_SIZE} "
+                           f"conditions of one ruleset (durable_rules allows 64): compiled rules per ruleset {sizes}")]
     return []
 
 
