@@ -134,6 +134,8 @@ class WhatIf:
         # same derivation as a whole evaluation, whichever evaluator made the baseline's.
         self.rerun = rerun_of(pack)
         self._outcomes: dict[tuple[tuple[str, Any], ...], Outcome] = {}
+        self._effect_values: dict[str, Any] = {}
+        self._effect_levels: dict[str, Confidence] = {}
         self.before = baseline.estimates()
 
     def changes(self, effects: tuple[tuple[str, Any], ...], owner: str) -> tuple[tuple[str, Any], ...]:
@@ -145,16 +147,21 @@ class WhatIf:
                 raise KboptError(f"kb/strategies.yaml: {owner} changes {path}, which is not an input fact "
                                  "(effects change input facts; derived ones follow through the rules)")
             if isinstance(raw, str) and raw.startswith("="):
-                node = self._expression(raw)
-                try:
-                    out.append((path, value_of(node, self.baseline.lookup)))
-                except Missing:
-                    # What the facts cannot compute is left unknown: a calibration the model never
-                    # made carries nothing over, and the model says what it then cannot estimate.
-                    out.append((path, FORGET))
+                out.append((path, self._computed(raw)))
             else:
                 out.append((path, raw))
         return tuple(out)
+
+    def _computed(self, raw: str) -> Any:
+        """An `=expression` effect's value on today's facts, once per advice (what-ifs share them)."""
+        if raw not in self._effect_values:
+            try:
+                self._effect_values[raw] = value_of(self._expression(raw), self.baseline.lookup)
+            except Missing:
+                # What the facts cannot compute is left unknown: a calibration the model never
+                # made carries nothing over, and the model says what it then cannot estimate.
+                self._effect_values[raw] = FORGET
+        return self._effect_values[raw]
 
     def _expression(self, raw: str) -> Value:
         """An effect's `=expression`, parsed once per pack."""
@@ -207,6 +214,11 @@ class WhatIf:
         raw = dict(effects)[path]
         if not (isinstance(raw, str) and raw.startswith("=")):
             return "high"
+        if raw not in self._effect_levels:
+            self._effect_levels[raw] = self._level_of_expression(raw)
+        return self._effect_levels[raw]
+
+    def _level_of_expression(self, raw: str) -> Confidence:
         t = trace(self._expression(raw), self.baseline.lookup)
         levels: list[Confidence] = ["low"] if t.fell_back else []
         for fact in t.read:
