@@ -281,8 +281,44 @@ def compile_final_undecided(node: Condition, generated: bool = True) -> Callable
     already decided. Each leaf is evaluated once, and each and/or/not takes its value from its
     items' (an undecided `and` has no false item and an undecided `or` no true one, so every
     item counts, as in undecided_by)."""
+    if generated and isinstance(node, And) and node.items:     # the usual fire condition: an `and` of leaves
+        return _generated_final_undecided(node)
     walk = _final_undecided(node, generated)
     return lambda known, status: walk(known, status)[1]
+
+
+_LEAVES = (Cmp, OneOf, Contains, Known, Needs)
+
+
+def _generated_final_undecided(node: And) -> Callable[[dict[str, Any], dict[str, str]], list[str]]:
+    """compile_final_undecided of an `and`, as one generated function: each leaf inline (a nested
+    and/or/not through the closures), the same facts in the same order (a test checks it)."""
+    generated = _Generated("final")
+    lines: list[str] = []
+    for index, item in enumerate(node.items):
+        if isinstance(item, _LEAVES):
+            lines += generated.into(item, f"r{index}")
+        else:
+            lines.append(f"    r{index}, u{index} = {generated.name('w', _final_undecided(item, True))}(known, status)")
+        lines += [f"    if r{index} is False:", "        return []"]
+    lines += ["    if " + " and ".join(f"r{index} is True" for index in range(len(node.items))) + ":",
+              "        return []", "    out = []"]
+    for index, item in enumerate(node.items):
+        lines.append(f"    if r{index} is None:")
+        if not isinstance(item, _LEAVES):
+            lines.append(f"        out += u{index}")
+            continue
+        for path in facts_of(item):        # missing inputs, and unknown derived facts
+            key = generated.name("k", path)
+            unknown = f" and status.get({key}) == UNKNOWN" if path.startswith(DERIVED_PREFIX) else ""
+            lines += [f"        if {key} not in known{unknown}:", f"            out.append({key})"]
+        lines.append("        pass")
+    lines.append("    return out")
+    source = "def undecided(known, status):\n" + "\n".join(lines) + "\n"
+    namespace = dict(generated.namespace)
+    exec(compile(source, "<kbopt undecided>", "exec"), namespace)   # the source: see _Generated's docstring
+    undecided: Callable[[dict[str, Any], dict[str, str]], list[str]] = namespace["undecided"]
+    return undecided
 
 
 def _final_undecided(node: Condition, generated: bool) -> FinalUndecided:
