@@ -266,3 +266,22 @@ def test_compiled_witnesses_agree_with_the_tree_walk(pack):
             assert list(ours.items()) == list(facts.items()), rule.id
             compared += 1
     assert compared > 100
+
+
+def test_generated_functions_never_hold_a_rule_s_text():
+    """A literal of a rule reaches a generated function only by name: a string that reads as
+    Python stays a value, and a source holding any text literal is refused before it runs."""
+    import pytest
+
+    from kbopt.engine.lang.compiled import _define, compile_chaining_check, compile_final_check
+    from kbopt.engine.lang.nodes import Cmp, Const, Fact, OneOf
+
+    hostile = "x') or __import__('os').system('echo pwned') or ('"
+    for node in (Cmp("==", Fact("workload.engine"), Const(hostile)), OneOf(Fact("workload.engine"), (hostile, "vllm"))):
+        check, final = compile_chaining_check(node), compile_final_check(node)
+        assert check({"workload.engine": hostile}) is True and check({"workload.engine": "sglang"}) is False
+        assert final({"workload.engine": hostile}, {}) is True and check({}) is None
+    with pytest.raises(AssertionError, match="text literal"):
+        _define("def check(known):\n    return known.get('a')\n", "check", {})
+    with pytest.raises(AssertionError, match="names"):
+        _define("def check(known):\n    return open\n", "check", {})

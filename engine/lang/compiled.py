@@ -9,6 +9,8 @@ changes nothing since a lookup has no side effects. A compiled value expression 
 """
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Callable
 from typing import Any, Literal, assert_never
 
@@ -93,10 +95,7 @@ class _Generated:
                 lines = self.into(node, "r") + ["    return r"]
             case _ as unreachable:
                 assert_never(unreachable)
-        source = f"def check({self.arguments}):\n" + "\n".join(lines) + "\n"
-        namespace = dict(self.namespace)
-        exec(compile(source, "<kbopt condition>", "exec"), namespace)   # the source: see the class docstring
-        check: Check = namespace["check"]
+        check: Check = _define(f"def check({self.arguments}):\n" + "\n".join(lines) + "\n", "check", self.namespace)
         return check
 
     def into(self, node: Condition, target: str) -> list[str]:
@@ -177,6 +176,29 @@ class _Generated:
 
 
 _NONE = object()       # what a generated chaining check reads for a fact not known
+
+
+def _define(source: str, name: str, namespace: dict[str, Any]) -> Any:
+    """The function `name` that generated `source` defines, its free names bound in `namespace`.
+
+    Rules never run code: the source is built from this module's templates, and everything that
+    comes from a rule (fact paths, literals, parameter values) is in `namespace` under a
+    generated name, never in the text. As a net under that, the source is parsed first and
+    refused if it holds a text literal or a name that is neither generated here nor one of the
+    few this module writes, so not even a future slip can put a rule's text into code."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+            raise AssertionError(f"generated source holds a text literal: {node.value!r}")
+        if isinstance(node, ast.Name) and not (node.id in namespace or node.id in _WRITTEN or _LOCAL.fullmatch(node.id)):
+            raise AssertionError(f"generated source names {node.id!r}")
+    scope = dict(namespace)
+    exec(compile(tree, f"<kbopt {name}>", "exec"), scope)   # checked above: templates and generated names only
+    return scope[name]
+
+
+_WRITTEN = frozenset({"known", "status", "lookup", "s", "v", "w", "r", "out", "undecided", "check", "compute"})
+_LOCAL = re.compile(r"[ru][0-9]+")       # the generated functions' own locals: r0, u1, ...
 
 
 ChainingCheck = Callable[[dict[str, Any]], bool | None]
@@ -314,10 +336,8 @@ def _generated_final_undecided(node: And) -> Callable[[dict[str, Any], dict[str,
             lines += [f"        if {key} not in known{unknown}:", f"            out.append({key})"]
         lines.append("        pass")
     lines.append("    return out")
-    source = "def undecided(known, status):\n" + "\n".join(lines) + "\n"
-    namespace = dict(generated.namespace)
-    exec(compile(source, "<kbopt undecided>", "exec"), namespace)   # the source: see _Generated's docstring
-    undecided: Callable[[dict[str, Any], dict[str, str]], list[str]] = namespace["undecided"]
+    undecided: Callable[[dict[str, Any], dict[str, str]], list[str]] = _define(
+        "def undecided(known, status):\n" + "\n".join(lines) + "\n", "undecided", generated.namespace)
     return undecided
 
 
@@ -551,6 +571,5 @@ def compile_chaining_value(node: Value) -> FastCompute | None:
     text = expression(node)
     if text is None:
         return None
-    exec(compile(f"def compute(known):\n    return {text}\n", "<kbopt value>", "exec"), namespace)  # the source: see above
-    compute: FastCompute = namespace["compute"]
+    compute: FastCompute = _define(f"def compute(known):\n    return {text}\n", "compute", namespace)
     return compute
