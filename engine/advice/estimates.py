@@ -55,17 +55,22 @@ class Trace:
     parameters: tuple[str, ...]
 
 
-def trace(node: Value, lookup: Lookup) -> Trace:
-    read: dict[str, Any] = {}
-    fell_back: dict[str, None] = {}
-    parameters: dict[str, None] = {}
-
+def _noter(lookup: Lookup, read: dict[str, Any], fell_back: dict[str, None]) -> Callable[[str], None]:
+    """What a trace does with each fact it meets: its value when known, else it fell back past it."""
     def note(path: str) -> None:
         status, value = lookup(path)
         if status == KNOWN:
             read[path] = value
         else:
             fell_back[path] = None
+    return note
+
+
+def trace(node: Value, lookup: Lookup) -> Trace:
+    read: dict[str, Any] = {}
+    fell_back: dict[str, None] = {}
+    parameters: dict[str, None] = {}
+    note = _noter(lookup, read, fell_back)
 
     def walk(item: Value) -> None:
         match item:
@@ -134,14 +139,7 @@ def compile_trace(node: Value) -> Callable[[Lookup], Trace]:
         read: dict[str, Any] = {}
         fell_back: dict[str, None] = {}
         parameters: dict[str, None] = {}
-
-        def note(path: str) -> None:
-            status, value = lookup(path)
-            if status == KNOWN:
-                read[path] = value
-            else:
-                fell_back[path] = None
-        _run(steps, lookup, note, parameters, fell_back)
+        _run(steps, lookup, _noter(lookup, read, fell_back), parameters, fell_back)
         return Trace(read, tuple(fell_back), tuple(parameters))
     return traced
 
