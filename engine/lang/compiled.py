@@ -1,10 +1,17 @@
-"""Conditions and value expressions compiled once into Python closures: the evaluators' fast path.
+"""Conditions and value expressions compiled once per pack: the evaluators' fast path.
 
-`evaluate()` walks the condition tree on every call, dispatching on node types; a pack's
-conditions never change, so the walk is done once per pack here and each evaluation only calls
-closures. The result is the same Kleene truth value as `evaluate()` for every lookup (a test
-checks both on every built-in rule); `and`/`or` stop at the first value that decides them, which
-changes nothing since a lookup has no side effects. A compiled value expression returns what
+`evaluate()` and `value_of()` walk the expression tree on every call, dispatching on node types;
+a pack's expressions never change, so the walk is done once per pack here. Two forms:
+
+- closures (`_closure`, `compile_value`): cheap to build; the specification of the other form;
+- generated Python functions (`_Generated`, `compile_chaining_value`): each condition as one
+  function with its leaves inline, in three readings of the facts (a Lookup; the dict of known
+  facts while chaining; the known facts and the derived statuses at the end). Dearer to build
+  (about 100 us each), so used once a pack is hot (Pack.hot).
+
+Both give the same Kleene truth value as `evaluate()` for every lookup (tests check all forms on
+every built-in rule); `and`/`or` stop at the first value that decides them, which changes
+nothing since a lookup has no side effects. A compiled value expression returns what
 `value_of()` returns and raises the same `Missing` (same paths, same order).
 """
 from __future__ import annotations
