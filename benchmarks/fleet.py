@@ -42,8 +42,10 @@ def jsonl_throughput(count: int, measured, verdict) -> None:
     (small_wall, _, small_rss), (wall, cpu, rss) = results[count // 10], results[count]
     print("(g) advise --facts-jsonl, in a fresh process, peak RSS standalone:")
     print(f"    {count // 10:>6,} documents {small_wall:5.2f} s wall, peak RSS {small_rss:5.1f} MiB")
+    # The time target is for 10,000 documents: a shorter run (--quick) says so instead of a verdict.
+    time_target = verdict(wall <= 10, "<= 10 s") if count >= 10_000 else "(the 10 s target is for 10,000 documents)"
     print(f"    {count:>6,} documents {wall:5.2f} s wall ({cpu:5.2f} s CPU, {count / wall:5.0f}/s), peak RSS {rss:5.1f} MiB "
-          f"(x{rss / small_rss:.2f} for 10x the lines) {verdict(wall <= 10, '<= 10 s')} "
+          f"(x{rss / small_rss:.2f} for 10x the lines) {time_target} "
           f"{verdict(rss / small_rss <= 1.2, 'memory flat: <= 1.2x')}")
 
 
