@@ -1,8 +1,9 @@
 """What a strategy would bring, by re-evaluating the performance model with its effects applied.
 
-A strategy's effects (kb/strategies.yaml) change input facts. The rules run again on the changed
-facts, with the same evaluator, and every estimate is compared before and after: the gain is what
-the model says, never a hand formula, and several strategies applied together (the plan) go
+A strategy's effects (kb/strategies.yaml) change input facts. The rules the estimates rest on run
+again on the changed facts (only those that read a change, directly or through a derived fact:
+engine/evaluators/reference.py, Rerun), and every estimate is compared before and after: the gain
+is what the model says, never a hand formula, and several strategies applied together (the plan) go
 through the model once, so their gains combine where the model combines them and stop at the
 next roof (max of compute and bandwidth) instead of multiplying.
 """
@@ -126,7 +127,7 @@ def number(value: Any) -> str:
 
 
 class WhatIf:
-    """Re-evaluates one pack's rules on changed facts, reusing its evaluator and today's model."""
+    """Re-evaluates one pack's performance model on changed facts, from today's evaluation and model."""
 
     def __init__(self, pack: Pack, inputs: Mapping[str, Any], baseline: Model) -> None:
         self.pack, self.inputs, self.baseline = pack, inputs, baseline
@@ -204,6 +205,7 @@ class WhatIf:
         # Only the estimates re-derived can have moved or reach a change (the others read nothing
         # that changed, not even through derived facts): no other is traced again.
         estimates = [path for path in self.pack.kb.vocabulary.estimate_paths if path in derivation.derived]
+
         def reach() -> tuple[str, ...]:
             return tuple(path.removeprefix(DERIVED) for path in estimates
                          if path in after.recomputed and not changed.isdisjoint(after.depends_anew(path)))
