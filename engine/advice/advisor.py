@@ -173,7 +173,7 @@ def in_place(pack: Pack, strategy: Strategy, variant: str | None, final: FinalFa
     text = strategy.in_place_condition(variant)
     if not text:
         return False
-    check = pack.memo(f"in_place:{text}", lambda: compile_condition(parse_condition(text, pack.kb.vocabulary, {}), False))
+    check = pack.memo(f"in_place:{text}", lambda: compile_condition(parse_condition(text, pack.kb.vocabulary, {})))
     return check(final.lookup) is True
 
 

@@ -200,7 +200,7 @@ def _steps(node: Value) -> list[Step]:
         case Call(args=args):
             return [step for arg in args for step in _steps(arg)]
         case IfElse(condition=condition, then=then, otherwise=otherwise):
-            decide, branches = compile_condition(condition, False), (tuple(_steps(otherwise)), tuple(_steps(then)))
+            decide, branches = compile_condition(condition), (tuple(_steps(otherwise)), tuple(_steps(then)))
             noted: list[Step] = [("fact", path) for path in dict.fromkeys(facts_of(condition))]
 
             def branch(lookup: Lookup, note: Noter, parameters: dict[str, None], fell_back: dict[str, None]) -> None:

@@ -81,18 +81,13 @@ class FinalFacts:
             return self.status.get(path, ABSENT), None
         return MISSING, None
 
-    def missing_inputs(self, rule: Rule) -> list[str]:
-        """The input facts that, once known, would decide `rule` (what to collect).
-
-        They are the missing inputs of `rule` and of every rule reachable from it through the
-        undecided producers of the unknown derived facts it reads. Each rule's share is computed
-        once per evaluation, and a cycle of rules shares one set (strongly connected components),
-        so the walk is linear in the pack where a naive recursion is exponential in its chains.
-        """
-        return sorted(self._reachable_missing([rule.id])[rule.id])
-
     def not_evaluated(self) -> list[tuple[Rule, list[str]]]:
-        """Every rule left undecided, in pack order, with `missing_inputs` of each (one walk for all)."""
+        """Every rule left undecided, in pack order, with the input facts that, once known, would
+        decide it (what to collect): its own missing inputs and those of every rule reachable from
+        it through the undecided producers of the unknown derived facts it reads. Each rule's and
+        each unknown fact's share is computed once, and a cycle of rules shares one set (strongly
+        connected components), so the walk is linear in the pack where a naive recursion is
+        exponential in its chains."""
         undecided = [rule for rule in self.pack.rules if rule.id not in self.fired and self.decision(rule.id) is None]
         waiting = {rule.id for rule in undecided}
         done = self._reachable
@@ -203,7 +198,7 @@ def _compiled_witnesses(node: Condition) -> Witnesses:
                 return tuple(make for part in parts if isinstance(part, tuple) for make in part)
             return lambda lookup: tuple(make for part in parts for make in witnesses_on(part, lookup))
         case Or(items=items):
-            branches = tuple((compile_condition(item, False), _compiled_witnesses(item)) for item in items)
+            branches = tuple((compile_condition(item), _compiled_witnesses(item)) for item in items)
 
             def first_true(lookup: Lookup) -> tuple[WitnessMaker, ...]:
                 for holds, leaves in branches:

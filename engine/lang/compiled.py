@@ -3,11 +3,12 @@
 `evaluate()` and `value_of()` walk the expression tree on every call, dispatching on node types;
 a pack's expressions never change, so the walk is done once per pack here. Two forms:
 
-- closures (`_closure`, `compile_value`): cheap to build; the specification of the other form;
+- closures (`compile_condition`, `compile_value`): cheap to build; the specification of the
+  other form;
 - generated Python functions (`_Generated`, `compile_chaining_value`): each condition as one
-  function with its leaves inline, in three readings of the facts (a Lookup; the dict of known
-  facts while chaining; the known facts and the derived statuses at the end). Dearer to build
-  (about 100 us each), so used once a pack is hot (Pack.hot).
+  function with its leaves inline, in two readings of the facts (the dict of known facts while
+  chaining; the known facts and the derived statuses at the end), read without a call per
+  fact. Dearer to build (about 100 us each), so used once a pack is hot (Pack.hot).
 
 Both give the same Kleene truth value as `evaluate()` for every lookup (tests check all forms on
 every built-in rule); `and`/`or` stop at the first value that decides them, which changes
@@ -55,10 +56,9 @@ Compute = Callable[[Lookup], Any]         # a value expression's value; raises M
 # `kbopt advise` compiles nothing, a batch compiles once. Both give the same values (tested).
 
 
-def compile_condition(node: Condition, generated: bool = True) -> Check:
-    """A condition as one generated Python function per `and`/`or`/`not`, its leaves inline
-    (or, not generated, as closures)."""
-    return _Generated().function(node) if generated else _closure(node)
+def compile_condition(node: Condition) -> Check:
+    """A condition as nested closures over a Lookup: the specification of the generated forms."""
+    return _closure(node)
 
 
 class _Generated:
@@ -71,14 +71,14 @@ class _Generated:
     inlining the leaves saves the two Python calls per leaf that the closures cost.
     """
 
-    def __init__(self, reading: Literal["lookup", "chaining", "final"] = "lookup") -> None:
-        # lookup: the function calls a Lookup for each fact. chaining: it reads a dict of the
-        # known facts instead, and a fact not in it is absent when derived and missing when an
-        # input, as during chaining (nothing is unknown yet): the evaluators' inner loop, without
-        # a call per fact. final: it reads the known facts and the statuses of the derived facts
-        # no rule produced (absent or unknown), as explaining the final facts does.
+    def __init__(self, reading: Literal["chaining", "final"]) -> None:
+        # chaining: the function reads a dict of the known facts, and a fact not in it is absent
+        # when derived and missing when an input, as during chaining (nothing is unknown yet):
+        # the evaluators' inner loop, without a call per fact. final: it reads the known facts
+        # and the statuses of the derived facts no rule produced (absent or unknown), as
+        # explaining the final facts does.
         self.reading = reading
-        self.arguments = {"lookup": "lookup", "chaining": "known", "final": "known, status"}[reading]
+        self.arguments = {"chaining": "known", "final": "known, status"}[reading]
         self.namespace: dict[str, Any] = {"KNOWN": KNOWN, "ABSENT": ABSENT, "UNKNOWN": UNKNOWN, "NONE": _NONE}
 
     def name(self, prefix: str, value: Any) -> str:
@@ -105,34 +105,6 @@ class _Generated:
         check: Check = _define(f"def check({self.arguments}):\n" + "\n".join(lines) + "\n", "check", self.namespace)
         return check
 
-    def into(self, node: Condition, target: str) -> list[str]:
-        """Lines that set `target` to the node's truth value (a nested and/or/not: a call)."""
-        if self.reading != "lookup":
-            return self.chaining_into(node, target)
-
-        def unknown_or_absent(test: str) -> list[str]:
-            return [f"    s, v = lookup({self.name('k', path)})",
-                    f"    {target} = ({test}) if s == KNOWN else (False if s == ABSENT else None)"]
-        match node:
-            case Cmp(op=op, left=Fact(path=path), right=Const(value=value)):
-                return unknown_or_absent(f"{self.name('a', COMPARISONS[op].apply)}(v, {self.name('k', value)})")
-            case OneOf(fact=Fact(path=path), values=values, negated=negated):
-                return unknown_or_absent(f"(v in {self.name('k', values)}) != {negated}")
-            case Contains(fact=Fact(path=path), item=item, negated=negated):
-                return unknown_or_absent(f"({self.name('k', item)} in v) != {negated}")
-            case Needs(fact=Fact(path=path)):
-                return [f"    s = lookup({self.name('k', path)})[0]",
-                        f"    {target} = True if s == KNOWN else (False if s == ABSENT else None)"]
-            case Known(fact=Fact(path=path), negated=negated):
-                return [f"    s = lookup({self.name('k', path)})[0]",
-                        f"    {target} = None if s == UNKNOWN else ((s == KNOWN) != {negated})"]
-            case Cmp() | And() | Or() | Not():     # a comparison of two facts, or a nested node
-                call = _closure(node) if isinstance(node, Cmp) else self.function(node)
-                return [f"    {target} = {self.name('f', call)}(lookup)"]
-            case _ as unreachable:
-                assert_never(unreachable)
-
-
     def absent(self, path: str, key: str) -> str:
         """An expression: is `path` (named `key`), not among the known facts, absent? An input not
         given is missing (undecided), never absent; a derived fact not produced is absent while
@@ -146,7 +118,9 @@ class _Generated:
         absent = self.absent(path, key)
         return {"True": "False", "False": "None"}.get(absent, f"(False if {absent} else None)")
 
-    def chaining_into(self, node: Condition, target: str) -> list[str]:
+    def into(self, node: Condition, target: str) -> list[str]:
+        """Lines that set `target` to the node's truth value (a nested and/or/not: a call)."""
+
         def value_or(path: str, test: str) -> list[str]:
             key = self.name("k", path)
             return [f"    v = known.get({key}, NONE)",
@@ -204,7 +178,7 @@ def _define(source: str, name: str, namespace: dict[str, Any]) -> Any:
     return scope[name]
 
 
-_WRITTEN = frozenset({"known", "status", "lookup", "s", "v", "w", "r", "out", "undecided", "check", "compute"})
+_WRITTEN = frozenset({"known", "status", "v", "w", "r", "out", "undecided", "check", "compute"})
 _LOCAL = re.compile(r"[ru][0-9]+")       # the generated functions' own locals: r0, u1, ...
 
 

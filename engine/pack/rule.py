@@ -8,9 +8,7 @@ from typing import Any, Generic, TypeVar
 
 from kbopt.engine.lang.compiled import (
     ChainingCheck,
-    Check,
     compile_chaining_check,
-    compile_condition,
 )
 from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules are read by layer)
 from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
@@ -196,11 +194,6 @@ class Pack:
         """Count one advice given with the pack."""
         uses = self.artefacts.get("uses", 0)
         self.artefacts["uses"] = uses + 1   # type: ignore[operator]  # only this method writes it
-
-    def check(self, rule_id: str) -> Check:
-        """The rule's fire condition compiled once per pack, per tier (evaluate()'s value)."""
-        hot = self.hot
-        return self.memo(f"check:{hot}:{rule_id}", lambda: compile_condition(self.by_id()[rule_id].fire_condition, hot))
 
     def chaining_check(self, rule_id: str) -> ChainingCheck:
         """The rule's fire condition as the evaluators test it while chaining, once per pack, per tier."""
