@@ -40,8 +40,8 @@ def advise_line(line: str, pack: Pack, evaluator: str = "reference", name: str =
 def advise_stream(lines: Iterable[str], out: IO[str], pack: Pack, evaluator: str, source: str,
                   overrides: tuple[str, ...] = (), jobs: int = 1) -> tuple[int, int]:
     """Advise every line (each input line gives exactly one output line, in order, so the two
-    zip); returns (lines read, lines that failed). With jobs > 1, batches of lines are advised by
-    that many worker processes; a batch at a time is held, so memory stays flat."""
+    zip); returns (lines read, lines that failed). With jobs > 1, chunks of lines are advised by
+    that many worker processes; a bounded window of chunks is held, so memory stays flat."""
     numbered = ((n, raw.rstrip("\r\n")) for n, raw in enumerate(lines, start=1))
     count = failed = 0
     if jobs <= 1:
@@ -52,19 +52,27 @@ def advise_stream(lines: Iterable[str], out: IO[str], pack: Pack, evaluator: str
             out.write(text + "\n")
         return count, failed
     import multiprocessing
+    from collections import deque
     # spawn, not fork: a fork of a process with threads (a caller's, a test harness's) can copy a
     # lock held mid-operation and leave the worker waiting forever. Each worker gets the checked
     # pack pickled (rules and compiled rulesets, as the compiled-pack cache stores them).
     with multiprocessing.get_context("spawn").Pool(jobs, initializer=_start_worker,
                                                    initargs=((pack, evaluator, source, overrides),)) as pool:
-        while batch := list(itertools.islice(numbered, BATCH_PER_JOB * jobs)):
-            for ok, text in pool.map(_advise_numbered, batch, chunksize=max(1, len(batch) // (4 * jobs))):
+        # A window of chunks in flight, collected in order: the workers never wait for the
+        # slowest line of a batch, and at most IN_FLIGHT_PER_JOB * jobs chunks are held.
+        pending: deque[Any] = deque()
+        while True:
+            while len(pending) < IN_FLIGHT_PER_JOB * jobs and (chunk := list(itertools.islice(numbered, CHUNK))):
+                pending.append(pool.apply_async(_advise_chunk, (chunk,)))
+            if not pending:
+                return count, failed
+            for ok, text in pending.popleft().get():
                 count, failed = count + 1, failed + (not ok)
                 out.write(text + "\n")
-    return count, failed
 
 
-BATCH_PER_JOB = 256
+CHUNK = 16                 # lines a worker advises per task: few enough to spread the work evenly
+IN_FLIGHT_PER_JOB = 4      # tasks queued per worker, so that none waits while results are written
 _WORKER: tuple[Pack, str, str, tuple[str, ...]] | None = None    # what a worker advises with
 
 
@@ -73,10 +81,10 @@ def _start_worker(worker: tuple[Pack, str, str, tuple[str, ...]]) -> None:
     _WORKER = worker
 
 
-def _advise_numbered(item: tuple[int, str]) -> tuple[bool, str]:
+def _advise_chunk(chunk: list[tuple[int, str]]) -> list[tuple[bool, str]]:
     assert _WORKER is not None
     pack, evaluator, source, overrides = _WORKER
-    return advise_line(item[1], pack, evaluator, f"{source}:{item[0]}", overrides)
+    return [advise_line(line, pack, evaluator, f"{source}:{number}", overrides) for number, line in chunk]
 
 
 def input_lines(path: str) -> Iterator[str]:
