@@ -12,6 +12,7 @@ import collections
 import datetime
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -81,7 +82,10 @@ def _clip(text: str, limit: int = 80) -> str:
 def _has_surrogate(text: str) -> bool:
     # JSON may escape a lone surrogate ("\ud800"), and a command line's undecodable bytes arrive as
     # surrogates; neither can be written back out as UTF-8.
-    return any("\ud800" <= ch <= "\udfff" for ch in text)
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def check_plain(document: Any, name: str) -> None:

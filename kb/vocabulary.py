@@ -73,14 +73,23 @@ class Vocabulary:
         return close[0] if close else None
 
     def sections(self) -> dict[str, list[FactSpec]]:
-        """Input and derived facts by section (without the quality pseudo-facts)."""
+        """Input and derived facts by section (without the quality pseudo-facts). Computed once:
+        every facts document is checked against it; callers read it and never change it."""
+        return self._sections
+
+    def input_sections(self) -> dict[str, list[FactSpec]]:
+        return self._input_sections
+
+    @cached_property
+    def _sections(self) -> dict[str, list[FactSpec]]:
         grouped: dict[str, list[FactSpec]] = {}
         for spec in self.facts.values():
             if spec.quality_of is None:
                 grouped.setdefault(spec.section, []).append(spec)
         return grouped
 
-    def input_sections(self) -> dict[str, list[FactSpec]]:
+    @cached_property
+    def _input_sections(self) -> dict[str, list[FactSpec]]:
         return {name: specs for name, specs in self.sections().items() if name != "derived"}
 
 

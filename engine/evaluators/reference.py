@@ -10,16 +10,32 @@ changes. Only rules that feed each other in a cycle are re-checked, among themse
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
-from kbopt.engine.lang.compiled import ChainingCheck
+from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, conclusions, finish
+from kbopt.engine.lang.compiled import ChainingCheck, ChainRunner, ChainStep, CycleRunner, compile_chain
 from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.rule import Derive, Pack, Rule
 
 Schedule = tuple[tuple[tuple[Rule, ChainingCheck], ...], ...]
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A schedule ready to run: its rules with their compiled checks, and on a hot pack the whole
+    schedule as one generated function (compile_chain), which fires the same rules in the same order."""
+    schedule: Schedule
+    generated: ChainRunner | None
+
+    def run(self, derived: DerivedFacts, fired: set[str]) -> None:
+        if self.generated is not None:
+            self.generated(derived.known, derived.values, fired, derived.conclude)
+        else:
+            _chain(self.schedule, derived, fired)
 
 
 def schedule(pack: Pack) -> tuple[tuple[Rule, ...], ...]:
@@ -48,16 +64,16 @@ class ReferenceEvaluator:
     def __init__(self, pack: Pack):
         self.pack = pack
         # Conditions run as functions compiled once per pack and tier (Pack.chaining_check), not as tree walks.
-        self.schedules: dict[bool, Schedule] = {}
+        self.chains: dict[bool, Chain] = {}
 
     def run(self, values: dict[str, Any]) -> Derivation:
         hot = self.pack.hot
-        schedule = self.schedules.get(hot)
-        if schedule is None:
-            schedule = self.schedules[hot] = make_evaluator_schedule(self.pack)
+        chain = self.chains.get(hot)
+        if chain is None:
+            chain = self.chains[hot] = make_chain(self.pack)
         derived = DerivedFacts(values, self.pack)
         fired: set[str] = set()
-        _chain(schedule, derived, fired)
+        chain.run(derived, fired)
         return finish(self.pack, fired, derived)
 
 
@@ -71,14 +87,20 @@ def _chain(schedule: Schedule, derived: DerivedFacts, fired: set[str]) -> None:
                 fired.add(rule.id)
                 derived.conclude(rule)
             continue
-        changed = True
-        while changed:
-            changed = False
-            for rule, check in component:
-                if rule.id not in fired and check(known) is True:
-                    fired.add(rule.id)
-                    derived.conclude(rule)
-                    changed = len(component) > 1
+        _cycle(known, fired, derived.conclude, component)
+
+
+def _cycle(known: dict[str, Any], fired: set[str], conclude: Callable[[Rule], Any],
+           component: tuple[tuple[Rule, ChainingCheck], ...]) -> None:
+    """Rules that feed each other: checked in turn until none fires."""
+    changed = True
+    while changed:
+        changed = False
+        for rule, check in component:
+            if rule.id not in fired and check(known) is True:
+                fired.add(rule.id)
+                conclude(rule)
+                changed = True
 
 
 def reads(rule: Rule) -> tuple[str, ...]:
@@ -113,16 +135,16 @@ class Rerun:
         self.consumers = consumers
         self.relevant = upstream(pack, wanted) if wanted is not None else frozenset(pack.order)
         self._downstream: dict[frozenset[str], frozenset[str]] = {}
-        self._schedules: dict[tuple[frozenset[str], bool], Schedule] = {}
+        self._chains: dict[tuple[frozenset[str], bool], Chain] = {}
         self._derived: dict[frozenset[str], frozenset[str]] = {}
 
-    def schedule(self, changed: frozenset[str]) -> Schedule:
+    def chain(self, changed: frozenset[str]) -> Chain:
         """The schedule of the rules downstream of `changed`, kept per fact set and tier."""
         key = (changed, self.pack.hot)
-        schedule = self._schedules.get(key)
-        if schedule is None:
-            schedule = self._schedules[key] = make_evaluator_schedule(self.pack, self.downstream(changed))
-        return schedule
+        chain = self._chains.get(key)
+        if chain is None:
+            chain = self._chains[key] = make_chain(self.pack, self.downstream(changed))
+        return chain
 
     def downstream(self, changed: frozenset[str]) -> frozenset[str]:
         """The rules downstream of `changed`, among the relevant ones (kept per fact set: the
@@ -156,7 +178,7 @@ class Rerun:
     def run(self, values: dict[str, Any], earlier: Derivation, changed: Iterable[str]) -> Derivation:
         """The evaluation of `values`, which differ from those of `earlier` at most in `changed`."""
         changed = frozenset(changed)
-        rerun, schedule = self.downstream(changed), self.schedule(changed)
+        rerun, chain = self.downstream(changed), self.chain(changed)
         derived = DerivedFacts(values, self.pack)
         rules = self.pack.by_id()
         kept = [rule_id for rule_id in earlier.fired if rule_id not in rerun and rule_id in self.relevant]   # in pack order
@@ -165,7 +187,7 @@ class Rerun:
             for path in rules[rule_id].derives:
                 if path not in derived.values:
                     derived.take(path, earlier.derived[path][0], rule_id)
-        _chain(schedule, derived, fired)
+        chain.run(derived, fired)
         return finish(self.pack, fired, derived)
 
 
@@ -190,6 +212,20 @@ def make_evaluator_schedule(pack: Pack, only: frozenset[str] | None = None) -> S
     components = pack.memo("schedule", lambda: schedule(pack))
     picked = (tuple(rule for rule in component if only is None or rule.id in only) for component in components)
     return tuple(tuple((rule, pack.chaining_check(rule.id)) for rule in component) for component in picked if component)
+
+
+def make_chain(pack: Pack, only: frozenset[str] | None = None) -> Chain:
+    """make_evaluator_schedule, ready to run: generated as one function once the pack is hot."""
+    schedule = make_evaluator_schedule(pack, only)
+    if not pack.hot:
+        return Chain(schedule, None)
+    derives = conclusions(pack)
+
+    def step(rule: Rule) -> ChainStep:
+        return rule.id, rule, rule.fire_condition, tuple((c.derive.path, c.fast, c.accepts) for c in derives[rule.id])
+    steps: list[ChainStep | CycleRunner] = [step(component[0][0]) if len(component) == 1
+                                            else functools.partial(_cycle, component=component) for component in schedule]
+    return Chain(schedule, compile_chain(steps))
 
 
 def rerun_of(pack: Pack) -> Rerun:

@@ -18,6 +18,7 @@ nothing since a lookup has no side effects. A compiled value expression returns 
 from __future__ import annotations
 
 import ast
+import operator
 import re
 from collections.abc import Callable
 from typing import Any, Literal, assert_never
@@ -105,6 +106,24 @@ class _Generated:
         check: Check = _define(f"def check({self.arguments}):\n" + "\n".join(lines) + "\n", "check", self.namespace)
         return check
 
+    def applied(self, function: Callable[[Any, Any], Any], left: str, right: str) -> str:
+        """An expression applying a binary operator: Python's own where it is one, else a call."""
+        return _binary(function, left, right, lambda: self.name("a", function))
+
+    def holds(self, node: Condition) -> str | None:
+        """While chaining: an expression true exactly when a comparison leaf's value is True (its
+        fact, or either fact, known and the comparison true; an unset fact gives false or
+        undecided, neither of which is True), or None for other nodes (`into` them)."""
+        if self.reading != "chaining" or not isinstance(node, Cmp):
+            return None
+        key = self.name("k", node.left.path)
+        if isinstance(node.right, Const):
+            test = self.applied(COMPARISONS[node.op].apply, "v", self.name("k", node.right.value))
+            return f"(v := known.get({key}, NONE)) is not NONE and {test} is True"
+        other = self.name("k", node.right.path)
+        test = self.applied(COMPARISONS[node.op].apply, "v", "w")
+        return f"(v := known.get({key}, NONE)) is not NONE and (w := known.get({other}, NONE)) is not NONE and {test} is True"
+
     def absent(self, path: str, key: str) -> str:
         """An expression: is `path` (named `key`), not among the known facts, absent? An input not
         given is missing (undecided), never absent; a derived fact not produced is absent while
@@ -128,7 +147,7 @@ class _Generated:
         match node:
             case Cmp(op=op, left=Fact(path=path), right=right):
                 if isinstance(right, Const):
-                    return value_or(path, f"{self.name('a', COMPARISONS[op].apply)}(v, {self.name('k', right.value)})")
+                    return value_or(path, self.applied(COMPARISONS[op].apply, "v", self.name("k", right.value)))
                 other = right.path
                 key, other_key = self.name("k", path), self.name("k", other)
                 return [f"    v, w = known.get({key}, NONE), known.get({other_key}, NONE)",
@@ -136,7 +155,7 @@ class _Generated:
                         f"        {target} = False if (v is NONE and {self.absent(path, key)}) or "
                         f"(w is NONE and {self.absent(other, other_key)}) else None",
                         "    else:",
-                        f"        {target} = {self.name('a', COMPARISONS[op].apply)}(v, w)"]
+                        f"        {target} = {self.applied(COMPARISONS[op].apply, 'v', 'w')}"]
             case OneOf(fact=Fact(path=path), values=values, negated=negated):
                 return value_or(path, f"(v in {self.name('k', values)}) != {negated}")
             case Contains(fact=Fact(path=path), item=item, negated=negated):
@@ -158,6 +177,17 @@ class _Generated:
 
 _NONE = object()       # what a generated chaining check reads for a fact not known
 
+# The operator functions that are exactly a Python operator: written as the operator (no call).
+_INFIX = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=", operator.eq: "==",
+          operator.ne: "!=", operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+          operator.floordiv: "//"}
+
+
+def _binary(function: Callable[[Any, Any], Any], left: str, right: str, named: Callable[[], str]) -> str:
+    """`(left OP right)` where `function` is an operator of _INFIX, else `name(left, right)`."""
+    symbol = _INFIX.get(function)
+    return f"({left} {symbol} {right})" if symbol is not None else f"{named()}({left}, {right})"
+
 
 def _define(source: str, name: str, namespace: dict[str, Any]) -> Any:
     """The function `name` that generated `source` defines, its free names bound in `namespace`.
@@ -178,7 +208,8 @@ def _define(source: str, name: str, namespace: dict[str, Any]) -> Any:
     return scope[name]
 
 
-_WRITTEN = frozenset({"known", "status", "v", "w", "r", "out", "undecided", "check", "compute"})
+_WRITTEN = frozenset({"known", "status", "v", "w", "r", "out", "undecided", "check", "compute", "chain", "fired",
+                      "conclude", "values", "Exception", "c"})
 _LOCAL = re.compile(r"[ru][0-9]+")       # the generated functions' own locals: r0, u1, ...
 
 
@@ -200,6 +231,77 @@ def compile_chaining_check(node: Condition, generated: bool = True) -> ChainingC
         return check_known
     check: ChainingCheck = _Generated("chaining").function(node)   # type: ignore[assignment]  # takes the dict
     return check
+
+
+FastDerive = tuple[str, "FastCompute | None", Callable[[Any], bool]]   # a derived fact, its fast path, a quick type test
+ChainStep = tuple[str, Any, Condition, tuple[FastDerive, ...]]   # a rule's id, the rule, its fire condition, what it derives
+Conclude = Callable[[Any], Any]                          # DerivedFacts.conclude: derive what a rule derives, exactly
+ChainRunner = Callable[[dict[str, Any], dict[str, tuple[Any, str]], set[str], Conclude], None]
+CycleRunner = Callable[[dict[str, Any], set[str], Conclude], None]   # rules that feed each other
+
+
+def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
+    """A whole schedule (the reference evaluator's) as one generated function `chain(known,
+    values, fired, conclude)`: each rule alone in its component in turn, its condition inline
+    (as compile_chaining_check reads it), fired when it holds; a component of rules that feed
+    each other is called as the function given for it.
+
+    A fired rule's derived facts are computed by their fast paths (compile_chaining_value) and
+    set in `known` and `values` (DerivedFacts') when every one computes without trouble, passes
+    its quick type test and is new; otherwise `conclude(rule)` derives them exactly, with its
+    errors (it finds those already set here equal to its own). The same firings and values, in
+    the same order, as checking each rule's compiled condition in turn and concluding it (a test
+    checks both on every example), without two calls and a loop step per rule."""
+    generated = _Generated("chaining")
+    lines: list[str] = []
+    for component in components:
+        if not isinstance(component, tuple):
+            lines.append(f"    {generated.name('w', component)}(known, fired, conclude)")
+            continue
+        rule_id, rule, condition, derives = component
+        # An `and` is true when each item is: its items are tested in turn, each nested in the
+        # last, and the first that is not true skips the rest (as the `and` would return).
+        items = condition.items if isinstance(condition, And) and 0 < len(condition.items) <= _MAX_NESTED else (condition,)
+        depth = 0
+        for item in items:
+            holds = generated.holds(item)
+            if holds is None:
+                lines += ["    " * depth + line for line in generated.into(item, "r")]
+                holds = "r is True"
+            lines.append("    " * depth + f"    if {holds}:")
+            depth += 1
+        key, exact = generated.name("k", rule_id), f"conclude({generated.name('k', rule)})"
+        lines += ["    " * depth + f"    if {key} not in fired:", "    " * depth + f"        fired.add({key})"]
+        lines += ["    " * (depth + 1) + line for line in _fast_derives(generated, key, derives, exact)]
+    lines.append("    return None")
+    chain: ChainRunner = _define("def chain(known, values, fired, conclude):\n" + "\n".join(lines) + "\n", "chain",
+                                 generated.namespace)
+    return chain
+
+
+def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ...], exact: str) -> list[str]:
+    """Lines (at the left margin) that set each derived fact from its fast path, each nested in
+    the last's success, with `exact` (the exact derivation of them all) wherever one falls short."""
+    if not derives:
+        return []
+    path, fast, accepts = derives[0]
+    if fast is None:
+        return [f"    {exact}"]
+    target = generated.name("k", path)
+    rest = _fast_derives(generated, key, derives[1:], exact)
+    return ["    try:",
+            f"        v = {generated.name('f', fast)}(known)",
+            "    except Exception:",
+            "        v = NONE",
+            f"    if v is not NONE and {generated.name('f', accepts)}(v) and {target} not in values:",
+            f"        values[{target}] = (v, {key})",
+            f"        known[{target}] = v",
+            *["    " + line for line in rest],
+            "    else:",
+            f"        {exact}"]
+
+
+_MAX_NESTED = 40     # an `and` of more items is called as one function: Python nests at most 100 blocks
 
 
 FinalCheck = Callable[[dict[str, Any], dict[str, str]], bool | None]
@@ -507,13 +609,36 @@ def _call(node: Call) -> Compute:
 FastCompute = Callable[[dict[str, Any]], Any]
 
 
+def _undecided() -> Any:
+    raise LookupError("an if-else condition is undecided")      # the fast path's caller asks the closure
+
+
+def _plain(node: Value) -> bool:
+    """A value expression without alternatives (coalesce) or if-else anywhere in it: it computes
+    exactly when every fact it reads is known (or raises an error, or passes a zero divisor)."""
+    match node:
+        case Const() | Fact():
+            return True
+        case Arith(left=left, right=right):
+            return _plain(left) and _plain(right)
+        case ListOf(items=items):
+            return all(_plain(item) for item in items)
+        case Call(fn=fn, args=args):
+            return not FUNCTIONS[fn].alternatives and all(_plain(arg) for arg in args)
+        case IfElse():
+            return False
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def compile_chaining_value(node: Value) -> FastCompute | None:
     """A value expression as one generated Python expression over the dict of known facts: the
     fast path of a derivation while chaining. It raises (KeyError, ZeroDivisionError, ...)
-    wherever the exact `compile_value` closure would raise Missing or an error, and the caller
-    then asks that closure, so only values computed without any trouble come from here. None
-    where the expression has a shape the fast path does not cover (if-else, coalesce of
-    expressions). As in `_Generated`, only the shape reaches the source, never a rule's string."""
+    wherever the exact `compile_value` closure would raise Missing or an error (and where a
+    coalesce's alternative divides by zero, which the closure passes over), and the caller then
+    asks that closure, so only values computed without any trouble come from here. None
+    where the expression has a shape the fast path does not cover (a coalesce whose alternatives
+    other than the last hold a coalesce or an if-else). As in `_Generated`, only the shape reaches the source, never a rule's string."""
     namespace: dict[str, Any] = {}
 
     def name(value: Any) -> str:
@@ -529,23 +654,35 @@ def compile_chaining_value(node: Value) -> FastCompute | None:
                 return f"known[{name(path)}]"
             case Arith(op=op, left=left, right=right):
                 a, b = expression(left), expression(right)
-                return None if a is None or b is None else f"{name(ARITHMETIC[op].apply)}({a}, {b})"
+                function = ARITHMETIC[op].apply
+                return None if a is None or b is None else _binary(function, a, b, lambda: name(function))
             case ListOf(items=items):
                 parts = [expression(i) for i in items]
                 return None if None in parts else "[" + ", ".join(p for p in parts if p) + "]"
             case Call(fn=fn, args=args) if FUNCTIONS[fn].alternatives:
-                if not all(isinstance(arg, (Fact, Const)) for arg in args):
+                # The first alternative whose facts are all known: one without alternatives or an
+                # if-else inside computes exactly when they are (or raises, like the closure, and
+                # the caller asks it); a division by zero, which the closure passes over, raises here.
+                if not all(isinstance(arg, (Fact, Const)) or _plain(arg) for arg in args[:-1]):
                     return None
                 text = expression(args[-1])
                 for arg in reversed(args[:-1]):
-                    text = f"({expression(arg)} if {name(arg.path)} in known else {text})" if isinstance(arg, Fact) \
-                        else expression(arg)
+                    this, facts = expression(arg), unique_facts(arg)
+                    if this is None or text is None:
+                        return None
+                    text = f"({this} if {' and '.join(f'{name(p)} in known' for p in facts)} else {text})" if facts else this
                 return text
             case Call(fn=fn, args=args):
                 parts = [expression(a) for a in args]
                 return None if None in parts else f"{name(FUNCTIONS[fn].apply)}({', '.join(p for p in parts if p)})"
-            case IfElse():
-                return None
+            case IfElse(condition=condition, then=then, otherwise=otherwise):
+                # The condition as while chaining (compile_chaining_check); undecided raises, and
+                # the closure says what is missing.
+                yes, no = expression(then), expression(otherwise)
+                if yes is None or no is None:
+                    return None
+                decide = name(compile_chaining_check(condition))
+                return f"({yes} if (c := {decide}(known)) is True else {no} if c is False else {name(_undecided)}())"
             case _ as unreachable:
                 assert_never(unreachable)
 
