@@ -366,7 +366,7 @@ def test_the_generated_chain_fires_and_derives_as_each_rule_checked_in_turn(pack
     for trial in range(30):
         cyclic = _random_cyclic_pack(rng, f"cycle{trial}")
         chains = _chains(cyclic)
-        cycles += any(len(component) > 1 for component in chains[True].schedule)
+        cycles += any(len(component) > 1 for component in chains[False].schedule)
         for _ in range(5):
             values = {f"telemetry.{f}": 0.9 for f in FIELDS if rng.random() < 0.6}
             values.update({path: True for path in CYCLED if rng.random() < 0.2})

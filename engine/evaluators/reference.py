@@ -26,9 +26,10 @@ Schedule = tuple[tuple[tuple[Rule, ChainingCheck], ...], ...]
 
 @dataclass(frozen=True)
 class Chain:
-    """A schedule ready to run: its rules with their compiled checks, and on a hot pack the whole
-    schedule as one generated function (compile_chain), which fires the same rules in the same order."""
-    schedule: Schedule
+    """A schedule ready to run: its rules with their compiled checks (a cold pack), or the whole
+    schedule as one generated function (compile_chain; a hot pack), which fires the same rules in
+    the same order."""
+    schedule: Schedule                   # empty where generated
     generated: ChainRunner | None
 
     def run(self, derived: DerivedFacts, fired: set[str]) -> None:
@@ -215,17 +216,22 @@ def make_evaluator_schedule(pack: Pack, only: frozenset[str] | None = None) -> S
 
 
 def make_chain(pack: Pack, only: frozenset[str] | None = None) -> Chain:
-    """make_evaluator_schedule, ready to run: generated as one function once the pack is hot."""
-    schedule = make_evaluator_schedule(pack, only)
+    """The pack's schedule (only some rules') ready to run: with each rule's compiled check on a
+    cold pack, as one generated function once it is hot (where only a cycle's rules need their
+    own checks: the others' conditions are inline)."""
     if not pack.hot:
-        return Chain(schedule, None)
+        return Chain(make_evaluator_schedule(pack, only), None)
     derives = conclusions(pack)
 
     def step(rule: Rule) -> ChainStep:
         return rule.id, rule, rule.fire_condition, tuple((c.derive.path, c.fast, c.accepts) for c in derives[rule.id])
-    steps: list[ChainStep | CycleRunner] = [step(component[0][0]) if len(component) == 1
-                                            else functools.partial(_cycle, component=component) for component in schedule]
-    return Chain(schedule, compile_chain(steps))
+    components = (tuple(rule for rule in component if only is None or rule.id in only)
+                  for component in pack.memo("schedule", lambda: schedule(pack)))
+    steps: list[ChainStep | CycleRunner] = [
+        step(component[0]) if len(component) == 1
+        else functools.partial(_cycle, component=tuple((rule, pack.chaining_check(rule.id)) for rule in component))
+        for component in components if component]
+    return Chain((), compile_chain(steps))
 
 
 def rerun_of(pack: Pack) -> Rerun:
