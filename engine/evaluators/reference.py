@@ -64,7 +64,7 @@ class ReferenceEvaluator:
 
     def __init__(self, pack: Pack):
         self.pack = pack
-        # Conditions run as functions compiled once per pack and tier (Pack.chaining_check), not as tree walks.
+        # Conditions run compiled, not as tree walks: each rule's check on a cold pack, one generated chain on a hot one.
         self.chains: dict[bool, Chain] = {}
 
     def run(self, values: dict[str, Any]) -> Derivation:
