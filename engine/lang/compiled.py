@@ -638,7 +638,8 @@ def compile_chaining_value(node: Value) -> FastCompute | None:
     coalesce's alternative divides by zero, which the closure passes over), and the caller then
     asks that closure, so only values computed without any trouble come from here. None
     where the expression has a shape the fast path does not cover (a coalesce whose alternatives
-    other than the last hold a coalesce or an if-else). As in `_Generated`, only the shape reaches the source, never a rule's string."""
+    other than the last hold a coalesce or an if-else). As in `_Generated`, only the shape
+    reaches the source, never a rule's string."""
     namespace: dict[str, Any] = {}
 
     def name(value: Any) -> str:
