@@ -104,7 +104,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     rules = pack.by_id()
     candidates: dict[str, Candidate] = {}
     order = {rule_id: index for index, rule_id in enumerate(fired)}
-    recommendations = sorted(_drawn(fired, rules, Recommend), key=lambda d: (-d.conclusion.weight, order[d.rule]))
+    recommendations = sorted(_drawn(pack, fired, Recommend), key=lambda d: (-d.conclusion.weight, order[d.rule]))
     for drawn in recommendations:     # strongest rule first: its parameters and gain win
         rule_id, conclusion = drawn.rule, drawn.conclusion
         c = candidates.setdefault(conclusion.key, Candidate(conclusion.key, conclusion.strategy, conclusion.variant))
@@ -115,10 +115,10 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             c.params.setdefault(name, (node, rule_id))
     for candidate in candidates.values():
         candidate.rules.sort(key=lambda rule_id: order[rule_id])    # every recommending rule fired
-    vetoes = _drawn(fired, rules, Reject)
-    requires = _drawn(fired, rules, Require)
-    mitigates = _drawn(fired, rules, Mitigate)
-    caveats = _drawn(fired, rules, Caveat)
+    vetoes = _drawn(pack, fired, Reject)
+    requires = _drawn(pack, fired, Require)
+    mitigates = _drawn(pack, fired, Mitigate)
+    caveats = _drawn(pack, fired, Caveat)
     catalog = pack.kb.strategies
     # Already in place: advice to keep, never an action; a what-if of what is there moves nothing,
     # so it is neither sized nor vetoed as negligible.
@@ -199,9 +199,11 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
     return outcomes
 
 
-def _drawn(fired: tuple[str, ...], rules: dict[str, Rule], kind: type[C]) -> list[Drawn[C]]:
+def _drawn(pack: Pack, fired: tuple[str, ...], kind: type[C]) -> list[Drawn[C]]:
     """Every conclusion of `kind` the fired rules drew, in firing order."""
-    return [Drawn(rule_id, c) for rule_id in fired for c in rules[rule_id].then if isinstance(c, kind)]
+    by_kind = pack.memo(f"drawn:{kind.__name__}", lambda: {
+        rule.id: tuple(c for c in rule.then if isinstance(c, kind)) for rule in pack.rules})
+    return [Drawn(rule_id, c) for rule_id in fired for c in by_kind[rule_id]]
 
 
 def _params(candidate: Candidate, final: FinalFacts, strategy: Strategy) -> tuple[dict[str, Any], list[RuleNote]]:
