@@ -34,7 +34,21 @@ def advise_line(line: str, pack: Pack, evaluator: str = "reference", name: str =
     except KboptError as error:
         record = {"kbopt": ERROR_FORMAT, "line": int(name.rpartition(":")[2]), "error": str(error)}
         ok = False
-    return ok, json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return ok, compact_json(record)
+
+
+def compact_json(record: dict[str, Any]) -> str:
+    """One JSON line: what `json.dumps(record, ensure_ascii=False, separators=(",", ":"))` writes,
+    by orjson, which writes a 30 KB advice four to six times faster (a tenth of a document's cost).
+    The two differ only in how a float under 1e-4 is spelt (`0.00001` against `1e-05`, the same
+    number); a test compares them on every example's advice. What orjson refuses (an integer past
+    64 bits, a key that is not a string, a lone surrogate) goes to the standard encoder as before.
+    Advice holds no NaN or infinity: facts and derived values are checked finite where they enter."""
+    import orjson
+    try:
+        return orjson.dumps(record).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def advise_stream(lines: Iterable[str], out: IO[str], pack: Pack, evaluator: str, source: str,

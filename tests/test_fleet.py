@@ -227,3 +227,25 @@ def test_facts_jsonl_in_worker_processes_keeps_the_order(run_cli, tmp_path):
 def test_facts_jsonl_refuses_other_formats(run_cli, tmp_path):
     (tmp_path / "f.jsonl").write_text("{}\n")
     assert run_cli("advise", "--facts-jsonl", str(tmp_path / "f.jsonl"), "--format", "html")[0] == 2
+
+
+def test_facts_jsonl_lines_are_what_the_standard_encoder_writes():
+    """orjson writes the lines (kbopt.batch.compact_json): byte for byte the standard encoder's
+    compact form on every example's advice; a float under 1e-4 is spelt without an exponent but
+    reads back the same; what orjson refuses goes to the standard encoder."""
+    from kbopt.batch import compact_json
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.pack.packs import load_checked_pack
+    from kbopt.kb.facts import load_facts
+
+    def standard(record):
+        return json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+    pack = load_checked_pack([])
+    for example in sorted(EXAMPLES.glob("*.json")):
+        record = advise(load_facts(example), pack, "reference").to_dict()
+        assert compact_json(record) == standard(record), example.name
+    small = {"share": 1e-05, "text": "é \u2028 \x00 \" \\ \n", "nested": [1, 2.5, None, True, {}]}
+    assert json.loads(compact_json(small)) == small and compact_json(small).startswith('{"share":0.00001,')
+    refused = {"big": 2 ** 70, "lone": "\udc80", 3: "key"}
+    assert compact_json(refused) == standard(refused)
