@@ -58,6 +58,11 @@ def fill_because(explained: _Explained, lookup: Lookup) -> str:
     return template.fill_compiled(explained.because, replace)
 
 
+def _texts(explained: _Explained, shown: dict[str, Any], lookup: Lookup) -> Callable[[], tuple[str, str]]:
+    """A firing's condition with the values beside its facts, and its filled `because`, once asked."""
+    return lambda: (explained.when_values(shown), fill_because(explained, lookup))
+
+
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
     pack.used()
     inputs = facts.engine_values(pack.kb.vocabulary)
@@ -80,9 +85,8 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         values, checks = final.witness(rule, shown_values)
         firings.append(Firing(
             rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
-            when=rule.when_text, when_values=said.when_values(shown_values),
-            explanation=fill_because(said, final.lookup), source=rule.sources,
-            location=said.location, pack=rule.pack, derived=derived_by.get(rule_id, {})))
+            when=rule.when_text, source=rule.sources, location=said.location, pack=rule.pack,
+            derived=derived_by.get(rule_id, {}), texts=_texts(said, shown_values, final.lookup)))
     not_evaluated = tuple(NotEvaluated(rule.id, rule.title, tuple(missing)) for rule, missing in final.not_evaluated())
 
     strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)

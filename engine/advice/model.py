@@ -4,7 +4,9 @@ docs/advice-format.md)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from kbopt.engine.advice.estimates import Estimate
@@ -57,12 +59,28 @@ class Firing:
     facts: dict[str, Any]
     checks: tuple[Check, ...]
     when: str
-    when_values: str              # the condition with each known fact's value beside it
-    explanation: str              # the rule's `because` with the values filled in
     source: tuple[str, ...]
     location: str
     pack: str
     derived: dict[str, Any] = field(default_factory=dict)
+    # (when_values, explanation), written when a report first reads either. The JSON carries
+    # neither, and writing them for every firing was a fourteenth of a --facts-jsonl document's
+    # cost. They follow from the rule and the facts, which the advice holds: not compared.
+    texts: Callable[[], tuple[str, str]] = field(default=lambda: ("", ""), compare=False, repr=False)
+
+    @cached_property
+    def _written(self) -> tuple[str, str]:
+        return self.texts()
+
+    @property
+    def when_values(self) -> str:
+        """The condition with each known fact's value beside it."""
+        return self._written[0]
+
+    @property
+    def explanation(self) -> str:
+        """The rule's `because` with the values filled in."""
+        return self._written[1]
 
 
 @dataclass(frozen=True)
