@@ -7,7 +7,13 @@ from typing import Any, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.evaluators.reference import schedule_order
-from kbopt.engine.lang.compiled import FinalCheck, compile_condition, compile_final_check, compile_final_undecided
+from kbopt.engine.lang.compiled import (
+    DERIVED_PREFIX,
+    FinalCheck,
+    compile_condition,
+    compile_final_check,
+    compile_final_undecided,
+)
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
@@ -111,15 +117,12 @@ class FinalFacts:
         """The missing inputs `rule_id` reads itself, and the unknown derived facts it reads."""
         own = self._owns.get(rule_id)
         if own is None:
-            missing: set[str] = set()
+            # undecided() names only missing inputs and unknown derived facts: the prefix tells which.
+            missing: list[str] = []
             unknown: list[str] = []
-            for path in dict.fromkeys(self.compiled[rule_id].undecided(self.known, self.status)):
-                status, _ = self.lookup(path)
-                if status == MISSING:
-                    missing.add(path)
-                elif status == UNKNOWN:
-                    unknown.append(path)
-            own = self._owns[rule_id] = (frozenset(missing), tuple(unknown))
+            for path in self.compiled[rule_id].undecided(self.known, self.status):
+                (unknown if path.startswith(DERIVED_PREFIX) else missing).append(path)
+            own = self._owns[rule_id] = (frozenset(missing), tuple(dict.fromkeys(unknown)))
         return own
 
     def _waited_on(self, path: str) -> tuple[str, ...]:

@@ -386,8 +386,9 @@ def compile_final_undecided(node: Condition, generated: bool = True) -> Callable
     already decided. Each leaf is evaluated once, and each and/or/not takes its value from its
     items' (an undecided `and` has no false item and an undecided `or` no true one, so every
     item counts, as in undecided_by)."""
-    if generated and isinstance(node, And) and node.items:     # the usual fire condition: an `and` of leaves
-        return _generated_final_undecided(node)
+    if generated:
+        top: Callable[[dict[str, Any], dict[str, str]], list[str]] = _generated_final_undecided(node, top=True)
+        return top
     walk = _final_undecided(node, generated)
     return lambda known, status: walk(known, status)[1]
 
@@ -395,20 +396,33 @@ def compile_final_undecided(node: Condition, generated: bool = True) -> Callable
 _LEAVES = (Cmp, OneOf, Contains, Known, Needs)
 
 
-def _generated_final_undecided(node: And) -> Callable[[dict[str, Any], dict[str, str]], list[str]]:
-    """compile_final_undecided of an `and`, as one generated function: each leaf inline (a nested
-    and/or/not through the closures), the same facts in the same order (a test checks it)."""
+def _generated_final_undecided(node: Condition, top: bool) -> Any:
+    """_final_undecided as one generated function per and/or/not: each leaf inline, a nested
+    and/or/not a call of its own generated function, the same facts in the same order (a test
+    checks it on every built-in rule). `top`: it returns the facts alone (compile_final_undecided),
+    else (value, facts) as _final_undecided's parts do."""
     generated = _Generated("final")
+
+    def decided(value: str) -> str:
+        return "        return []" if top else f"        return {value}, []"
+    items = node.items if isinstance(node, (And, Or)) else (node.item,) if isinstance(node, Not) else (node,)
     lines: list[str] = []
-    for index, item in enumerate(node.items):
+    for index, item in enumerate(items):
         if isinstance(item, _LEAVES):
             lines += generated.into(item, f"r{index}")
         else:
-            lines.append(f"    r{index}, u{index} = {generated.name('w', _final_undecided(item, True))}(known, status)")
-        lines += [f"    if r{index} is False:", "        return []"]
-    lines += ["    if " + " and ".join(f"r{index} is True" for index in range(len(node.items))) + ":",
-              "        return []", "    out = []"]
-    for index, item in enumerate(node.items):
+            nested = generated.name("w", _generated_final_undecided(item, top=False))
+            lines.append(f"    r{index}, u{index} = {nested}(known, status)")
+        if isinstance(node, (And, Or)):         # the first decisive item settles it
+            decisive = isinstance(node, Or)
+            lines += [f"    if r{index} is {decisive}:", decided(str(decisive))]
+    if isinstance(node, (And, Or)):
+        lines += ["    if " + " and ".join(f"r{index} is not None" for index in range(len(items))) + ":",
+                  decided(str(not isinstance(node, Or)))]
+    else:                                       # a leaf, or not: decided whenever its item is
+        lines += ["    if r0 is not None:", decided("(not r0)" if isinstance(node, Not) else "r0")]
+    lines.append("    out = []")
+    for index, item in enumerate(items):
         lines.append(f"    if r{index} is None:")
         if not isinstance(item, _LEAVES):
             lines.append(f"        out += u{index}")
@@ -418,10 +432,8 @@ def _generated_final_undecided(node: And) -> Callable[[dict[str, Any], dict[str,
             unknown = f" and status.get({key}) == UNKNOWN" if path.startswith(DERIVED_PREFIX) else ""
             lines += [f"        if {key} not in known{unknown}:", f"            out.append({key})"]
         lines.append("        pass")
-    lines.append("    return out")
-    undecided: Callable[[dict[str, Any], dict[str, str]], list[str]] = _define(
-        "def undecided(known, status):\n" + "\n".join(lines) + "\n", "undecided", generated.namespace)
-    return undecided
+    lines.append("    return out" if top else "    return None, out")
+    return _define("def undecided(known, status):\n" + "\n".join(lines) + "\n", "undecided", generated.namespace)
 
 
 def _final_undecided(node: Condition, generated: bool) -> FinalUndecided:
