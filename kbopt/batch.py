@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from kbopt.engine.pack.rule import Pack
 from kbopt.errors import KboptError
-from kbopt.output import replaced
+from kbopt.output import replaced_binary
 
 ERROR_FORMAT = "error"
 
@@ -25,6 +25,12 @@ def advise_line(line: str, pack: Pack, evaluator: str = "reference", name: str =
                 overrides: tuple[str, ...] = ()) -> tuple[bool, str]:
     """(ok, one JSON line without its newline): the advice (advice/2), or an error record
     {"kbopt": "error", "line": N, "error": "..."} naming the input line."""
+    ok, data = _advised(line, pack, evaluator, name, overrides)
+    return ok, data.decode()
+
+
+def _advised(line: str, pack: Pack, evaluator: str, name: str, overrides: tuple[str, ...]) -> tuple[bool, bytes]:
+    """advise_line's result as the UTF-8 bytes the output carries (the stream never decodes them)."""
     from kbopt.engine.advice.advisor import advise
     from kbopt.kb.facts import facts_from_document, parse_document
     try:
@@ -34,36 +40,39 @@ def advise_line(line: str, pack: Pack, evaluator: str = "reference", name: str =
     except KboptError as error:
         record = {"kbopt": ERROR_FORMAT, "line": int(name.rpartition(":")[2]), "error": str(error)}
         ok = False
-    return ok, compact_json(record)
+    return ok, json_line(record)
 
 
-def compact_json(record: dict[str, Any]) -> str:
-    """One JSON line: what `json.dumps(record, ensure_ascii=False, separators=(",", ":"))` writes,
-    by orjson, which writes a 30 KB advice four to six times faster (a tenth of a document's cost).
-    The two differ only in how a float under 1e-4 is spelt (`0.00001` against `1e-05`, the same
-    number); a test compares them on every example's advice. What orjson refuses (an integer past
-    64 bits, a key that is not a string, a lone surrogate) goes to the standard encoder as before.
+def json_line(record: dict[str, Any]) -> bytes:
+    """One JSON line, UTF-8: what `json.dumps(record, ensure_ascii=False, separators=(",", ":"))`
+    writes, by orjson, which encodes a 30 KB advice four to six times faster (a tenth of a
+    document's cost). The two differ only in how a float under 1e-4 is spelt (`0.00001` against
+    `1e-05`, the same number); a test compares them on every example's advice. What orjson
+    refuses (an integer past 64 bits, a key that is not a string, a lone surrogate) goes to the
+    standard encoder, a lone surrogate then written as its `\\udXXX` escape (kbopt.output's rule).
     Advice holds no NaN or infinity: facts and derived values are checked finite where they enter."""
     import orjson
     try:
-        return orjson.dumps(record).decode()
+        return orjson.dumps(record)
     except orjson.JSONEncodeError:
-        return json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
 
 
-def advise_stream(lines: Iterable[str], out: IO[str], pack: Pack, evaluator: str, source: str,
+def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: str, source: str,
                   overrides: tuple[str, ...] = (), jobs: int = 1) -> tuple[int, int]:
     """Advise every line (each input line gives exactly one output line, in order, so the two
     zip); returns (lines read, lines that failed). With jobs > 1, chunks of lines are advised by
-    that many worker processes; a bounded window of chunks is held, so memory stays flat."""
+    that many worker processes; a bounded window of chunks is held, so memory stays flat. The
+    lines go out as the UTF-8 bytes they were encoded to: a worker's chunk comes back as one
+    block, never decoded, copied between encodings or written a line at a time."""
     numbered = ((n, raw.rstrip("\r\n")) for n, raw in enumerate(lines, start=1))
     count = failed = 0
     if jobs <= 1:
-        results: Iterable[tuple[bool, str]] = (advise_line(raw, pack, evaluator, f"{source}:{n}", overrides)
-                                               for n, raw in numbered)
-        for ok, text in results:
+        for n, raw in numbered:
+            ok, data = _advised(raw, pack, evaluator, f"{source}:{n}", overrides)
             count, failed = count + 1, failed + (not ok)
-            out.write(text + "\n")
+            out.write(data + b"\n")
         return count, failed
     import multiprocessing
     from collections import deque
@@ -80,9 +89,9 @@ def advise_stream(lines: Iterable[str], out: IO[str], pack: Pack, evaluator: str
                 pending.append(pool.apply_async(_advise_chunk, (chunk,)))
             if not pending:
                 return count, failed
-            for ok, text in pending.popleft().get():
-                count, failed = count + 1, failed + (not ok)
-                out.write(text + "\n")
+            lines_done, lines_failed, block = pending.popleft().get()
+            count, failed = count + lines_done, failed + lines_failed
+            out.write(block)
 
 
 CHUNK = 16                 # lines a worker advises per task: few enough to spread the work evenly
@@ -95,10 +104,12 @@ def _start_worker(worker: tuple[Pack, str, str, tuple[str, ...]]) -> None:
     _WORKER = worker
 
 
-def _advise_chunk(chunk: list[tuple[int, str]]) -> list[tuple[bool, str]]:
+def _advise_chunk(chunk: list[tuple[int, str]]) -> tuple[int, int, bytes]:
+    """(lines, lines that failed, their output lines as one block)."""
     assert _WORKER is not None
     pack, evaluator, source, overrides = _WORKER
-    return [advise_line(line, pack, evaluator, f"{source}:{number}", overrides) for number, line in chunk]
+    results = [_advised(line, pack, evaluator, f"{source}:{number}", overrides) for number, line in chunk]
+    return len(results), sum(not ok for ok, _ in results), b"".join(data + b"\n" for _, data in results)
 
 
 def input_lines(path: str) -> Iterator[str]:
@@ -114,15 +125,18 @@ def input_lines(path: str) -> Iterator[str]:
 
 
 @contextmanager
-def streamed_output(output: str | None) -> Iterator[IO[str]]:
+def streamed_output(output: str | None) -> Iterator[IO[bytes]]:
     """Standard output, or a file written all or nothing like kbopt.output.write_output, but
-    line by line: a temporary file beside the target, renamed into place when all went well."""
+    line by line: a temporary file beside the target, renamed into place when all went well.
+    Binary: the lines arrive as UTF-8 bytes."""
     if output is None or output == "-":
-        yield sys.stdout
-        sys.stdout.flush()
+        sys.stdout.flush()             # what was written as text goes first
+        stdout = sys.stdout.buffer
+        yield stdout
+        stdout.flush()
         return
     target = Path(output)
     if target.is_dir():
         raise KboptError(f"-o {output}: is a directory; give a file name")
-    with replaced(target, output) as handle:
+    with replaced_binary(target, output) as handle:
         yield handle

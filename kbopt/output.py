@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from kbopt.errors import KboptError
 
@@ -88,9 +88,22 @@ def _write_file(text: str, output: str) -> None:
 
 @contextmanager
 def replaced(target: Path, output: str) -> Iterator[IO[str]]:
-    """A handle on a temporary file beside `target`, renamed over it when the block ends well
-    and removed when it does not (an error, Ctrl-C, SIGTERM or SIGHUP): what is written lands
-    whole or not at all. `kbopt advise --facts-jsonl -o` streams through it line by line."""
+    """A text handle (UTF-8) on a temporary file beside `target`, renamed over it when the block
+    ends well and removed when it does not (an error, Ctrl-C, SIGTERM or SIGHUP): what is written
+    lands whole or not at all."""
+    with _replaced(target, output, binary=False) as handle:
+        yield handle
+
+
+@contextmanager
+def replaced_binary(target: Path, output: str) -> Iterator[IO[bytes]]:
+    """`replaced`, for bytes: `kbopt advise --facts-jsonl -o` streams its UTF-8 lines through it."""
+    with _replaced(target, output, binary=True) as handle:
+        yield handle
+
+
+@contextmanager
+def _replaced(target: Path, output: str, binary: bool) -> Iterator[IO[Any]]:
     # The temporary name keeps at most 32 characters (128 bytes) of the target's, so that a target name near the
     # file system's 255-byte limit still has a temporary file beside it.
     with _terminations_interrupt():
@@ -99,7 +112,7 @@ def replaced(target: Path, output: str) -> Iterator[IO[str]]:
         except OSError as error:
             raise KboptError(f"-o {output}: cannot write there: {error.strerror}") from None
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as handle:
                 yield handle
             os.chmod(temporary, _new_file_mode(target))     # mkstemp makes 0600; honour umask instead
             os.replace(temporary, target)

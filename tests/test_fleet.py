@@ -230,10 +230,11 @@ def test_facts_jsonl_refuses_other_formats(run_cli, tmp_path):
 
 
 def test_facts_jsonl_lines_are_what_the_standard_encoder_writes():
-    """orjson writes the lines (kbopt.batch.compact_json): byte for byte the standard encoder's
-    compact form on every example's advice; a float under 1e-4 is spelt without an exponent but
-    reads back the same; what orjson refuses goes to the standard encoder."""
-    from kbopt.batch import compact_json
+    """orjson writes the lines (kbopt.batch.json_line): byte for byte the standard encoder's
+    compact form, in UTF-8, on every example's advice; a float under 1e-4 is spelt without an
+    exponent but reads back the same; what orjson refuses goes to the standard encoder, a lone
+    surrogate written as its escape."""
+    from kbopt.batch import json_line
     from kbopt.engine.advice.advisor import advise
     from kbopt.engine.pack.packs import load_checked_pack
     from kbopt.kb.facts import load_facts
@@ -244,8 +245,9 @@ def test_facts_jsonl_lines_are_what_the_standard_encoder_writes():
     pack = load_checked_pack([])
     for example in sorted(EXAMPLES.glob("*.json")):
         record = advise(load_facts(example), pack, "reference").to_dict()
-        assert compact_json(record) == standard(record), example.name
+        assert json_line(record) == standard(record).encode(), example.name
     small = {"share": 1e-05, "text": "é \u2028 \x00 \" \\ \n", "nested": [1, 2.5, None, True, {}]}
-    assert json.loads(compact_json(small)) == small and compact_json(small).startswith('{"share":0.00001,')
-    refused = {"big": 2 ** 70, "lone": "\udc80", 3: "key"}
-    assert compact_json(refused) == standard(refused)
+    assert json.loads(json_line(small)) == small and json_line(small).startswith(b'{"share":0.00001,')
+    refused = {"big": 2 ** 70, 3: "key", "lone": "\udc80"}
+    assert json_line(refused) == b'{"big":1180591620717411303424,"3":"key","lone":"\\udc80"}'
+    assert json.loads(json_line(refused)) == {"big": 2 ** 70, "3": "key", "lone": "\udc80"}
