@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, assert_never
+from typing import Any, Literal, NamedTuple, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.lang.compiled import compile_condition, compile_value
@@ -46,10 +46,10 @@ def input_confidence(path: str, quality: str | None) -> Confidence:
     return "medium"        # proxy, catalog
 
 
-@dataclass(frozen=True)
-class Trace:
+class Trace(NamedTuple):
     """What one derive expression read on the way to its value, following only the branches
-    taken: the known facts with their values, the facts it fell back past, the parameters used."""
+    taken: the known facts with their values, the facts it fell back past, the parameters used.
+    (A NamedTuple: an advice traces about fifty, and a tuple is built in a third of the time.)"""
     read: dict[str, Any]
     fell_back: tuple[str, ...]
     parameters: tuple[str, ...]

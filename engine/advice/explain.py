@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, NamedTuple, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.evaluators.reference import schedule_order
@@ -21,9 +21,10 @@ from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.rule import Pack, Rule
 
 
-@dataclass(frozen=True)
-class Check:
-    """One comparison that held: `fact` (value) `op` threshold, or against another fact."""
+class Check(NamedTuple):
+    """One comparison that held: `fact` (value) `op` threshold, or against another fact. (A
+    NamedTuple, immutable like the frozen dataclasses: an advice makes about a hundred, and a
+    tuple is built in a third of the time.)"""
     fact: str
     value: Any
     op: str

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check
@@ -83,8 +83,7 @@ class Firing:
         return self._written[1]
 
 
-@dataclass(frozen=True)
-class NotEvaluated:
+class NotEvaluated(NamedTuple):      # about forty an advice: a tuple is built in a third of the time
     rule: str
     title: str
     missing: tuple[str, ...]
