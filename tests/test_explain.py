@@ -109,6 +109,15 @@ def test_two_rules_requiring_the_same_thing_of_one_strategy(pack):
     assert {s.key for s in advice.strategies} >= {"weight_layout", "quantization[fp16]"}
 
 
+def _inline_truth(condition):
+    """The generated chain's inline tests of a condition (`_Generated.truth`): (is it true, is it false)."""
+    from kbopt.engine.lang.compiled import _define, _Generated
+    generated = _Generated("chaining")
+    source = (f"def check(known):\n    return {generated.truth(condition, True)}, "
+              f"{generated.truth(condition, False)}\n")
+    return _define(source, "check", generated.namespace)
+
+
 def test_compiled_conditions_agree_with_the_tree_walk(pack):
     """The reference evaluator's closures give evaluate()'s Kleene value for every built-in
     condition, and the explanation's undecided_by()'s facts."""
@@ -128,6 +137,7 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
         paths = sorted(set(facts_of(condition)))
         check = compile_condition(condition)
         chaining = compile_chaining_check(condition)
+        inline = _inline_truth(condition)
         final, final_undecided = compile_final_check(condition), compile_final_undecided(condition)
         for _ in range(40):
             table = {}
@@ -158,6 +168,7 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
                                    if status != KNOWN and (status == ABSENT) != path.startswith("derived.")}
                 if not chaining_status:     # absent exactly where derived: the chaining lookup's reading
                     assert chaining(known) == expected, (condition, table)
+                    assert inline(known) == (expected is True, expected is False), (condition, table)
                     chained += 1
             checked += 1
     assert checked > 2000 and chained > 200 and finals > 200

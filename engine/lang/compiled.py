@@ -111,18 +111,55 @@ class _Generated:
         return _binary(function, left, right, lambda: self.name("a", function))
 
     def holds(self, node: Condition) -> str | None:
-        """While chaining: an expression true exactly when a comparison leaf's value is True (its
-        fact, or either fact, known and the comparison true; an unset fact gives false or
-        undecided, neither of which is True), or None for other nodes (`into` them)."""
-        if self.reading != "chaining" or not isinstance(node, Cmp):
-            return None
-        key = self.name("k", node.left.path)
-        if isinstance(node.right, Const):
-            test = self.applied(COMPARISONS[node.op].apply, "v", self.name("k", node.right.value))
-            return f"(v := known.get({key}, NONE)) is not NONE and {test} is True"
-        other = self.name("k", node.right.path)
-        test = self.applied(COMPARISONS[node.op].apply, "v", "w")
-        return f"(v := known.get({key}, NONE)) is not NONE and (w := known.get({other}, NONE)) is not NONE and {test} is True"
+        """While chaining: an expression true exactly when the condition's value is True, or None
+        in the final reading (`into` it). See `truth`."""
+        return self.truth(node, True) if self.reading == "chaining" and _depth(node) <= _MAX_DEPTH else None
+
+    def truth(self, node: Condition, wanted: bool) -> str:
+        """While chaining: one expression, true exactly when the condition's Kleene value is
+        `wanted` (True or False), with every leaf inline and no call: an `and` is true when each
+        item is, false when one is; an `or` the converse; a `not` is true when its item is false.
+        Python's `and`/`or` stop early, as the functions of `function` do on a decisive value (a
+        lookup has no side effects). A leaf whose fact is not known is false when the fact is a
+        derived one (absent while chaining), else undecided: neither true nor false."""
+        assert self.reading == "chaining"
+        match node:
+            case And(items=items) | Or(items=items):
+                joined = " and " if isinstance(node, And) == wanted else " or "
+                return "(" + joined.join(self.truth(item, wanted) for item in items) + ")" if items else str(
+                    isinstance(node, And) == wanted)
+            case Not(item=item):
+                return self.truth(item, not wanted)
+            case Cmp(op=op, left=Fact(path=path), right=right):
+                if isinstance(right, Const):
+                    return self._leaf(path, self.applied(COMPARISONS[op].apply, "v", self.name("k", right.value)), wanted)
+                other = right.path
+                key, other_key = self.name("k", path), self.name("k", other)
+                test = self.applied(COMPARISONS[op].apply, "v", "w")
+                if wanted:
+                    return (f"((v := known.get({key}, NONE)) is not NONE and (w := known.get({other_key}, NONE)) "
+                            f"is not NONE and {test} is True)")
+                return (f"(((v := known.get({key}, NONE)) is NONE and {self.absent(path, key)}) or "
+                        f"((w := known.get({other_key}, NONE)) is NONE and {self.absent(other, other_key)}) or "
+                        f"(v is not NONE and w is not NONE and {test} is False))")
+            case OneOf(fact=Fact(path=path), values=values, negated=negated):
+                return self._leaf(path, f"((v in {self.name('k', values)}) != {negated})", wanted)
+            case Contains(fact=Fact(path=path), item=item, negated=negated):
+                return self._leaf(path, f"(({self.name('k', item)} in v) != {negated})", wanted)
+            case Needs(fact=Fact(path=path)):
+                key = self.name("k", path)
+                return f"({key} in known)" if wanted else f"({key} not in known and {self.absent(path, key)})"
+            case Known(fact=Fact(path=path), negated=negated):       # two-valued while chaining
+                return f"(({self.name('k', path)} in known) != {negated == wanted})"
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def _leaf(self, path: str, test: str, wanted: bool) -> str:
+        """`truth` of a leaf on one fact, `test` its value on the fact's value `v`."""
+        key = self.name("k", path)
+        if wanted:
+            return f"((v := known.get({key}, NONE)) is not NONE and {test} is True)"
+        return f"(((v := known.get({key}, NONE)) is NONE and {self.absent(path, key)}) or (v is not NONE and {test} is False))"
 
     def absent(self, path: str, key: str) -> str:
         """An expression: is `path` (named `key`), not among the known facts, absent? An input not
@@ -302,6 +339,19 @@ def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ..
 
 
 _MAX_NESTED = 40     # an `and` of more items is called as one function: Python nests at most 100 blocks
+_MAX_DEPTH = 20      # a condition nested deeper goes through `into` (Python's parser nests at most 200 brackets)
+
+
+def _depth(node: Condition) -> int:
+    match node:
+        case And(items=items) | Or(items=items):
+            return 1 + max((_depth(item) for item in items), default=0)
+        case Not(item=item):
+            return 1 + _depth(item)
+        case Cmp() | OneOf() | Contains() | Known() | Needs():
+            return 1
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 FinalCheck = Callable[[dict[str, Any], dict[str, str]], bool | None]
