@@ -39,12 +39,13 @@ class Provenance:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"source": self.source, "quality": self.quality}
-        for name in ("metric", "samples", "window_s", "note"):
+        for name in DETAILS:
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
         return out
 
 
+DETAILS = ("metric", "samples", "window_s", "note")     # the optional fields, as to_dict writes them
 USER = Provenance("input", "user")
 SET = Provenance("set", "user")

@@ -206,8 +206,8 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
 def _drawn(pack: Pack, fired: tuple[str, ...], kind: type[C]) -> list[Drawn[C]]:
     """Every conclusion of `kind` the fired rules drew, in firing order."""
     by_kind = pack.memo(f"drawn:{kind.__name__}", lambda: {
-        rule.id: tuple(c for c in rule.then if isinstance(c, kind)) for rule in pack.rules})
-    return [Drawn(rule_id, c) for rule_id in fired for c in by_kind[rule_id]]
+        rule.id: tuple(Drawn(rule.id, c) for c in rule.then if isinstance(c, kind)) for rule in pack.rules})
+    return [drawn for rule_id in fired for drawn in by_kind[rule_id]]
 
 
 def _params(candidate: Candidate, final: FinalFacts, strategy: Strategy) -> tuple[dict[str, Any], list[RuleNote]]:

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check
 from kbopt.engine.advice.whatif import Gain, Plan
-from kbopt.kb.provenance import Provenance
+from kbopt.kb.provenance import DETAILS, Provenance
 
 ADVICE_FORMAT = "advice/2"
 
@@ -129,12 +129,10 @@ class Advice:
             ],
             "rejected": [{"id": r.id, **({"params": r.params} if r.params else {}), "because": list(r.because),
                           "reason": r.reason} for r in self.rejected],
-            "fired": [{"rule": f.rule, **({"pack": f.pack} if f.pack != "builtin" else {}), "facts": f.facts,
-                       "checks": [_check(c) for c in f.checks],
-                       **({"derived": f.derived} if f.derived else {})} for f in self.fired],
+            "fired": [_firing(f) for f in self.fired],
             "not_evaluated": [{"rule": n.rule, "missing": list(n.missing)} for n in self.not_evaluated],
             "warnings": [{"rule": w.rule, "text": w.text} for w in self.warnings],
-            "facts": {path: {"value": value, **_provenance(self.provenance.get(path))} for path, value in self.facts.items()},
+            "facts": {path: _fact(value, self.provenance.get(path)) for path, value in self.facts.items()},
             "derived": self.derived,
             "estimates": {name: e.to_dict() for name, e in self.estimates.items()},
             "plan": self.plan.to_dict() if self.plan else None,
@@ -146,19 +144,38 @@ class Advice:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def _provenance(provenance: Provenance | None) -> dict[str, Any]:
+# The parts written for every fired rule, check and fact: plain statements, each key set where
+# it belongs, rather than dicts unpacked into dicts (a tenth of the cost of an advice's JSON).
+
+def _firing(firing: Firing) -> dict[str, Any]:
+    out: dict[str, Any] = {"rule": firing.rule}
+    if firing.pack != "builtin":
+        out["pack"] = firing.pack
+    out["facts"] = firing.facts
+    out["checks"] = [_check(check) for check in firing.checks]
+    if firing.derived:
+        out["derived"] = firing.derived
+    return out
+
+
+def _fact(value: Any, provenance: Provenance | None) -> dict[str, Any]:
     if provenance is None:
-        return {"origin": "input", "quality": "user"}
-    raw = provenance.to_dict()
-    return {"origin": raw.pop("source"), **raw}
+        return {"value": value, "origin": "input", "quality": "user"}
+    out: dict[str, Any] = {"value": value, "origin": provenance.source, "quality": provenance.quality}
+    for name in DETAILS:
+        detail = getattr(provenance, name)
+        if detail is not None:
+            out[name] = detail
+    return out
 
 
 def _check(check: Check) -> dict[str, Any]:
-    out: dict[str, Any] = {"fact": check.fact, "value": check.value, "op": check.op}
-    if check.threshold is not None:
-        out["threshold"] = check.threshold
-    if check.parameter:
-        out["parameter"] = check.parameter
-    if check.against:
-        out["against"] = check.against
+    fact, value, op, threshold, parameter, against = check
+    out: dict[str, Any] = {"fact": fact, "value": value, "op": op}
+    if threshold is not None:
+        out["threshold"] = threshold
+    if parameter:
+        out["parameter"] = parameter
+    if against:
+        out["against"] = against
     return out
