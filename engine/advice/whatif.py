@@ -29,6 +29,13 @@ MINUS, TIMES = "\u2212", "\u00d7"   # typeset minus and times signs (ruff flags 
 FORGET = None          # an effect's value that forgets a measurement the change makes stale
 
 
+def relative_change(before: Any, after: Any) -> float:
+    """Relative change; a move away from zero counts as infinite."""
+    if before == 0:
+        return 0.0 if after == 0 else float("inf")
+    return float((after - before) / abs(before))
+
+
 @dataclass(frozen=True)
 class Gain:
     """How one estimate moves: `before` on today's facts, `after` with the changes applied."""
@@ -41,10 +48,7 @@ class Gain:
 
     @property
     def change(self) -> float:
-        """Relative change; a move away from zero counts as infinite."""
-        if self.before == 0:
-            return 0.0 if self.after == 0 else float("inf")
-        return float((self.after - self.before) / abs(self.before))
+        return relative_change(self.before, self.after)
 
     def text(self) -> str:
         """`decode step expected 21.0 → 19.8 ms (-5.7%)`, with a true minus sign; `(2.0x)` past +50%."""
@@ -81,11 +85,19 @@ BOOKKEEPING = frozenset({
 class Outcome:
     """One what-if: the changes made, and how the estimates moved."""
     changes: tuple[tuple[str, Any], ...]   # fact -> new value (None: forgotten)
-    gains: tuple[Gain, ...]                # every estimate known before and after whose value moved
+    moved: tuple[tuple[Any, Any], ...]     # (before, after) of every estimate known before and after that moved
+    # Those moves as Gains, made when first asked: naming the rules behind each after-value and
+    # its confidence costs, and a candidate left out of the advice shows neither (a third of them).
+    explain: Callable[[], tuple[Gain, ...]] = field(default=tuple, compare=False, repr=False)
     # the estimates that rest on a changed fact, found when first asked (tracing them costs, and
     # only a what-if whose gains are all small asks)
     reach: Callable[[], tuple[str, ...]] = field(default=tuple, compare=False, repr=False)
     unevaluated: str | None = None         # why the model could not evaluate the effects
+
+    @cached_property
+    def gains(self) -> tuple[Gain, ...]:
+        """Every estimate known before and after whose value moved, in vocabulary order."""
+        return self.explain()
 
     @cached_property
     def reached(self) -> tuple[str, ...]:
@@ -95,7 +107,7 @@ class Outcome:
         """Negligible only when the model measured what a deployment gains (a performance metric
         known before and after) and nothing moved enough: a change the model cannot size, because
         the facts lack the model's shape, is not thereby a change that brings nothing."""
-        if self.unevaluated is not None or not all(abs(g.change) < threshold for g in self.gains):
+        if self.unevaluated is not None or not all(abs(relative_change(*move)) < threshold for move in self.moved):
             return False
         return any(name in PERFORMANCE_METRICS for name in self.reached)
 
@@ -209,7 +221,13 @@ class WhatIf:
         def reach() -> tuple[str, ...]:
             return tuple(path.removeprefix(DERIVED) for path in estimates
                          if path in after.recomputed and not changed.isdisjoint(after.depends_anew(path)))
-        return Outcome(changes, self._gains(after, estimates), reach)
+        # Each estimate known before whose value moved, which tells a negligible change; the
+        # Gains, with the rules behind each and its confidence, are made when first asked.
+        moved = [(path, was, now) for path in estimates
+                 if (was := self.before.get(path.removeprefix(DERIVED))) is not None
+                 and was.value != (now := derivation.derived[path][0])]
+        return Outcome(changes, tuple((was.value, now) for _, was, now in moved),
+                       lambda: self._gains(after, moved), reach)
 
     def _level_of(self, effects: tuple[tuple[str, Any], ...], path: str) -> Confidence:
         """A literal setting is what it is; a computed one is as good as the facts it read."""
@@ -231,18 +249,10 @@ class WhatIf:
                 levels.append(input_confidence(fact, quality if isinstance(quality, str) else None))
         return weakest(levels)
 
-    def _gains(self, after: Model, estimates: list[str]) -> tuple[Gain, ...]:
-        """How each estimate known before and after moved (those that did), in vocabulary order."""
-        out = []
-        for path in estimates:
-            name = path.removeprefix(DERIVED)
-            was: Estimate | None = self.before.get(name)
-            now = after.derivation.derived[path][0]
-            if was is None or was.value == now:
-                continue
-            out.append(Gain(name, was.value, now, was.unit, self._rules(after, path),
-                            weakest([was.confidence, after.confidence(path)[0]])))
-        return tuple(out)
+    def _gains(self, after: Model, moved: list[tuple[str, Estimate, Any]]) -> tuple[Gain, ...]:
+        """Each estimate's move (path, before, after value) as a Gain, with the rules behind it."""
+        return tuple(Gain(was.name, was.value, now, was.unit, self._rules(after, path),
+                          weakest([was.confidence, after.confidence(path)[0]])) for path, was, now in moved)
 
     def _rules(self, after: Model, path: str) -> tuple[str, ...]:
         """The rule of the after-value, then those of the derived facts it rests on that moved."""
