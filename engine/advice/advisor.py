@@ -111,7 +111,9 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     recommendations = sorted(_drawn(pack, fired, Recommend), key=lambda d: (-d.conclusion.weight, order[d.rule]))
     for drawn in recommendations:     # strongest rule first: its parameters and gain win
         rule_id, conclusion = drawn.rule, drawn.conclusion
-        c = candidates.setdefault(conclusion.key, Candidate(conclusion.key, conclusion.strategy, conclusion.variant))
+        c = candidates.get(conclusion.key)
+        if c is None:
+            c = candidates[conclusion.key] = Candidate(conclusion.key, conclusion.strategy, conclusion.variant)
         c.weight = max(c.weight, conclusion.weight)
         c.rules.append(rule_id)
         c.gain = c.gain or conclusion.gain
