@@ -6,6 +6,7 @@ what it runs against, and a test can hand in another knowledge base.
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,9 +30,15 @@ class KnowledgeBase:
     def match_gpu(self, name: str) -> Gpu | None:
         """The catalog entry whose pattern matches an NVML/DCGM device name, if any."""
         for gpu in self.gpus:
-            if re.search(gpu.match, name, re.IGNORECASE):
+            if _pattern(gpu.match).search(name):
                 return gpu
         return None
+
+
+@functools.cache
+def _pattern(match: str) -> re.Pattern[str]:
+    """A catalog pattern compiled once per process (re.search looks its cache up at every call)."""
+    return re.compile(match, re.IGNORECASE)
 
 
 _builtin: KnowledgeBase | None = None
