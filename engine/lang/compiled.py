@@ -81,6 +81,9 @@ class _Generated:
         self.reading = reading
         self.arguments = {"chaining": "known", "final": "known, status"}[reading]
         self.namespace: dict[str, Any] = {"KNOWN": KNOWN, "ABSENT": ABSENT, "UNKNOWN": UNKNOWN, "NONE": _NONE}
+        # fact path -> the local variable holding its value (or NONE) in a generated chain,
+        # which keeps each fact a rule reads in a local, not a dict read for every leaf
+        self.locals: dict[str, str] = {}
 
     def name(self, prefix: str, value: Any) -> str:
         name = f"{prefix}{len(self.namespace)}"
@@ -137,10 +140,10 @@ class _Generated:
                 key, other_key = self.name("k", path), self.name("k", other)
                 test = self.applied(COMPARISONS[op].apply, "v", "w")
                 if wanted:
-                    return (f"((v := known.get({key}, NONE)) is not NONE and (w := known.get({other_key}, NONE)) "
+                    return (f"((v := {self.value(path)}) is not NONE and (w := {self.value(other)}) "
                             f"is not NONE and {test} is True)")
-                return (f"(((v := known.get({key}, NONE)) is NONE and {self.absent(path, key)}) or "
-                        f"((w := known.get({other_key}, NONE)) is NONE and {self.absent(other, other_key)}) or "
+                return (f"(((v := {self.value(path)}) is NONE and {self.absent(path, key)}) or "
+                        f"((w := {self.value(other)}) is NONE and {self.absent(other, other_key)}) or "
                         f"(v is not NONE and w is not NONE and {test} is False))")
             case OneOf(fact=Fact(path=path), values=values, negated=negated):
                 return self._leaf(path, f"((v in {self.name('k', values)}) != {negated})", wanted)
@@ -148,9 +151,9 @@ class _Generated:
                 return self._leaf(path, f"(({self.name('k', item)} in v) != {negated})", wanted)
             case Needs(fact=Fact(path=path)):
                 key = self.name("k", path)
-                return f"({key} in known)" if wanted else f"({key} not in known and {self.absent(path, key)})"
+                return self.known(path) if wanted else f"(not {self.known(path)} and {self.absent(path, key)})"
             case Known(fact=Fact(path=path), negated=negated):       # two-valued while chaining
-                return f"(({self.name('k', path)} in known) != {negated == wanted})"
+                return f"({self.known(path)} != {negated == wanted})"
             case _ as unreachable:
                 assert_never(unreachable)
 
@@ -158,8 +161,18 @@ class _Generated:
         """`truth` of a leaf on one fact, `test` its value on the fact's value `v`."""
         key = self.name("k", path)
         if wanted:
-            return f"((v := known.get({key}, NONE)) is not NONE and {test} is True)"
-        return f"(((v := known.get({key}, NONE)) is NONE and {self.absent(path, key)}) or (v is not NONE and {test} is False))"
+            return f"((v := {self.value(path)}) is not NONE and {test} is True)"
+        return f"(((v := {self.value(path)}) is NONE and {self.absent(path, key)}) or (v is not NONE and {test} is False))"
+
+    def value(self, path: str) -> str:
+        """An expression for the fact's value, or NONE where it is not known."""
+        local = self.locals.get(path)
+        return local if local is not None else f"known.get({self.name('k', path)}, NONE)"
+
+    def known(self, path: str) -> str:
+        """An expression true when the fact is known."""
+        local = self.locals.get(path)
+        return f"({local} is not NONE)" if local is not None else f"({self.name('k', path)} in known)"
 
     def absent(self, path: str, key: str) -> str:
         """An expression: is `path` (named `key`), not among the known facts, absent? An input not
@@ -246,8 +259,8 @@ def _define(source: str, name: str, namespace: dict[str, Any]) -> Any:
 
 
 _WRITTEN = frozenset({"known", "status", "v", "w", "r", "out", "undecided", "check", "compute", "chain", "fired",
-                      "conclude", "values", "Exception", "c"})
-_LOCAL = re.compile(r"[ru][0-9]+")       # the generated functions' own locals: r0, u1, ...
+                      "conclude", "values", "Exception", "c", "map"})
+_LOCAL = re.compile(r"[rux][0-9]+")      # the generated functions' own locals: r0, u1, x2, ...
 
 
 ChainingCheck = Callable[[dict[str, Any]], bool | None]
@@ -288,12 +301,22 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
     its quick type test and is new; otherwise `conclude(rule)` derives them exactly, with its
     errors (it finds those already set here equal to its own). The same firings and values, in
     the same order, as checking each rule's compiled condition in turn and concluding it (a test
-    checks both on every example), without two calls and a loop step per rule."""
+    checks both on every example), without two calls and a loop step per rule.
+
+    Each fact a condition reads is held in a local (`x0`, `x1`: its value, or NONE), read from
+    `known` once at the start and set again wherever the chain sets the fact (its fast path, or
+    after `conclude` or a cycle, which set `known` themselves): a leaf reads a local, not the dict."""
     generated = _Generated("chaining")
-    lines: list[str] = []
+    read = dict.fromkeys(path for component in components if isinstance(component, tuple) for path in facts_of(component[2]))
+    generated.locals = {path: f"x{index}" for index, path in enumerate(read)}
+    # one C loop (map over the dict's get) rather than a get per fact
+    lines = [f"    {', '.join(generated.locals.values())}, = map(known.get, {generated.name('k', tuple(read))}, "
+             f"{generated.name('k', (_NONE,) * len(read))})"] if read else []
+    derived_locals = [(path, local) for path, local in generated.locals.items() if path.startswith(DERIVED_PREFIX)]
     for component in components:
         if not isinstance(component, tuple):
             lines.append(f"    {generated.name('w', component)}(known, fired, conclude)")
+            lines += _reloaded(generated, derived_locals)      # what the cycle derived
             continue
         rule_id, rule, condition, derives = component
         # An `and` is true when each item is: its items are tested in turn, each nested in the
@@ -307,7 +330,9 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
                 holds = "r is True"
             lines.append("    " * depth + f"    if {holds}:")
             depth += 1
-        key, exact = generated.name("k", rule_id), f"conclude({generated.name('k', rule)})"
+        key = generated.name("k", rule_id)
+        exact = [f"    conclude({generated.name('k', rule)})",
+                 *_reloaded(generated, [(path, generated.locals[path]) for path, _, _ in derives if path in generated.locals])]
         lines += ["    " * depth + f"    if {key} not in fired:", "    " * depth + f"        fired.add({key})"]
         lines += ["    " * (depth + 1) + line for line in _fast_derives(generated, key, derives, exact)]
     lines.append("    return None")
@@ -316,16 +341,23 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
     return chain
 
 
-def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ...], exact: str) -> list[str]:
+def _reloaded(generated: _Generated, paths: list[tuple[str, str]]) -> list[str]:
+    """Lines (at the left margin) that read each fact's local again from `known`."""
+    return [f"    {local} = known.get({generated.name('k', path)}, NONE)" for path, local in paths]
+
+
+def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ...], exact: list[str]) -> list[str]:
     """Lines (at the left margin) that set each derived fact from its fast path, each nested in
-    the last's success, with `exact` (the exact derivation of them all) wherever one falls short."""
+    the last's success, with `exact` (the exact derivation of them all, lines at the margin)
+    wherever one falls short."""
     if not derives:
         return []
     path, fast, accepts = derives[0]
     if fast is None:
-        return [f"    {exact}"]
+        return exact
     target = generated.name("k", path)
     rest = _fast_derives(generated, key, derives[1:], exact)
+    local = generated.locals.get(path)
     return ["    try:",
             f"        v = {generated.name('f', fast)}(known)",
             "    except Exception:",
@@ -333,9 +365,10 @@ def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ..
             f"    if v is not NONE and {generated.name('f', accepts)}(v) and {target} not in values:",
             f"        values[{target}] = (v, {key})",
             f"        known[{target}] = v",
+            *([f"        {local} = v"] if local is not None else []),
             *["    " + line for line in rest],
             "    else:",
-            f"        {exact}"]
+            *["    " + line for line in exact]]
 
 
 _MAX_NESTED = 40     # an `and` of more items is called as one function: Python nests at most 100 blocks
