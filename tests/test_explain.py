@@ -125,6 +125,7 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
         compile_chaining_check,
         compile_condition,
         compile_final_check,
+        compile_final_decisions,
         compile_final_undecided,
     )
     from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, evaluate, undecided_by
@@ -139,6 +140,7 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
         chaining = compile_chaining_check(condition)
         inline = _inline_truth(condition)
         final, final_undecided = compile_final_check(condition), compile_final_undecided(condition)
+        decide = compile_final_decisions([("R", condition)])
         for _ in range(40):
             table = {}
             for path in paths:
@@ -160,6 +162,7 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
                 known = {path: value for path, (status, value) in table.items() if status == KNOWN}
                 statuses = {path: status for path, (status, _) in table.items() if status in (ABSENT, UNKNOWN)}
                 assert final(known, statuses) == expected, (condition, table)
+                assert decide(known, statuses, set()) == {"R": expected} and decide(known, statuses, {"R"}) == {}
                 assert final_undecided(known, statuses) == undecided_by(condition, lookup), (condition, table)
                 finals += 1
             if UNKNOWN not in (status for status, _ in table.values()):    # chaining knows no unknown facts

@@ -12,6 +12,7 @@ from kbopt.engine.lang.compiled import (
     FinalCheck,
     compile_condition,
     compile_final_check,
+    compile_final_decisions,
     compile_final_undecided,
 )
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup
@@ -66,6 +67,7 @@ class FinalFacts:
         self._producers: dict[str, tuple[str, ...]] = {}
         self._by_path: dict[str, frozenset[str]] = {}
         self._decision: dict[str, bool | None] = {}
+        self._decided: dict[str, bool | None] | None = None     # every unfired rule's, on a hot pack
         self._reachable: dict[str, frozenset[str]] = {}
         undecided = sorted(p for p in pack.producers if p not in self.derived)
         for path in undecided:
@@ -148,6 +150,12 @@ class FinalFacts:
 
     def decision(self, rule_id: str) -> bool | None:
         """The rule's condition on the final facts: True, False, or None (not evaluated)."""
+        if self._decided is None and self.pack.hot:
+            # A hot pack decides every rule that did not fire at once, in one generated function.
+            decide = self.pack.memo("decisions", lambda: compile_final_decisions(
+                [(rule.id, rule.fire_condition) for rule in self.pack.rules]))
+            self._decided = decide(self.known, self.status, self.fired)
+            self._decision.update(self._decided)
         if rule_id not in self._decision:
             self._decision[rule_id] = self.compiled[rule_id].check(self.known, self.status)
         return self._decision[rule_id]

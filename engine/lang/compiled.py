@@ -119,13 +119,12 @@ class _Generated:
         return self.truth(node, True) if self.reading == "chaining" and _depth(node) <= _MAX_DEPTH else None
 
     def truth(self, node: Condition, wanted: bool) -> str:
-        """While chaining: one expression, true exactly when the condition's Kleene value is
-        `wanted` (True or False), with every leaf inline and no call: an `and` is true when each
-        item is, false when one is; an `or` the converse; a `not` is true when its item is false.
-        Python's `and`/`or` stop early, as the functions of `function` do on a decisive value (a
-        lookup has no side effects). A leaf whose fact is not known is false when the fact is a
-        derived one (absent while chaining), else undecided: neither true nor false."""
-        assert self.reading == "chaining"
+        """One expression, true exactly when the condition's Kleene value is `wanted` (True or
+        False), with every leaf inline and no call: an `and` is true when each item is, false
+        when one is; an `or` the converse; a `not` is true when its item is false. Python's
+        `and`/`or` stop early, as the functions of `function` do on a decisive value (a lookup
+        has no side effects). A leaf whose fact is not known is false when the fact is absent
+        (see `absent`), else undecided: neither true nor false."""
         match node:
             case And(items=items) | Or(items=items):
                 joined = " and " if isinstance(node, And) == wanted else " or "
@@ -152,8 +151,12 @@ class _Generated:
             case Needs(fact=Fact(path=path)):
                 key = self.name("k", path)
                 return self.known(path) if wanted else f"(not {self.known(path)} and {self.absent(path, key)})"
-            case Known(fact=Fact(path=path), negated=negated):       # two-valued while chaining
-                return f"({self.known(path)} != {negated == wanted})"
+            case Known(fact=Fact(path=path), negated=negated):
+                key = self.name("k", path)
+                absent = self.absent(path, key)
+                if absent in ("True", "False"):       # two-valued: an input, or any fact while chaining
+                    return f"({self.known(path)} != {negated == wanted})"
+                return f"(({self.known(path)} or {absent}) and {self.known(path)} != {negated == wanted})"
             case _ as unreachable:
                 assert_never(unreachable)
 
@@ -259,7 +262,7 @@ def _define(source: str, name: str, namespace: dict[str, Any]) -> Any:
 
 
 _WRITTEN = frozenset({"known", "status", "v", "w", "r", "out", "undecided", "check", "compute", "chain", "fired",
-                      "conclude", "values", "Exception", "c", "map"})
+                      "conclude", "values", "Exception", "c", "map", "decide"})
 _LOCAL = re.compile(r"[rux][0-9]+")      # the generated functions' own locals: r0, u1, x2, ...
 
 
@@ -388,6 +391,30 @@ def _depth(node: Condition) -> int:
 
 
 FinalCheck = Callable[[dict[str, Any], dict[str, str]], bool | None]
+FinalDecisions = Callable[[dict[str, Any], dict[str, str], set[str]], dict[str, bool | None]]
+
+
+def compile_final_decisions(conditions: list[tuple[str, Condition]]) -> FinalDecisions:
+    """Each rule's condition on the final facts (as compile_final_check reads them), for every
+    rule not in `fired`, by one generated function `decide(known, status, fired)` -> {rule id:
+    True, False or None}: each condition inline as two expressions (is it false; else is it
+    true; else undecided), without a call per rule. A condition nested deeper than Python's
+    parser allows in one expression is called as its own function."""
+    generated = _Generated("final")
+    lines = ["    out = {}"]
+    for rule_id, condition in conditions:
+        key = generated.name("k", rule_id)
+        if _depth(condition) <= _MAX_DEPTH:
+            # false first: most rules that did not fire are false, and so tested once
+            value = (f"False if {generated.truth(condition, False)} else "
+                     f"(True if {generated.truth(condition, True)} else None)")
+        else:
+            value = f"{generated.name('f', compile_final_check(condition))}(known, status)"
+        lines += [f"    if {key} not in fired:", f"        out[{key}] = {value}"]
+    lines.append("    return out")
+    decide: FinalDecisions = _define("def decide(known, status, fired):\n" + "\n".join(lines) + "\n", "decide",
+                                     generated.namespace)
+    return decide
 
 
 def compile_final_check(node: Condition, generated: bool = True) -> FinalCheck:
