@@ -311,6 +311,12 @@ def test_generated_functions_never_hold_a_rule_s_text():
         _define("def check(known):\n    return known.get('a')\n", "check", {})
     with pytest.raises(AssertionError, match="names"):
         _define("def check(known):\n    return open\n", "check", {})
+    # the net reads the compiled code: a literal in a nested function, bytes, an attribute
+    with pytest.raises(AssertionError, match="text literal"):
+        _define("def check(known):\n    return (lambda: b'a')()\n", "check", {})
+    with pytest.raises(AssertionError, match="names '__class__'"):
+        _define("def check(known):\n    return known.__class__\n", "check", {})
+    assert _define("def check(known):\n    return known.get(k1, 2.5)\n", "check", {"k1": "a"})({"a": 1}) == 1
 
 
 def _chains(pack):
