@@ -47,6 +47,18 @@ class _Compiled:
                    _compiled_witnesses(rule.when))
 
 
+def final_lookup(known: dict[str, Any], status: dict[str, str]) -> Lookup:
+    """The final facts as a Lookup: a known fact's value; a derived fact no rule produced is
+    absent or unknown (`status`); an input not given is missing."""
+    def lookup(path: str) -> tuple[str, Any]:
+        if path in known:
+            return KNOWN, known[path]
+        if path.startswith("derived."):
+            return status.get(path, ABSENT), None
+        return MISSING, None
+    return lookup
+
+
 class FinalFacts:
     """Facts at the fix-point, with three-valued status for derived ones.
 
@@ -63,6 +75,8 @@ class FinalFacts:
         hot = pack.hot
         self.compiled = pack.memo(f"explain:{hot}", lambda: {rule.id: _Compiled.of(rule, hot) for rule in pack.rules})
         self.status: dict[str, str] = {}
+        # A Lookup (status, value) over the two dicts alone: what an advice's texts keep of this.
+        self.lookup: Lookup = final_lookup(self.known, self.status)
         self._owns: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
         self._producers: dict[str, tuple[str, ...]] = {}
         self._by_path: dict[str, frozenset[str]] = {}
@@ -82,13 +96,6 @@ class FinalFacts:
                     self.status[path] = ABSENT
                     changed = True
 
-    def lookup(self, path: str) -> tuple[str, Any]:     # a Lookup: (status, value)
-        known = self.known
-        if path in known:
-            return KNOWN, known[path]
-        if path.startswith("derived."):
-            return self.status.get(path, ABSENT), None
-        return MISSING, None
 
     def not_evaluated(self) -> list[tuple[Rule, list[str]]]:
         """Every rule left undecided, in pack order, with the input facts that, once known, would
