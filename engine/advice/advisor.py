@@ -8,7 +8,7 @@ from typing import Any
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, NotEvaluated, Rejection, RuleNote, StrategyAdvice
-from kbopt.engine.advice.settings import settings_map
+from kbopt.engine.advice.settings import settings_map, targets
 from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
@@ -135,6 +135,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     chosen = set(resolution.chosen)
 
     out = []
+    engines = targets(final.inputs)          # the engines each strategy's settings are written for
     for key in resolution.chosen:
         c = candidates[key]
         params, notes = _params(c, final, catalog[c.strategy])
@@ -157,7 +158,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             because=tuple(dict.fromkeys(because)), caveats=tuple(texts), gain=c.gain, weight=c.weight,
             recommended_by=tuple(c.rules), key=key, status="keep" if key in kept else "change",
             expected=outcomes[key].gains if key in outcomes else (),
-            settings=settings_map(c.strategy, key, params, final.inputs, final.derived)))
+            settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines)))
     out.sort(key=lambda s: s.status == "keep")     # actions first, then what stays (stable otherwise)
     rejected = []
     for left in resolution.left_out:

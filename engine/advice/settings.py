@@ -14,7 +14,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 from kbopt.kb.engines import ENGINES, Engine, Entry, Version, engine_catalog, parse_version, version_text
 
@@ -44,9 +44,9 @@ class Target:
         return text + " (serving.engine_version not given: the latest version kb/engines.yaml covers)"
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One line: a flag, YAML key or variable to set, or a note where there is none."""
+class Setting(NamedTuple):
+    """One line: a flag, YAML key or variable to set, or a note where there is none. (A
+    NamedTuple: an advice writes tens of them, each built in a third of a frozen dataclass's time.)"""
     engine: str
     kind: str              # cli | yaml | env | note
     name: str              # the flag, dotted YAML key or variable; "" for a note
@@ -106,7 +106,7 @@ def settings_for(target: Target, strategy: str, key: str, params: Mapping[str, A
     for entry in engine_catalog().for_strategy(target.engine, strategy):
         if entry.variant not in (None, variant) or (entry.param and entry.param not in params):
             continue
-        if any(params.get(name) != value for name, value in entry.when):
+        if entry.when and any(params.get(name) != value for name, value in entry.when):
             continue
         slots.setdefault(entry.slot, []).append(entry)
     out: list[Setting] = []
@@ -288,7 +288,8 @@ def memory_fraction(engine: str, fraction: Any, facts: Mapping[str, Any],
 
 
 def settings_map(strategy: str, key: str, params: Mapping[str, Any], facts: Mapping[str, Any],
-                 derived: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    """What a strategy's advice carries: each target engine's lines (a note starts with "# ")."""
+                 derived: Mapping[str, Any], on: tuple[Target, ...] | None = None) -> dict[str, tuple[str, ...]]:
+    """What a strategy's advice carries: each target engine's lines (a note starts with "# ").
+    `on`: targets(facts), where the caller has them (an advice asks once for all its strategies)."""
     return {t.engine: tuple(s.line for s in settings_for(t, strategy, key, params, facts, derived))
-            for t in targets(facts)}
+            for t in (on if on is not None else targets(facts))}
