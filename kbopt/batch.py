@@ -2,7 +2,8 @@
 
 `advise_line` is a pure function of (line, pack): the building block a batch pipeline maps over
 its records, in this process or any distributed engine's workers (docs/fleet.md). The stream is
-read and written a line at a time, so memory stays flat however many lines there are.
+read a line at a time and written a line (or a worker's chunk of lines) at a time, so memory
+stays flat however many lines there are.
 """
 from __future__ import annotations
 

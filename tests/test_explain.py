@@ -405,3 +405,28 @@ def test_the_generated_chain_fires_and_derives_as_each_rule_checked_in_turn(pack
     chains = _chains(broken)
     said = [_same_both_ways(broken, chains, {f"telemetry.{FIELDS[i]}": 0.9 for i in on}) for on in ([0], [1, 2], [1])]
     assert sum("not a finite number" in str(o) for o in said) == 1 and sum("derive different values" in str(o) for o in said) == 1
+
+
+def test_compiled_forms_of_empty_and_or():
+    """An `and` or `or` of no items (built in code; no rule text parses to one) is true or false
+    in every compiled form, as in the tree walk."""
+    from kbopt.engine.lang.compiled import (
+        compile_chaining_check,
+        compile_final_check,
+        compile_final_decisions,
+        compile_final_undecided,
+    )
+    from kbopt.engine.lang.logic import MISSING, evaluate, undecided_by
+    from kbopt.engine.lang.nodes import And, Cmp, Const, Fact, Not, Or
+
+    leaf = Cmp(">", Fact("telemetry.compute_utilization"), Const(0.5))
+    for node in (And(()), Or(()), Not(Or(())), And((Or(()), leaf)), Or((And(()), leaf)), And((leaf, Not(And(()))))):
+        for known in ({}, {"telemetry.compute_utilization": 0.9}):
+            def lookup(path, known=known):
+                return ("known", known[path]) if path in known else (MISSING, None)
+            expected = evaluate(node, lookup)
+            assert compile_final_check(node)(known, {}) == expected, node
+            assert compile_chaining_check(node)(known) == expected, node
+            assert compile_final_decisions([("R", node)])(known, {}, set()) == {"R": expected}, node
+            assert _inline_truth(node)(known) == (expected is True, expected is False), node
+            assert compile_final_undecided(node)(known, {}) == undecided_by(node, lookup), node

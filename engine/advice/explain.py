@@ -96,7 +96,6 @@ class FinalFacts:
                     self.status[path] = ABSENT
                     changed = True
 
-
     def not_evaluated(self) -> list[tuple[Rule, list[str]]]:
         """Every rule left undecided, in pack order, with the input facts that, once known, would
         decide it (what to collect): its own missing inputs and those of every rule reachable from
