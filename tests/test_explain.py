@@ -314,6 +314,9 @@ def test_generated_functions_never_hold_a_rule_s_text():
     # the net reads the compiled code: a literal in a nested function, bytes, an attribute
     with pytest.raises(AssertionError, match="text literal"):
         _define("def check(known):\n    return (lambda: b'a')()\n", "check", {})
+    for folded in ("('a', 'b')", "{'a', 'b'}", "(1, ('x',))"):      # literals the compiler folds into one constant
+        with pytest.raises(AssertionError, match="text literal"):
+            _define(f"def check(known):\n    return known.get(k1) in {folded}\n", "check", {"k1": "p"})
     with pytest.raises(AssertionError, match="names '__class__'"):
         _define("def check(known):\n    return known.__class__\n", "check", {})
     assert _define("def check(known):\n    return known.get(k1, 2.5)\n", "check", {"k1": "a"})({"a": 1}) == 1

@@ -263,13 +263,22 @@ def _define(source: str, name: str, namespace: dict[str, Any]) -> Any:
 
 def _refuse_foreign(code: types.CodeType, namespace: dict[str, Any]) -> None:
     for constant in code.co_consts:
-        if isinstance(constant, (str, bytes)):
-            raise AssertionError(f"generated source holds a text literal: {constant!r}")
-        if isinstance(constant, types.CodeType):
-            _refuse_foreign(constant, namespace)
+        _refuse_text(constant, namespace)
     for name in (*code.co_names, *code.co_varnames, *code.co_cellvars, *code.co_freevars):
         if not (name in namespace or name in _WRITTEN or _LOCAL.fullmatch(name)):
             raise AssertionError(f"generated source names {name!r}")
+
+
+def _refuse_text(constant: object, namespace: dict[str, Any]) -> None:
+    """A constant of generated code: no text, also where the compiler folded literals into a
+    tuple or frozenset (`x in ('a', 'b')`), and a nested function's code is checked whole."""
+    if isinstance(constant, (str, bytes)):
+        raise AssertionError(f"generated source holds a text literal: {constant!r}")
+    if isinstance(constant, (tuple, frozenset)):
+        for item in constant:
+            _refuse_text(item, namespace)
+    elif isinstance(constant, types.CodeType):
+        _refuse_foreign(constant, namespace)
 
 
 _WRITTEN = frozenset({"known", "status", "v", "w", "r", "out", "undecided", "check", "compute", "chain", "fired",
