@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from kbopt.kb.vocabulary import QUALITIES
@@ -38,12 +39,18 @@ class Provenance:
         return self.short() + (f" — {self.note}" if self.note else "")
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"source": self.source, "quality": self.quality}
-        for name in DETAILS:
-            value = getattr(self, name)
-            if value is not None:
-                out[name] = value
-        return out
+        return {"source": self.source, "quality": self.quality, **self._details()}
+
+    @cached_property
+    def in_advice(self) -> dict[str, Any]:
+        """What an advice's JSON writes beside a fact's value (`origin`, `quality` and the details
+        given), made once per provenance: most facts share one (USER), and an advice writes every
+        fact's. Callers copy it, never change it."""
+        return {"origin": self.source, "quality": self.quality, **self._details()}
+
+    def _details(self) -> dict[str, Any]:
+        """The optional fields that are set, in DETAILS order."""
+        return {name: value for name in DETAILS if (value := getattr(self, name)) is not None}
 
 
 DETAILS = ("metric", "samples", "window_s", "note")     # the optional fields, as to_dict writes them

@@ -103,6 +103,22 @@ _WORKER: tuple[Pack, str, str, tuple[str, ...]] | None = None    # what a worker
 def _start_worker(worker: tuple[Pack, str, str, tuple[str, ...]]) -> None:
     global _WORKER
     _WORKER = worker
+    _collect_less()
+
+
+YOUNG_OBJECTS = 50_000     # allocations between two collections of the youngest generation
+
+
+def _collect_less() -> None:
+    """Fewer garbage collections in a process that only advises. An advice allocates tens of
+    thousands of containers and frees them by reference counting, yet at Python's default
+    threshold (700) each advice set off about seventy collections that found nothing: 1.7% of
+    a document's instructions. The pack, loaded once, is moved out of the collector's sight
+    (gc.freeze), and the youngest generation is collected every YOUNG_OBJECTS allocations:
+    memory stays flat (a collection still comes every few documents)."""
+    import gc
+    gc.freeze()
+    gc.set_threshold(YOUNG_OBJECTS, 50, 100)
 
 
 def _advise_chunk(chunk: list[tuple[int, str]]) -> tuple[int, int, bytes]:

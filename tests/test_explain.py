@@ -263,7 +263,7 @@ def test_a_rendered_template_reads_as_render_with_values(pack):
 def test_compiled_witnesses_agree_with_the_tree_walk(pack):
     """A firing's facts and checks, from witnesses compiled per rule, are those of the tree walk
     (logic.witnesses: the first true branch of each or) on every built-in rule."""
-    from kbopt.engine.advice.explain import _check, _compiled_witnesses, witnesses_on
+    from kbopt.engine.advice.explain import Check, _check, _compiled_witnesses, witness_of, witnesses_on
     from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, evaluate, witnesses
     from kbopt.engine.lang.nodes import facts_of
 
@@ -290,6 +290,11 @@ def test_compiled_witnesses_agree_with_the_tree_walk(pack):
             ours: dict = {}
             assert [make(lookup, ours) for make in witnesses_on(compiled, lookup)] == checks, rule.id
             assert list(ours.items()) == list(facts.items()), rule.id
+            # What FinalFacts.witness returns, comparisons with a literal read inline.
+            known = {p: value for p, (status, value) in table.items() if status == KNOWN}
+            got_facts, got_checks = witness_of(compiled, known, lookup, None)
+            assert list(got_facts.items()) == list(facts.items()) and got_checks == tuple(checks), rule.id
+            assert all(type(check) is Check for check in got_checks), rule.id
             compared += 1
     assert compared > 100
 

@@ -1,6 +1,7 @@
 """After chaining: which facts are known, absent or unknown, and why each rule did or did not fire."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, assert_never
@@ -103,7 +104,13 @@ class FinalFacts:
         each unknown fact's share is computed once, and a cycle of rules shares one set (strongly
         connected components), so the walk is linear in the pack where a naive recursion is
         exponential in its chains."""
-        undecided = [rule for rule in self.pack.rules if rule.id not in self.fired and self.decision(rule.id) is None]
+        decided = self._decisions()
+        if self._decided is None:          # a cold pack decides each rule on its own
+            for rule in self.pack.rules:
+                if rule.id not in self.fired:
+                    self.decision(rule.id)
+        # A rule that fired held: absent from the decisions, it is not among the undecided.
+        undecided = [rule for rule in self.pack.rules if decided.get(rule.id, False) is None]
         waiting = {rule.id for rule in undecided}
         done = self._reachable
         # In dependency order a rule comes after the producers it can wait on: a rule alone in
@@ -156,15 +163,23 @@ class FinalFacts:
 
     def decision(self, rule_id: str) -> bool | None:
         """The rule's condition on the final facts: True, False, or None (not evaluated)."""
-        if self._decided is None and self.pack.hot:
-            # A hot pack decides every rule that did not fire at once, in one generated function.
+        decided = self._decisions()
+        if rule_id not in decided:
+            decided[rule_id] = self.compiled[rule_id].check(self.known, self.status)
+        return decided[rule_id]
+
+    def _decisions(self) -> dict[str, bool | None]:
+        """The decisions made so far, by rule: on a hot pack every rule that did not fire, decided
+        at once by one generated function (a rule that fired is absent: it held)."""
+        if self._decided is None:
+            if not self.pack.hot:
+                return self._decision
             decide = self.pack.memo("decisions", lambda: compile_final_decisions(
                 [(rule.id, rule.fire_condition) for rule in self.pack.rules]))
             self._decided = decide(self.known, self.status, self.fired)
-            self._decision.update(self._decided)
-        if rule_id not in self._decision:
-            self._decision[rule_id] = self.compiled[rule_id].check(self.known, self.status)
-        return self._decision[rule_id]
+            self._decided.update(self._decision)
+            self._decision = self._decided
+        return self._decided
 
     def _undecided(self, rule_id: str) -> bool:
         return self.decision(rule_id) is None
@@ -190,11 +205,31 @@ class FinalFacts:
     def witness(self, rule: Rule, shown: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], tuple[Check, ...]]:
         """The fact values that made `rule` fire, and the comparisons that held; a fact's value
         is as `shown` gives it, where it does (the facts as the user wrote them)."""
-        facts: dict[str, Any] = {}
-        checks = tuple(make(self.lookup, facts) for make in witnesses_on(self.compiled[rule.id].witnesses, self.lookup))
-        if shown:
-            facts = {path: shown.get(path, value) for path, value in facts.items()}
-        return facts, checks
+        return witness_of(self.compiled[rule.id].witnesses, self.known, self.lookup, shown)
+
+
+_new_check = functools.partial(tuple.__new__, Check)    # Check((...)) without NamedTuple's Python-level __new__
+
+
+def witness_of(witnesses: Witnesses, known: dict[str, Any], lookup: Lookup,
+               shown: Mapping[str, Any] | None) -> tuple[dict[str, Any], tuple[Check, ...]]:
+    """FinalFacts.witness on the final facts (`known`, and `lookup` over them): a comparison
+    with a literal, the commonest leaf, is made here; any other leaf by its maker."""
+    facts: dict[str, Any] = {}
+    checks: list[Check] = []
+    for make in (witnesses if isinstance(witnesses, tuple) else witnesses(lookup)):
+        if type(make) is Comparison:
+            path = make.path
+            if path in known:
+                value = facts[path] = known[path]
+            else:
+                value = None
+            checks.append(_new_check((path, value, make.op, make.threshold, make.parameter, None)))
+        else:
+            checks.append(make(lookup, facts))
+    if shown:
+        facts = {path: shown.get(path, value) for path, value in facts.items()}
+    return facts, tuple(checks)
 
 
 WitnessMaker = Callable[[Lookup, dict[str, Any]], Check]    # adds the leaf's known facts, returns its Check
@@ -230,17 +265,25 @@ def _compiled_witnesses(node: Condition) -> Witnesses:
             assert_never(unreachable)
 
 
+class Comparison:
+    """The witness maker of a comparison with a literal: what its Check holds but the value,
+    which `witness_of` reads inline (a call per leaf saved); called, it is any other maker."""
+    __slots__ = ("path", "op", "threshold", "parameter")
+
+    def __init__(self, path: str, op: str, threshold: Any, parameter: str | None) -> None:
+        self.path, self.op, self.threshold, self.parameter = path, op, threshold, parameter
+
+    def __call__(self, lookup: Lookup, facts: dict[str, Any]) -> Check:
+        status, value = lookup(self.path)
+        if status == KNOWN:
+            facts[self.path] = value
+        return Check(self.path, value, self.op, self.threshold, self.parameter)
+
+
 def _witness_maker(leaf: Condition) -> WitnessMaker:
     """`witness` for one leaf: a comparison with a literal directly, any other through _check."""
     if isinstance(leaf, Cmp) and isinstance(leaf.right, Const):
-        path, op, threshold, parameter = leaf.left.path, leaf.op, leaf.right.value, leaf.right.parameter
-
-        def comparison(lookup: Lookup, facts: dict[str, Any]) -> Check:
-            status, value = lookup(path)
-            if status == KNOWN:
-                facts[path] = value
-            return Check(path, value, op, threshold, parameter)
-        return comparison
+        return Comparison(leaf.left.path, leaf.op, leaf.right.value, leaf.right.parameter)
     paths = tuple(facts_of(leaf))
 
     def other(lookup: Lookup, facts: dict[str, Any]) -> Check:

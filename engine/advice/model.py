@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check
 from kbopt.engine.advice.whatif import Gain, Plan
-from kbopt.kb.provenance import DETAILS, Provenance
+from kbopt.kb.provenance import USER, Provenance
 
 ADVICE_FORMAT = "advice/2"
 
@@ -159,14 +159,7 @@ def _firing(firing: Firing) -> dict[str, Any]:
 
 
 def _fact(value: Any, provenance: Provenance | None) -> dict[str, Any]:
-    if provenance is None:
-        return {"value": value, "origin": "input", "quality": "user"}
-    out: dict[str, Any] = {"value": value, "origin": provenance.source, "quality": provenance.quality}
-    for name in DETAILS:
-        detail = getattr(provenance, name)
-        if detail is not None:
-            out[name] = detail
-    return out
+    return {"value": value, **(provenance or USER).in_advice}
 
 
 def _check(check: Check) -> dict[str, Any]:
