@@ -268,7 +268,7 @@ def _compiled_witnesses(node: Condition) -> Witnesses:
 class Comparison:
     """The witness maker of a comparison with a literal: what its Check holds but the value,
     which `witness_of` reads inline (a call per leaf saved); called, it is any other maker."""
-    __slots__ = ("path", "op", "threshold", "parameter")
+    __slots__ = ("op", "parameter", "path", "threshold")
 
     def __init__(self, path: str, op: str, threshold: Any, parameter: str | None) -> None:
         self.path, self.op, self.threshold, self.parameter = path, op, threshold, parameter
