@@ -1,7 +1,9 @@
 """Explaining rules that were not evaluated: the inputs each one waits on, at any pack size."""
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.explain import FinalFacts
@@ -10,6 +12,8 @@ from kbopt.engine.evaluators.reference import ReferenceEvaluator
 from kbopt.engine.lang.logic import MISSING, UNKNOWN, evaluate, undecided_by
 from kbopt.engine.pack.loader import build_pack, load_rule_text
 from kbopt.kb.facts import facts_from_document
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _naive_missing(final: FinalFacts, rule, seen=frozenset()) -> list[str]:
@@ -59,7 +63,7 @@ def test_memoized_walk_matches_the_naive_one_on_cyclic_packs():
         listed = {rule.id: missing for rule, missing in _final(pack, values).not_evaluated()}   # the advice's walk
         for rule in pack.rules:
             if rule.id not in final.fired and evaluate(rule.fire_condition, final.lookup) is None:
-                assert listed.pop(rule.id) == _naive_missing(final, rule), (trial, rule.id)
+                assert list(listed.pop(rule.id)) == _naive_missing(final, rule), (trial, rule.id)
                 compared += 1
         assert not listed
     assert compared > 40
@@ -73,7 +77,30 @@ def test_memoized_walk_matches_the_naive_one_on_the_synthetic_pack():
     assert waiting
     listed = {rule.id: missing for rule, missing in _final(pack, values).not_evaluated()}
     for rule in waiting:
-        assert listed[rule.id] == _naive_missing(final, rule)
+        assert list(listed[rule.id]) == _naive_missing(final, rule)
+
+
+def test_a_kept_walk_is_the_walk_it_stands_for(pack):
+    """not_evaluated keeps each walk per pack under the undecided rules and the facts each lacks
+    itself. Over fact sets that share those (kept walks reused) and differ in them, on the
+    built-in pack and a chained one with self-feeding rules, every answer is a walk made afresh."""
+    rng = random.Random(11)
+    examples = [facts_from_document(json.loads(path.read_text()), path.name).engine_values(pack.kb.vocabulary)
+                for path in sorted(EXAMPLES.glob("*.json"))]
+    chained = synthetic_pack(105)
+    for tried in (pack, chained):
+        walks = tried.memo("not-evaluated walks", dict)
+        walks.clear()
+        for _ in range(150):
+            if tried is pack:
+                values = {path: value for path, value in rng.choice(examples).items() if rng.random() > 0.05}
+            else:
+                values = {f"telemetry.{f}": rng.choice([0.1, 0.9]) for f in FIELDS if rng.random() < 0.5}
+            got = _final(tried, values).not_evaluated()
+            fresh = _final(tried, values)
+            fresh._decisions()
+            assert [missing for _, missing in got] == list(fresh._walk([rule for rule, _ in got]))
+        assert 1 < len(walks) < 150, len(walks)      # walks were kept, and reused
 
 
 def test_long_chains_are_explained():

@@ -87,7 +87,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
             rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
             when=rule.when_text, source=rule.sources, location=said.location, pack=rule.pack,
             derived=derived_by.get(rule_id, {}), texts=_texts(said, shown_values, final.lookup)))
-    not_evaluated = tuple(NotEvaluated(rule.id, rule.title, tuple(missing)) for rule, missing in final.not_evaluated())
+    not_evaluated = tuple(NotEvaluated(rule.id, rule.title, missing) for rule, missing in final.not_evaluated())
 
     strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)
     warnings = tuple(RuleNote(rule_id, conclusion.text) for rule_id in derivation.fired

@@ -48,6 +48,9 @@ class _Compiled:
                    _compiled_witnesses(rule.when))
 
 
+WALKS_KEPT = 4096      # not-evaluated walks a pack keeps (a few hundred bytes each)
+
+
 def final_lookup(known: dict[str, Any], status: dict[str, str]) -> Lookup:
     """The final facts as a Lookup: a known fact's value; a derived fact no rule produced is
     absent or unknown (`status`); an input not given is missing."""
@@ -97,13 +100,17 @@ class FinalFacts:
                     self.status[path] = ABSENT
                     changed = True
 
-    def not_evaluated(self) -> list[tuple[Rule, list[str]]]:
+    def not_evaluated(self) -> list[tuple[Rule, tuple[str, ...]]]:
         """Every rule left undecided, in pack order, with the input facts that, once known, would
         decide it (what to collect): its own missing inputs and those of every rule reachable from
         it through the undecided producers of the unknown derived facts it reads. Each rule's and
         each unknown fact's share is computed once, and a cycle of rules shares one set (strongly
         connected components), so the walk is linear in the pack where a naive recursion is
-        exponential in its chains."""
+        exponential in its chains.
+
+        The walk reads nothing but the undecided rules and what each reads itself (`_own`), so
+        its result is kept per pack under exactly that: replicas of one deployment, or the lines
+        of a batch, mostly lack the same facts, and all but the first skip the walk."""
         decided = self._decisions()
         if self._decided is None:          # a cold pack decides each rule on its own
             for rule in self.pack.rules:
@@ -111,6 +118,17 @@ class FinalFacts:
                     self.decision(rule.id)
         # A rule that fired held: absent from the decisions, it is not among the undecided.
         undecided = [rule for rule in self.pack.rules if decided.get(rule.id, False) is None]
+        key = tuple((rule.id, *self._own(rule.id)) for rule in undecided)
+        walks: dict[tuple[object, ...], tuple[tuple[str, ...], ...]] = self.pack.memo("not-evaluated walks", dict)
+        found = walks.get(key)
+        if found is None:
+            if len(walks) >= WALKS_KEPT:       # a bound on what a long-lived process keeps
+                walks.clear()
+            found = walks[key] = self._walk(undecided)
+        return list(zip(undecided, found, strict=True))
+
+    def _walk(self, undecided: list[Rule]) -> tuple[tuple[str, ...], ...]:
+        """not_evaluated's missing inputs of each undecided rule, in the order given."""
         waiting = {rule.id for rule in undecided}
         done = self._reachable
         # In dependency order a rule comes after the producers it can wait on: a rule alone in
@@ -127,7 +145,7 @@ class FinalFacts:
                 self._reachable_missing([rule_id])
                 continue
             done[rule_id] = own.union(*(self._path_missing(path) for path in unknown))
-        return [(rule, sorted(done[rule.id])) for rule in undecided]
+        return tuple(tuple(sorted(done[rule.id])) for rule in undecided)
 
     def _own(self, rule_id: str) -> tuple[frozenset[str], tuple[str, ...]]:
         """The missing inputs `rule_id` reads itself, and the unknown derived facts it reads."""
