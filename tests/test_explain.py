@@ -388,6 +388,42 @@ def _same_both_ways(pack, chains, values):
     return cold
 
 
+def test_an_evaluation_s_result_credits_each_fact_to_its_first_rule(pack):
+    """finish keeps, per set of fired rules, which rule each derived fact is credited to: over
+    the examples and variations of them (sets fired again, with other values), the result is
+    the one worked out afresh: fired rules in pack order, each fact with its value and the
+    first fired rule in pack order that derives it."""
+    from kbopt.engine.evaluators.derivation import DerivedFacts, finish
+    from kbopt.engine.evaluators.reference import make_chain
+    from kbopt.errors import EvaluationError
+    plans = pack.memo("finish plans", dict)
+    plans.clear()
+    rng = random.Random(3)
+    examples = [facts_from_document(json.loads(path.read_text()), path.name).engine_values(pack.kb.vocabulary)
+                for path in sorted(EXAMPLES.glob("*.json"))]
+    chain = make_chain(pack)
+    compared = 0
+    for _ in range(200):
+        values = {path: (value * rng.choice([0.5, 1, 2]) if type(value) is float else value)
+                  for path, value in rng.choice(examples).items() if rng.random() > 0.05}
+        derived, fired = DerivedFacts(values, pack), set()
+        try:
+            chain.run(derived, fired)
+        except EvaluationError:
+            continue
+        order = sorted(fired, key=pack.order.__getitem__)
+        expected = {}
+        for rule_id in order:
+            for path in pack.by_id()[rule_id].derives:
+                if path not in expected and path in derived.values:
+                    expected[path] = (derived.values[path][0], rule_id)
+        result = finish(pack, fired, derived)
+        assert result.fired == tuple(order)
+        assert list(result.derived.items()) == sorted(expected.items())
+        compared += 1
+    assert compared > 150 and len(plans) < compared      # plans were kept, and reused
+
+
 def test_the_generated_chain_fires_and_derives_as_each_rule_checked_in_turn(pack):
     """A hot pack's reference evaluator runs its schedule as one generated function, each rule's
     derived facts by their fast paths (compile_chain): the same firings, values and errors as

@@ -156,12 +156,36 @@ def value_problem(vocabulary: Vocabulary, path: str, value: Any) -> str | None:
 
 
 def finish(pack: Pack, fired: set[str], derived: DerivedFacts) -> Derivation:
-    order = sorted(fired, key=pack.order.__getitem__)
-    first: dict[str, tuple[Any, str]] = {}
-    rules = pack.by_id()
+    """The evaluation's result: the rules that fired in pack order, and each derived fact with
+    the first of them (in pack order) that derives it. Every fact a fired rule derives is set
+    (a rule that cannot compute one fails the evaluation), so which rule each fact is credited
+    to follows from the set of rules alone: worked out once per pack and set of rules, as most
+    evaluations of a batch, and most what-ifs, fire a set some evaluation fired before."""
+    key = frozenset(fired)
+    plans: dict[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = pack.memo("finish plans", dict)
+    plan = plans.get(key)
+    if plan is None:
+        if len(plans) >= PLANS_KEPT:       # a bound on what a long-lived process keeps
+            plans.clear()
+        plan = plans[key] = _credited(pack, fired)
+    order, credited = plan
     values = derived.values
+    try:
+        facts = {path: (values[path][0], rule_id) for path, rule_id in credited}
+    except KeyError:       # not the case (see above); were it, a fact not set is credited to none
+        facts = {path: (values[path][0], rule_id) for path, rule_id in credited if path in values}
+    return Derivation(fired=order, derived=facts)
+
+
+PLANS_KEPT = 4096      # sets of fired rules whose credits a pack keeps
+
+
+def _credited(pack: Pack, fired: set[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The fired rules in pack order, and (fact, the first of them deriving it) by fact."""
+    order = tuple(sorted(fired, key=pack.order.__getitem__))
+    first: dict[str, str] = {}
+    rules = pack.by_id()
     for rule_id in order:
         for path in rules[rule_id].derives:
-            if path not in first and path in values:
-                first[path] = (values[path][0], rule_id)
-    return Derivation(fired=tuple(order), derived=dict(sorted(first.items())))
+            first.setdefault(path, rule_id)
+    return order, tuple(sorted(first.items()))

@@ -307,7 +307,7 @@ def compile_chaining_check(node: Condition, generated: bool = True) -> ChainingC
     return check
 
 
-FastDerive = tuple[str, "FastCompute | None", Callable[[Any], bool]]   # a derived fact, its fast path, a quick type test
+FastDerive = tuple[str, "FastCompute | None", Callable[[Any], bool], Value]   # a derived fact, its fast path, a quick type test, its expression
 ChainStep = tuple[str, Any, Condition, tuple[FastDerive, ...]]   # a rule's id, the rule, its fire condition, what it derives
 Conclude = Callable[[Any], Any]                          # DerivedFacts.conclude: derive what a rule derives, exactly
 ChainRunner = Callable[[dict[str, Any], dict[str, tuple[Any, str]], set[str], Conclude], None]
@@ -356,7 +356,7 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
             depth += 1
         key = generated.name("k", rule_id)
         exact = [f"    conclude({generated.name('k', rule)})",
-                 *_reloaded(generated, [(path, generated.locals[path]) for path, _, _ in derives if path in generated.locals])]
+                 *_reloaded(generated, [(path, generated.locals[path]) for path, *_ in derives if path in generated.locals])]
         lines += ["    " * depth + f"    if {key} not in fired:", "    " * depth + f"        fired.add({key})"]
         lines += ["    " * (depth + 1) + line for line in _fast_derives(generated, key, derives, exact)]
     lines.append("    return None")
@@ -376,14 +376,16 @@ def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ..
     wherever one falls short."""
     if not derives:
         return []
-    path, fast, accepts = derives[0]
+    path, fast, accepts, node = derives[0]
     if fast is None:
         return exact
     target = generated.name("k", path)
     rest = _fast_derives(generated, key, derives[1:], exact)
     local = generated.locals.get(path)
+    # The fast path's own expression, inline: the same value or exception without a call.
+    inline = _chaining_expression(node, lambda value: generated.name("k", value))
     return ["    try:",
-            f"        v = {generated.name('f', fast)}(known)",
+            f"        v = {inline if inline is not None else generated.name('f', fast) + '(known)'}",
             "    except Exception:",
             "        v = NONE",
             f"    if v is not NONE and {generated.name('f', accepts)}(v) and {target} not in values:",
@@ -790,6 +792,16 @@ def compile_chaining_value(node: Value) -> FastCompute | None:
         namespace[key] = value
         return key
 
+    text = _chaining_expression(node, name)
+    if text is None:
+        return None
+    compute: FastCompute = _define(f"def compute(known):\n    return {text}\n", "compute", namespace)
+    return compute
+
+
+def _chaining_expression(node: Value, name: Callable[[Any], str]) -> str | None:
+    """compile_chaining_value's expression over `known`, each path, literal and function passed
+    by the generated name `name` gives it; None for a shape the fast path does not cover."""
     def expression(item: Value) -> str | None:
         match item:
             case Const(value=value):
@@ -830,8 +842,4 @@ def compile_chaining_value(node: Value) -> FastCompute | None:
             case _ as unreachable:
                 assert_never(unreachable)
 
-    text = expression(node)
-    if text is None:
-        return None
-    compute: FastCompute = _define(f"def compute(known):\n    return {text}\n", "compute", namespace)
-    return compute
+    return expression(node)
