@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
-from kbopt.engine.lang.compiled import compile_condition, compile_value
+from kbopt.engine.lang.compiled import compile_condition, compile_value, plain_value
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Lookup, Missing, evaluate, value_of
 from kbopt.engine.lang.nodes import Arith, Call, Const, Fact, IfElse, ListOf, Value, facts_of, unique_facts
 from kbopt.engine.lang.operators import FUNCTIONS
@@ -185,10 +185,16 @@ def _steps(node: Value) -> list[Step]:
                     fell_back[path] = None
             return [first_of]
         case Call(fn=fn, args=args) if FUNCTIONS[fn].alternatives:
-            alternatives = tuple((compile_value(arg), unique_facts(arg), tuple(_steps(arg))) for arg in args)
+            # A plain alternative (no coalesce or if-else in it) cannot compute while one of its
+            # facts is not known: it is passed over without computing it and catching Missing.
+            alternatives = tuple((compile_value(arg), unique_facts(arg), tuple(_steps(arg)), plain_value(arg))
+                                 for arg in args)
 
             def first_known(lookup: Lookup, note: Noter, parameters: dict[str, None], fell_back: dict[str, None]) -> None:
-                for compute, facts, steps in alternatives:
+                for compute, facts, steps, plain in alternatives:
+                    if plain and any(lookup(p)[0] != KNOWN for p in facts):
+                        fell_back.update((p, None) for p in facts if lookup(p)[0] != KNOWN)
+                        continue
                     try:
                         compute(lookup)
                     except Missing:

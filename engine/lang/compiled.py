@@ -758,18 +758,18 @@ def _undecided() -> Any:
     raise LookupError("an if-else condition is undecided")      # the fast path's caller asks the closure
 
 
-def _plain(node: Value) -> bool:
+def plain_value(node: Value) -> bool:
     """A value expression without alternatives (coalesce) or if-else anywhere in it: it computes
     exactly when every fact it reads is known (or raises an error, or passes a zero divisor)."""
     match node:
         case Const() | Fact():
             return True
         case Arith(left=left, right=right):
-            return _plain(left) and _plain(right)
+            return plain_value(left) and plain_value(right)
         case ListOf(items=items):
-            return all(_plain(item) for item in items)
+            return all(plain_value(item) for item in items)
         case Call(fn=fn, args=args):
-            return not FUNCTIONS[fn].alternatives and all(_plain(arg) for arg in args)
+            return not FUNCTIONS[fn].alternatives and all(plain_value(arg) for arg in args)
         case IfElse():
             return False
         case _ as unreachable:
@@ -819,7 +819,7 @@ def _chaining_expression(node: Value, name: Callable[[Any], str]) -> str | None:
                 # The first alternative whose facts are all known: one without alternatives or an
                 # if-else inside computes exactly when they are (or raises, like the closure, and
                 # the caller asks it); a division by zero, which the closure passes over, raises here.
-                if not all(isinstance(arg, (Fact, Const)) or _plain(arg) for arg in args[:-1]):
+                if not all(isinstance(arg, (Fact, Const)) or plain_value(arg) for arg in args[:-1]):
                     return None
                 text = expression(args[-1])
                 for arg in reversed(args[:-1]):
