@@ -87,11 +87,14 @@ def test_a_kept_walk_is_the_walk_it_stands_for(pack):
     rng = random.Random(11)
     examples = [facts_from_document(json.loads(path.read_text()), path.name).engine_values(pack.kb.vocabulary)
                 for path in sorted(EXAMPLES.glob("*.json"))]
+    from kbopt.engine.pack.rule import HOT_AFTER
     chained = synthetic_pack(105)
     for tried in (pack, chained):
         walks = tried.memo("not-evaluated walks", dict)
         walks.clear()
-        for _ in range(150):
+        for attempt in range(150):
+            # cold and hot in turn: a hot pack's decisions bring each rule's own facts (the key)
+            tried.artefacts["uses"] = HOT_AFTER if attempt % 2 else 0
             if tried is pack:
                 values = {path: value for path, value in rng.choice(examples).items() if rng.random() > 0.05}
             else:
@@ -153,6 +156,7 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
         compile_condition,
         compile_final_check,
         compile_final_decisions,
+        compile_final_own,
         compile_final_undecided,
     )
     from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, evaluate, undecided_by
@@ -167,6 +171,7 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
         chaining = compile_chaining_check(condition)
         inline = _inline_truth(condition)
         final, final_undecided = compile_final_check(condition), compile_final_undecided(condition)
+        final_own = compile_final_own(condition)
         decide = compile_final_decisions([("R", condition)])
         for _ in range(40):
             table = {}
@@ -189,8 +194,14 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
                 known = {path: value for path, (status, value) in table.items() if status == KNOWN}
                 statuses = {path: status for path, (status, _) in table.items() if status in (ABSENT, UNKNOWN)}
                 assert final(known, statuses) == expected, (condition, table)
-                assert decide(known, statuses, set()) == {"R": expected} and decide(known, statuses, {"R"}) == {}
-                assert final_undecided(known, statuses) == undecided_by(condition, lookup), (condition, table)
+                undecided = undecided_by(condition, lookup)
+                # an undecided rule's own facts: its missing inputs, and its unknown derived facts in order
+                own = (frozenset(p for p in undecided if not p.startswith("derived.")),
+                       tuple(dict.fromkeys(p for p in undecided if p.startswith("derived."))))
+                assert decide(known, statuses, set()) == ({"R": expected}, [("R", *own)] if expected is None else [])
+                assert decide(known, statuses, {"R"}) == ({}, [])
+                assert final_undecided(known, statuses) == undecided, (condition, table)
+                assert final_own(known, statuses) == own, (condition, table)
                 finals += 1
             if UNKNOWN not in (status for status, _ in table.values()):    # chaining knows no unknown facts
                 known = {path: value for path, (status, value) in table.items() if status == KNOWN}
@@ -498,6 +509,6 @@ def test_compiled_forms_of_empty_and_or():
             expected = evaluate(node, lookup)
             assert compile_final_check(node)(known, {}) == expected, node
             assert compile_chaining_check(node)(known) == expected, node
-            assert compile_final_decisions([("R", node)])(known, {}, set()) == {"R": expected}, node
+            assert compile_final_decisions([("R", node)])(known, {}, set())[0] == {"R": expected}, node
             assert _inline_truth(node)(known) == (expected is True, expected is False), node
             assert compile_final_undecided(node)(known, {}) == undecided_by(node, lookup), node

@@ -9,12 +9,12 @@ from typing import Any, NamedTuple, assert_never
 from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.evaluators.reference import schedule_order
 from kbopt.engine.lang.compiled import (
-    DERIVED_PREFIX,
     FinalCheck,
+    Own,
     compile_condition,
     compile_final_check,
     compile_final_decisions,
-    compile_final_undecided,
+    compile_final_own,
 )
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
@@ -39,12 +39,12 @@ class Check(NamedTuple):
 class _Compiled:
     """What explaining a rule uses, compiled once per pack."""
     check: FinalCheck                      # its fire condition on the final facts (known, statuses)
-    undecided: Callable[[dict[str, Any], dict[str, str]], list[str]]   # the facts that leave it undecided
+    own: Callable[[dict[str, Any], dict[str, str]], Own]   # the facts that leave it undecided, told apart
     witnesses: Witnesses                   # its condition's witnesses
 
     @classmethod
     def of(cls, rule: Rule, hot: bool) -> _Compiled:
-        return cls(compile_final_check(rule.fire_condition, hot), compile_final_undecided(rule.fire_condition, hot),
+        return cls(compile_final_check(rule.fire_condition, hot), compile_final_own(rule.fire_condition, hot),
                    _compiled_witnesses(rule.when))
 
 
@@ -86,6 +86,7 @@ class FinalFacts:
         self._by_path: dict[str, frozenset[str]] = {}
         self._decision: dict[str, bool | None] = {}
         self._decided: dict[str, bool | None] | None = None     # every unfired rule's, on a hot pack
+        self._decided_owns: list[tuple[str, frozenset[str], tuple[str, ...]]] | None = None   # with them: (rule, *Own)
         self._reachable: dict[str, frozenset[str]] = {}
         undecided = sorted(p for p in pack.producers if p not in self.derived)
         for path in undecided:
@@ -118,12 +119,16 @@ class FinalFacts:
                     self.decision(rule.id)
         # A rule that fired held: absent from the decisions, it is not among the undecided.
         undecided = [rule for rule in self.pack.rules if decided.get(rule.id, False) is None]
-        key = tuple((rule.id, *self._own(rule.id)) for rule in undecided)
+        owns = self._decided_owns
+        # On a hot pack the decisions came with each undecided rule's own facts (the same Own).
+        key = tuple(owns) if owns is not None else tuple((rule.id, *self._own(rule.id)) for rule in undecided)
         walks: dict[tuple[object, ...], tuple[tuple[str, ...], ...]] = self.pack.memo("not-evaluated walks", dict)
         found = walks.get(key)
         if found is None:
             if len(walks) >= WALKS_KEPT:       # a bound on what a long-lived process keeps
                 walks.clear()
+            if owns is not None:
+                self._owns.update((rule_id, (missing, unknown)) for rule_id, missing, unknown in owns)
             found = walks[key] = self._walk(undecided)
         return list(zip(undecided, found, strict=True))
 
@@ -151,12 +156,7 @@ class FinalFacts:
         """The missing inputs `rule_id` reads itself, and the unknown derived facts it reads."""
         own = self._owns.get(rule_id)
         if own is None:
-            # undecided() names only missing inputs and unknown derived facts: the prefix tells which.
-            missing: list[str] = []
-            unknown: list[str] = []
-            for path in self.compiled[rule_id].undecided(self.known, self.status):
-                (unknown if path.startswith(DERIVED_PREFIX) else missing).append(path)
-            own = self._owns[rule_id] = (frozenset(missing), tuple(dict.fromkeys(unknown)))
+            own = self._owns[rule_id] = self.compiled[rule_id].own(self.known, self.status)
         return own
 
     def _waited_on(self, path: str) -> tuple[str, ...]:
@@ -194,7 +194,7 @@ class FinalFacts:
                 return self._decision
             decide = self.pack.memo("decisions", lambda: compile_final_decisions(
                 [(rule.id, rule.fire_condition) for rule in self.pack.rules]))
-            self._decided = decide(self.known, self.status, self.fired)
+            self._decided, self._decided_owns = decide(self.known, self.status, self.fired)
             self._decided.update(self._decision)
             self._decision = self._decided
         return self._decided

@@ -281,7 +281,7 @@ def _refuse_text(constant: object, namespace: dict[str, Any]) -> None:
         _refuse_foreign(constant, namespace)
 
 
-_WRITTEN = frozenset({"known", "status", "v", "w", "r", "out", "undecided", "check", "compute", "chain", "fired",
+_WRITTEN = frozenset({"known", "status", "v", "w", "r", "out", "owns", "undecided", "check", "compute", "chain", "fired",
                       "conclude", "values", "Exception", "c", "map", "decide",
                       "get", "add", "append"})       # the methods the templates call: known.get, fired.add, out.append
 _LOCAL = re.compile(r"[rux][0-9]+")      # the generated functions' own locals: r0, u1, x2, ...
@@ -414,17 +414,24 @@ def _depth(node: Condition) -> int:
 
 
 FinalCheck = Callable[[dict[str, Any], dict[str, str]], bool | None]
-FinalDecisions = Callable[[dict[str, Any], dict[str, str], set[str]], dict[str, bool | None]]
+# A rule's own share of what leaves it undecided: the missing inputs it reads, and the unknown
+# derived facts it reads (in the order it reads them).
+Own = tuple[frozenset[str], tuple[str, ...]]
+# decide(known, status, fired) -> ({rule id: True, False or None} for every rule not fired,
+# [(rule id, *its Own) for every one of them undecided, in the order given])
+FinalDecisions = Callable[[dict[str, Any], dict[str, str], set[str]],
+                          tuple[dict[str, bool | None], list[tuple[str, frozenset[str], tuple[str, ...]]]]]
 
 
 def compile_final_decisions(conditions: list[tuple[str, Condition]]) -> FinalDecisions:
     """Each rule's condition on the final facts (as compile_final_check reads them), for every
-    rule not in `fired`, by one generated function `decide(known, status, fired)` -> {rule id:
-    True, False or None}: each condition inline as two expressions (is it false; else is it
-    true; else undecided), without a call per rule. A condition nested deeper than Python's
-    parser allows in one expression is called as its own function."""
+    rule not in `fired`, by one generated function `decide(known, status, fired)`: each
+    condition inline as two expressions (is it false; else is it true; else undecided),
+    without a call per rule, and for each rule left undecided its Own (compile_final_own). A
+    condition nested deeper than Python's parser allows in one expression is called as its own
+    function."""
     generated = _Generated("final")
-    lines = ["    out = {}"]
+    lines = ["    out = {}", "    owns = []"]
     for rule_id, condition in conditions:
         key = generated.name("k", rule_id)
         if _depth(condition) <= _MAX_DEPTH:
@@ -433,11 +440,35 @@ def compile_final_decisions(conditions: list[tuple[str, Condition]]) -> FinalDec
                      f"(True if {generated.truth(condition, True)} else None)")
         else:
             value = f"{generated.name('f', compile_final_check(condition))}(known, status)"
-        lines += [f"    if {key} not in fired:", f"        out[{key}] = {value}"]
-    lines.append("    return out")
+        own = generated.name("f", compile_final_own(condition))
+        lines += [f"    if {key} not in fired:", f"        out[{key}] = r = {value}",
+                  "        if r is None:", f"            owns.append(({key}, *{own}(known, status)))"]
+    lines.append("    return out, owns")
     decide: FinalDecisions = _define("def decide(known, status, fired):\n" + "\n".join(lines) + "\n", "decide",
                                      generated.namespace)
     return decide
+
+
+def compile_final_own(node: Condition, generated: bool = True) -> Callable[[dict[str, Any], dict[str, str]], Own]:
+    """The undecided facts of `node` (compile_final_undecided) told apart: the missing inputs as
+    a set, the unknown derived facts in order without repeats."""
+    undecided = compile_final_undecided(node, generated)
+    paths = set(facts_of(node))
+    if not any(path.startswith(DERIVED_PREFIX) for path in paths):      # inputs only: all missing
+        return lambda known, status: (frozenset(undecided(known, status)), ())
+    if all(path.startswith(DERIVED_PREFIX) for path in paths):          # derived only: all unknown
+        return lambda known, status: (_NO_FACTS, tuple(dict.fromkeys(undecided(known, status))))
+
+    def own(known: dict[str, Any], status: dict[str, str]) -> Own:
+        missing: list[str] = []
+        unknown: list[str] = []
+        for path in undecided(known, status):
+            (unknown if path.startswith(DERIVED_PREFIX) else missing).append(path)
+        return frozenset(missing), tuple(dict.fromkeys(unknown))
+    return own
+
+
+_NO_FACTS: frozenset[str] = frozenset()
 
 
 def compile_final_check(node: Condition, generated: bool = True) -> FinalCheck:
