@@ -337,6 +337,34 @@ def test_compiled_witnesses_agree_with_the_tree_walk(pack):
     assert compared > 100
 
 
+def test_each_witness_leaf_kind_is_checked_as_the_tree_walk_checks_it():
+    """A witness leaf's Check, made by the maker compiled for its kind, is the one `_check`
+    writes, for every kind and negation (the built-in rules use only some of them), with the
+    leaf's facts noted where known."""
+    from kbopt.engine.advice.explain import _check, _witness_maker
+    from kbopt.engine.lang.logic import KNOWN, MISSING
+    from kbopt.engine.lang.nodes import And, Cmp, Const, Contains, Fact, Known, Not, OneOf, Or, facts_of
+
+    gpu, dtype, used = Fact("hardware.gpu_count"), Fact("model.weight_dtype"), Fact("telemetry.compute_utilization")
+    allowed = Fact("constraints.allowed_precisions")
+    leaves = [Cmp(">", used, Const(0.5, "busy")), Cmp("<", used, Fact("telemetry.bandwidth_utilization")),
+              OneOf(dtype, ("bf16", "fp16")), OneOf(dtype, ("bf16",), negated=True),
+              Contains(allowed, "fp8"), Contains(allowed, "fp8", negated=True),
+              Known(gpu), Known(gpu, negated=True),
+              Not(Cmp(">", used, Const(0.5))), Not(OneOf(dtype, ("fp8",))), Not(Known(gpu)),
+              Not(And((Cmp(">", used, Const(0.9)), Known(gpu)))), Not(Or((Known(dtype), Known(gpu))))]
+    tables = [{"hardware.gpu_count": 2, "model.weight_dtype": "bf16", "telemetry.compute_utilization": 0.7,
+               "telemetry.bandwidth_utilization": 0.9, "constraints.allowed_precisions": ["fp8"]},
+              {"model.weight_dtype": "fp8", "telemetry.compute_utilization": 0.2}]
+    for table in tables:
+        def lookup(path, table=table):
+            return (KNOWN, table[path]) if path in table else (MISSING, None)
+        for leaf in leaves:
+            noted: dict = {}
+            assert _witness_maker(leaf)(lookup, noted) == _check(leaf, lookup), leaf
+            assert noted == {path: table[path] for path in dict.fromkeys(facts_of(leaf)) if path in table}, leaf
+
+
 def test_generated_functions_never_hold_a_rule_s_text():
     """A literal of a rule reaches a generated function only by name: a string that reads as
     Python stays a value, and a source holding any text literal is refused before it runs."""

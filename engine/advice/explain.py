@@ -303,14 +303,45 @@ def _witness_maker(leaf: Condition) -> WitnessMaker:
     if isinstance(leaf, Cmp) and isinstance(leaf.right, Const):
         return Comparison(leaf.left.path, leaf.op, leaf.right.value, leaf.right.parameter)
     paths = tuple(facts_of(leaf))
+    check = _checker(leaf)
 
     def other(lookup: Lookup, facts: dict[str, Any]) -> Check:
         for path in paths:
             status, value = lookup(path)
             if status == KNOWN:
                 facts[path] = value
-        return _check(leaf, lookup)
+        return check(lookup)
     return other
+
+
+def _checker(leaf: Condition) -> Callable[[Lookup], Check]:
+    """`_check` for one leaf, its kind matched (and any text rendered) once, not per advice."""
+    match leaf:
+        case Cmp(op=op, left=Fact(path=left), right=Fact(path=right)):
+            return lambda lookup: _new_check((left, lookup(left)[1], op, lookup(right)[1], None, right))
+        case Cmp(op=op, left=Fact(path=left), right=Const(value=threshold, parameter=parameter)):
+            return lambda lookup: _new_check((left, lookup(left)[1], op, threshold, parameter, None))
+        case Not(item=And() | Or() as item):
+            path, text = next(facts_of(leaf)), render(item)
+            return lambda lookup: _new_check((path, lookup(path)[1], "not", text, None, None))
+        case Not(item=item):
+            inner = _checker(item)
+
+            def negation(lookup: Lookup) -> Check:
+                fact, value, op, threshold, parameter, against = inner(lookup)
+                return _new_check((fact, value, "not " + op, threshold, parameter, against))
+            return negation
+        case OneOf(fact=Fact(path=path), values=values, negated=negated):
+            word = "not in" if negated else "in"
+            return lambda lookup: _new_check((path, lookup(path)[1], word, list(values), None, None))
+        case Contains(fact=Fact(path=path), item=item, negated=negated):
+            word = "lacks" if negated else "has"
+            return lambda lookup: _new_check((path, lookup(path)[1], word, item, None, None))
+        case Known(fact=Fact(path=path), negated=negated):
+            word = "missing" if negated else "known"
+            return lambda lookup: _new_check((path, lookup(path)[1], word, None, None, None))
+        case _:                 # and, or, needs: not witness leaves (and a comparison of other shape)
+            return lambda lookup: _check(leaf, lookup)
 
 
 def _check(leaf: Condition, lookup: Lookup) -> Check:
