@@ -4,8 +4,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Literal, get_args
+
+from kbopt.kb.packaged import package_dir
 
 # The methodology's four layers, in the order advice is read: what limits the GPU, then what to
 # change in the math, in memory, in scheduling. Rules and strategies each belong to one.
@@ -14,7 +15,7 @@ LAYERS: tuple[Layer, ...] = get_args(Layer)
 
 
 def _load(name: str) -> Any:  # a parsed YAML document
-    text = resources.files("kbopt.kb").joinpath(name).read_text(encoding="utf-8")
+    text = package_dir("kbopt.kb").joinpath(name).read_text(encoding="utf-8")
     return _read_yaml(text)
 
 

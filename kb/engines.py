@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from importlib import resources
 from typing import Any, Literal
+
+from kbopt.kb.packaged import package_dir
 
 Kind = Literal["cli", "yaml", "env", "note"]
 KINDS: tuple[Kind, ...] = ("cli", "yaml", "env", "note")
@@ -136,7 +137,7 @@ def engine_catalog() -> EngineCatalog:
 def load_engine_catalog() -> EngineCatalog:
     """kb/engines.yaml, read and parsed."""
     from kbopt.kb.yamlio import read_yaml
-    raw = read_yaml(resources.files("kbopt.kb").joinpath("engines.yaml").read_text(encoding="utf-8"))
+    raw = read_yaml(package_dir("kbopt.kb").joinpath("engines.yaml").read_text(encoding="utf-8"))
     engines = {}
     for engine_id, spec in raw["engines"].items():
         versions = tuple(v for v in (_version(text) for text in spec["versions"]) if v is not None)

@@ -9,10 +9,10 @@ it), else `input`/`set` with quality `user`.
 from __future__ import annotations
 
 import collections
-import datetime
 import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -162,7 +162,10 @@ def _plain(value: Any, name: str, where: str) -> Any:
         return {k: _plain(v, name, f"{where}.{k}") for k, v in value.items()}
     if isinstance(value, list):
         return [_plain(v, name, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, (datetime.date, datetime.datetime)):
+    # A value is a date only where the YAML reader made one, and it imported datetime to do so:
+    # a JSON document spares a cold start that import.
+    dates = sys.modules.get("datetime")
+    if dates is not None and isinstance(value, (dates.date, dates.datetime)):
         return value.isoformat()
     return value
 

@@ -10,8 +10,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
+
+from kbopt.kb.packaged import package_dir
 
 CLAIM = re.compile(r"^seed (K(\d+)\.(\d+))$")
 
@@ -41,7 +42,7 @@ def catalog() -> Catalog:
 @lru_cache(maxsize=1)
 def load_catalog() -> Catalog:
     """kb/sources.yaml, read and parsed."""
-    raw = _read_yaml(resources.files("kbopt.kb").joinpath("sources.yaml").read_text(encoding="utf-8"))
+    raw = _read_yaml(package_dir("kbopt.kb").joinpath("sources.yaml").read_text(encoding="utf-8"))
     method = raw["methodology"]
     claims = {}
     for cid, text in raw["claims"].items():

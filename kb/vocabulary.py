@@ -4,8 +4,9 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from importlib import resources
 from typing import Any
+
+from kbopt.kb.packaged import package_dir
 
 FACT_TYPES = ("ratio", "number", "integer", "bool", "string", "enum", "version", "list")
 QUALITIES = ("measured", "proxy", "derived", "user", "catalog")
@@ -112,7 +113,7 @@ def _spec(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
 
 @lru_cache(maxsize=1)
 def load_vocabulary() -> Vocabulary:
-    text = resources.files("kbopt.kb").joinpath("vocabulary.yaml").read_text(encoding="utf-8")
+    text = package_dir("kbopt.kb").joinpath("vocabulary.yaml").read_text(encoding="utf-8")
     raw = _read_yaml(text)
     facts: dict[str, FactSpec] = {}
     for section, fields in raw["sections"].items():

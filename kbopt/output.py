@@ -5,7 +5,6 @@ import contextlib
 import os
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -106,6 +105,7 @@ def replaced_binary(target: Path, output: str) -> Iterator[IO[bytes]]:
 def _replaced(target: Path, output: str, binary: bool) -> Iterator[IO[Any]]:
     # The temporary name keeps at most 32 characters (128 bytes) of the target's, so that a target name near the
     # file system's 255-byte limit still has a temporary file beside it.
+    import tempfile  # here: advice written to the terminal spares a cold start this import (5 ms)
     with _terminations_interrupt():
         try:
             fd, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name[:32]}.")

@@ -79,9 +79,11 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
     for path, (value, rule_id) in derivation.derived.items():
         derived_by.setdefault(rule_id, {})[path] = value
     firings = []
-    explained = pack.memo("explained", lambda: {rule.id: _Explained.of(rule) for rule in pack.rules})
+    explained: dict[str, _Explained] = pack.memo("explained", dict)     # each rule's, once it fired
     for rule_id in derivation.fired:
-        rule, said = rules[rule_id], explained[rule_id]
+        rule, said = rules[rule_id], explained.get(rule_id)
+        if said is None:
+            said = explained[rule_id] = _Explained.of(rule)
         values, checks = final.witness(rule, shown_values)
         firings.append(Firing(
             rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,

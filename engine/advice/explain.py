@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, NamedTuple, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
@@ -35,17 +35,28 @@ class Check(NamedTuple):
     against: str | None = None
 
 
-@dataclass(frozen=True)
 class _Compiled:
-    """What explaining a rule uses, compiled once per pack."""
-    check: FinalCheck                      # its fire condition on the final facts (known, statuses)
-    own: Callable[[dict[str, Any], dict[str, str]], Own]   # the facts that leave it undecided, told apart
-    witnesses: Witnesses                   # its condition's witnesses
+    """What explaining a rule uses, compiled once per pack, each part when first used: one cold
+    advise checks every rule on the final facts, but asks few for their undecided facts or
+    their witnesses."""
 
-    @classmethod
-    def of(cls, rule: Rule, hot: bool) -> _Compiled:
-        return cls(compile_final_check(rule.fire_condition, hot), compile_final_own(rule.fire_condition, hot),
-                   _compiled_witnesses(rule.when))
+    def __init__(self, rule: Rule, hot: bool) -> None:
+        self.rule, self.hot = rule, hot
+
+    @cached_property
+    def check(self) -> FinalCheck:
+        """Its fire condition on the final facts (known, statuses)."""
+        return compile_final_check(self.rule.fire_condition, self.hot)
+
+    @cached_property
+    def own(self) -> Callable[[dict[str, Any], dict[str, str]], Own]:
+        """The facts that leave it undecided, told apart."""
+        return compile_final_own(self.rule.fire_condition, self.hot)
+
+    @cached_property
+    def witnesses(self) -> Witnesses:
+        """Its condition's witnesses."""
+        return _compiled_witnesses(self.rule.when)
 
 
 WALKS_KEPT = 4096      # not-evaluated walks a pack keeps (a few hundred bytes each)
@@ -77,7 +88,7 @@ class FinalFacts:
         self.fired = set(derivation.fired)
         self.rules = pack.by_id()
         hot = pack.hot
-        self.compiled = pack.memo(f"explain:{hot}", lambda: {rule.id: _Compiled.of(rule, hot) for rule in pack.rules})
+        self.compiled = pack.memo(f"explain:{hot}", lambda: {rule.id: _Compiled(rule, hot) for rule in pack.rules})
         self.status: dict[str, str] = {}
         # A Lookup (status, value) over the two dicts alone: what an advice's texts keep of this.
         self.lookup: Lookup = final_lookup(self.known, self.status)

@@ -55,8 +55,8 @@ def schedule(pack: Pack) -> tuple[tuple[Rule, ...], ...]:
 
 
 def schedule_order(pack: Pack) -> tuple[tuple[str, ...], ...]:
-    """The rule ids of `schedule(pack)`, component by component."""
-    return tuple(tuple(rule.id for rule in component) for component in schedule(pack))
+    """The rule ids of `schedule(pack)` (made once per pack), component by component."""
+    return tuple(tuple(rule.id for rule in component) for component in pack.memo("schedule", lambda: schedule(pack)))
 
 
 class ReferenceEvaluator:

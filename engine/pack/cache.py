@@ -20,13 +20,13 @@ import os
 import pickle
 import sys
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
 from kbopt.diagnostics import Diagnostic
 from kbopt.engine.pack import files
 from kbopt.engine.pack.rule import Pack
 from kbopt.kb.knowledge import adopt
+from kbopt.kb.packaged import package_dir
 
 FORMAT = b"kbopt-pack-cache/1"
 KB_FILES = ("vocabulary.yaml", "strategies.yaml", "gpus.yaml", "sources.yaml", "models.yaml", "engines.yaml")
@@ -50,11 +50,11 @@ def pack_key(dirs: tuple[str, ...]) -> str | None:
     from kbopt import __version__
     digest = hashlib.sha256(FORMAT + b"\0" + __version__.encode() + b"\0" + sys.version.encode())
     for package in CODE_PACKAGES:
-        for module in sorted(resources.files(package).iterdir(), key=lambda f: f.name):
+        for module in sorted(package_dir(package).iterdir(), key=lambda f: f.name):
             if module.name.endswith(".py"):
                 stat = os.stat(str(module))
                 digest.update(f"{package}/{module.name}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
-    kb = resources.files("kbopt.kb")
+    kb = package_dir("kbopt.kb")
     for name in KB_FILES:
         digest.update(name.encode() + b"\0" + kb.joinpath(name).read_bytes() + b"\0")
     problems: list[Diagnostic] = []

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kbopt.codes import diagnostic
 from kbopt.diagnostics import Diagnostic
 from kbopt.engine.pack.rule import Parameter
 from kbopt.kb.catalog import LAYERS, Layer
+from kbopt.kb.packaged import package_dir
+
+if TYPE_CHECKING:       # importing importlib.resources costs a cold start its tempfile and zipfile
+    from importlib.resources.abc import Traversable
 
 PARAMETERS, RETIRED, DISABLE = "parameters.yaml", "retired.yaml", "disable.yaml"
 MAX_SNIPPET = 300
@@ -162,7 +164,7 @@ def _pack_dir(pack: str, root: Traversable, shown: str) -> PackDir:
 
 
 def builtin() -> PackDir:
-    return _pack_dir("builtin", resources.files("kbopt.rules"), "rules")
+    return _pack_dir("builtin", package_dir("kbopt.rules"), "rules")
 
 
 def discover(dirs: Iterable[str | Path], problems: list[Diagnostic]) -> list[PackDir]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
+from kbopt.kb.packaged import package_dir
 from kbopt.kb.provenance import Provenance
 from kbopt.kb.yamlio import read_yaml
 
@@ -21,7 +21,7 @@ CATALOG_FIELDS = ("params_billion", "active_params_billion", "num_layers", "num_
 
 @lru_cache(maxsize=1)
 def model_catalog() -> tuple[dict[str, Any], ...]:
-    return tuple(read_yaml(resources.files("kbopt.kb").joinpath("models.yaml").read_text(encoding="utf-8"))["models"])
+    return tuple(read_yaml(package_dir("kbopt.kb").joinpath("models.yaml").read_text(encoding="utf-8"))["models"])
 
 
 def _from_catalog(name: str) -> Collected:
