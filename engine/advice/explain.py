@@ -59,7 +59,7 @@ class _Compiled:
         return _compiled_witnesses(self.rule.when)
 
 
-WALKS_KEPT = 4096      # not-evaluated walks a pack keeps (a few hundred bytes each)
+WALKS_KEPT = 256       # not-evaluated walks a pack keeps: about 14 KB each, 3.5 MB at most
 
 
 def final_lookup(known: dict[str, Any], status: dict[str, str]) -> Lookup:

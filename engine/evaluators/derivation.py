@@ -177,7 +177,7 @@ def finish(pack: Pack, fired: set[str], derived: DerivedFacts) -> Derivation:
     return Derivation(fired=order, derived=facts)
 
 
-PLANS_KEPT = 4096      # sets of fired rules whose credits a pack keeps
+PLANS_KEPT = 512       # sets of fired rules whose credits a pack keeps: about 4 KB each, 2 MB at most
 
 
 def _credited(pack: Pack, fired: set[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
