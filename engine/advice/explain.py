@@ -15,8 +15,9 @@ from kbopt.engine.lang.compiled import (
     compile_final_check,
     compile_final_decisions,
     compile_final_own,
+    own_of,
 )
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, evaluate, undecided_by
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
 from kbopt.engine.pack.graph import strongly_connected
@@ -36,9 +37,10 @@ class Check(NamedTuple):
 
 
 class _Compiled:
-    """What explaining a rule uses, compiled once per pack, each part when first used: one cold
-    advise checks every rule on the final facts, but asks few for their undecided facts or
-    their witnesses."""
+    """What explaining a rule uses, made once per pack, each part when first used. On a cold pack
+    (a single `kbopt advise`), where each is used once, a part is the tree walk itself
+    (engine/lang/logic.py, which the compiled forms are tested against): building closures
+    for every rule of a 1,000-rule pack cost more than walking each condition once."""
 
     def __init__(self, rule: Rule, hot: bool) -> None:
         self.rule, self.hot = rule, hot
@@ -46,12 +48,18 @@ class _Compiled:
     @cached_property
     def check(self) -> FinalCheck:
         """Its fire condition on the final facts (known, statuses)."""
-        return compile_final_check(self.rule.fire_condition, self.hot)
+        condition = self.rule.fire_condition
+        if self.hot:
+            return compile_final_check(condition)
+        return lambda known, status: evaluate(condition, final_lookup(known, status))
 
     @cached_property
     def own(self) -> Callable[[dict[str, Any], dict[str, str]], Own]:
         """The facts that leave it undecided, told apart."""
-        return compile_final_own(self.rule.fire_condition, self.hot)
+        condition = self.rule.fire_condition
+        if self.hot:
+            return compile_final_own(condition)
+        return lambda known, status: own_of(undecided_by(condition, final_lookup(known, status)))
 
     @cached_property
     def witnesses(self) -> Witnesses:
@@ -149,7 +157,7 @@ class FinalFacts:
         done = self._reachable
         # In dependency order a rule comes after the producers it can wait on: a rule alone in
         # its component takes their sets as they are; a cycle goes through the general walk.
-        for component in self.pack.memo("components", lambda: schedule_order(self.pack)):
+        for component in schedule_order(self.pack):
             if len(component) > 1:
                 self._reachable_missing([rule_id for rule_id in component if rule_id in waiting])
                 continue

@@ -50,7 +50,9 @@ def available_evaluators() -> tuple[str, ...]:
 def precompile(pack: Pack) -> None:
     """Compile what each backend keeps with a pack, before the compiled-pack cache stores it."""
     from kbopt.engine.evaluators.durable import ruleset_texts
+    from kbopt.engine.evaluators.reference import schedule_order
     ruleset_texts(pack)
+    schedule_order(pack)
 
 
 def make_evaluator(pack: Pack, name: str = "durable") -> Evaluator:

@@ -459,13 +459,17 @@ def compile_final_own(node: Condition, generated: bool = True) -> Callable[[dict
     if all(path.startswith(DERIVED_PREFIX) for path in paths):          # derived only: all unknown
         return lambda known, status: (_NO_FACTS, tuple(dict.fromkeys(undecided(known, status))))
 
-    def own(known: dict[str, Any], status: dict[str, str]) -> Own:
-        missing: list[str] = []
-        unknown: list[str] = []
-        for path in undecided(known, status):
-            (unknown if path.startswith(DERIVED_PREFIX) else missing).append(path)
-        return frozenset(missing), tuple(dict.fromkeys(unknown))
-    return own
+    return lambda known, status: own_of(undecided(known, status))
+
+
+def own_of(undecided: list[str]) -> Own:
+    """Undecided facts (undecided_by's, compile_final_undecided's) told apart: missing inputs,
+    unknown derived facts."""
+    missing: list[str] = []
+    unknown: list[str] = []
+    for path in undecided:
+        (unknown if path.startswith(DERIVED_PREFIX) else missing).append(path)
+    return frozenset(missing), tuple(dict.fromkeys(unknown))
 
 
 _NO_FACTS: frozenset[str] = frozenset()
