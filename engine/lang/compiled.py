@@ -458,7 +458,6 @@ def compile_final_own(node: Condition, generated: bool = True) -> Callable[[dict
         return lambda known, status: (frozenset(undecided(known, status)), ())
     if all(path.startswith(DERIVED_PREFIX) for path in paths):          # derived only: all unknown
         return lambda known, status: (_NO_FACTS, tuple(dict.fromkeys(undecided(known, status))))
-
     return lambda known, status: own_of(undecided(known, status))
 
 
