@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from kbopt.engine.pack.rule import Pack
 from kbopt.errors import KboptError
+from kbopt.gctuning import tune_for_many_advices
 from kbopt.output import replaced_binary
 
 ERROR_FORMAT = "error"
@@ -103,24 +104,7 @@ _WORKER: tuple[Pack, str, str, tuple[str, ...]] | None = None    # what a worker
 def _start_worker(worker: tuple[Pack, str, str, tuple[str, ...]]) -> None:
     global _WORKER
     _WORKER = worker
-    _collect_less()
-
-
-YOUNG_OBJECTS = 10_000     # allocations between two collections of the youngest generation
-
-
-def _collect_less() -> None:
-    """Fewer garbage collections in a process that only advises. An advice allocates tens of
-    thousands of containers and frees most by reference counting, yet at Python's default
-    threshold (700) each advice set off about seventy collections: 2% of a document's
-    instructions. The pack, loaded once, is moved out of the collector's sight (gc.freeze), and
-    the youngest generation is collected every YOUNG_OBJECTS allocations, which saves as much
-    as 50,000 did; what an advice leaves in reference cycles (its what-ifs) waits a little
-    longer to be freed: a worker's peak RSS grows by about 2 MiB (6 at 50,000), flat in the
-    number of lines."""
-    import gc
-    gc.freeze()
-    gc.set_threshold(YOUNG_OBJECTS, 50, 100)
+    tune_for_many_advices()      # a worker only advises, with the pack it was given
 
 
 def _advise_chunk(chunk: list[tuple[int, str]]) -> tuple[int, int, bytes]:

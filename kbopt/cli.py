@@ -10,6 +10,7 @@ from pathlib import Path
 from kbopt import __version__
 from kbopt.engine.pack.packs import configured_packs, load_checked_pack
 from kbopt.errors import KboptError, RuleError, bounded
+from kbopt.gctuning import many_advices
 from kbopt.kb.catalog import LAYERS
 from kbopt.output import write_output
 
@@ -231,7 +232,8 @@ def _advise_jsonl(args, pack) -> int:
         raise KboptError(f"--facts-jsonl writes JSON lines; --format {args.format} is for one facts file")
     evaluator = _evaluator(args.engine)
     source = "-" if args.facts_jsonl == "-" else Path(args.facts_jsonl).name
-    with streamed_output(args.output) as out:
+    # With --jobs 1 this process advises every line itself (the workers tune their own).
+    with streamed_output(args.output) as out, many_advices():
         count, failed = advise_stream(input_lines(args.facts_jsonl), out, pack, evaluator, source, tuple(args.overrides),
                                       jobs=args.jobs if args.jobs > 0 else (os.cpu_count() or 1))
     if failed:
@@ -254,7 +256,8 @@ def _fleet(args) -> int:
         raise KboptError(f"--prometheus {args.prometheus}: no vLLM, SGLang, TGI or Triton series"
                          + (f" under {args.selector}" if args.selector else "") + f" over the last {args.window} "
                          f"({read.queries} queries); is the engine's /metrics scraped?")
-    fleet = build_fleet(read, pack, evaluator, args.prometheus, args.selector, started)
+    with many_advices():         # one advice per replica, in this process
+        fleet = build_fleet(read, pack, evaluator, args.prometheus, args.selector, started)
     if args.output:
         write_directory(fleet_files(fleet), args.output)
     else:

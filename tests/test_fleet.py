@@ -251,3 +251,23 @@ def test_facts_jsonl_lines_are_what_the_standard_encoder_writes():
     refused = {"big": 2 ** 70, 3: "key", "lone": "\udc80"}
     assert json_line(refused) == b'{"big":1180591620717411303424,"3":"key","lone":"\\udc80"}'
     assert json.loads(json_line(refused)) == {"big": 2 ** 70, "3": "key", "lone": "\udc80"}
+
+
+def test_many_advices_sets_the_collector_for_a_block_and_restores_it():
+    """kbopt fleet and --facts-jsonl advise under kbopt.gctuning's settings (the pack frozen out
+    of the collector's sight, the youngest generation collected every YOUNG_OBJECTS
+    allocations), and leave the collector of the process that called them as it was."""
+    import gc
+
+    from kbopt.gctuning import YOUNG_OBJECTS, many_advices
+    before = gc.get_threshold(), gc.get_freeze_count()
+    assert before[1] == 0
+    with many_advices():
+        assert gc.get_threshold()[0] == YOUNG_OBJECTS and gc.get_freeze_count() > 0
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    try:
+        with many_advices():
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
