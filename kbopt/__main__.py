@@ -1,5 +1,3 @@
-import sys
+from kbopt.cli import run
 
-from kbopt.cli import main
-
-sys.exit(main())
+run()

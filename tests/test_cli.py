@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -129,6 +130,28 @@ def test_python_dash_m_and_console_script():
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["bottleneck"] == "memory_capacity"
+
+
+def test_the_command_exits_at_once_with_main_s_code_and_all_of_its_output(tmp_path, run_cli):
+    """`python -m kbopt` (kbopt.cli.run) skips tearing the interpreter down, after main(): its
+    exit code stays main's, every byte it wrote is there (on standard output, and in a file
+    written with -o), and a reader that goes away early is no error."""
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}   # as a user's shell has it
+    command = [sys.executable, "-m", "kbopt", "advise", "--facts"]
+    bad = subprocess.run([*command, str(tmp_path / "none.json")], capture_output=True, text=True, check=False, env=buffered)
+    assert bad.returncode == 2 and bad.stderr.startswith("kbopt: error:") and "Traceback" not in bad.stderr
+    whole = subprocess.run([*command, EXAMPLE, "--format", "html"], capture_output=True, check=False, env=buffered)
+    assert whole.returncode == 0 and whole.stdout.endswith(b"</html>\n"), whole.stdout[-200:]
+    written = subprocess.run([*command, EXAMPLE, "--format", "md", "-o", str(tmp_path / "advice.md")],
+                             capture_output=True, check=False, env=buffered)
+    assert written.returncode == 0 and (tmp_path / "advice.md").read_text().count("\n") > 20
+    # printed line by line, block-buffered in a pipe: the last block too
+    listed = subprocess.run([sys.executable, "-m", "kbopt", "rules", "list"], capture_output=True, text=True, check=False,
+                            env=buffered)
+    assert listed.returncode == 0 and listed.stdout == run_cli("rules", "list")[1]
+    piped = subprocess.run(["bash", "-c", f"'{sys.executable}' -m kbopt advise --facts '{EXAMPLE}' --explain | head -c 10"],
+                           capture_output=True, text=True, check=False, env=buffered)
+    assert piped.stdout == "kbopt advi" and piped.stderr == "", piped.stderr
 
 
 def test_without_durable_rules_auto_falls_back_to_the_reference(run_cli, monkeypatch):
