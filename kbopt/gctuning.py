@@ -5,8 +5,8 @@ An advice allocates tens of thousands of containers and frees nearly all of them
 counting, yet at Python's default thresholds (700, 10, 10) it sets off about seventy collections,
 and the older generations' collections walk every object the process holds: the loaded pack
 (its rules, compiled functions and kept results) first of all. With a 2,000-rule pack that was
-half of each advice's time (19 ms against 7 ms, benchmarks/bench.py (c)); with the built-in
-pack, 2% of a document's instructions in a batch.
+about half of each advice's time (20 ms against 12 ms in a run of benchmarks/bench.py (c)); with
+the built-in pack, 2% of a document's instructions in a batch.
 """
 from __future__ import annotations
 
