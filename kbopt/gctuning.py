@@ -30,7 +30,8 @@ def tune_for_many_advices() -> None:
 
 @contextmanager
 def many_advices() -> Iterator[None]:
-    """tune_for_many_advices for the time of a block (a command that advises many times), the
+    """tune_for_many_advices for the time of a block that advises (kbopt fleet, --facts-jsonl,
+    and even a single advise, whose collections also walked the whole loaded pack), the
     collector's settings as they were once it ends: so a caller of kbopt's main() in its own
     process (the tests do) keeps its collector. What the block froze goes back to the collector,
     unless something had been frozen before (one cannot unfreeze only one's own)."""
