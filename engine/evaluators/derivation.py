@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kbopt.engine.lang.compiled import Compute, FastCompute, compile_chaining_value, compile_value
+from kbopt.engine.lang.compiled import Acceptance, Compute, FastCompute, compile_chaining_value, compile_value
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Missing
 from kbopt.engine.lang.nodes import Value, unique_facts
 from kbopt.engine.lang.parse import MAX_EXACT
@@ -33,7 +33,8 @@ class Conclusion:
     derive: Derive
     fast: FastCompute | None
     compute: Compute
-    accepts: Callable[[Any], bool]
+    acceptance: Acceptance
+    accepts: Callable[[Any], bool]        # acceptance.test()
 
 
 def conclusions(pack: Pack) -> dict[str, tuple[Conclusion, ...]]:
@@ -42,29 +43,24 @@ def conclusions(pack: Pack) -> dict[str, tuple[Conclusion, ...]]:
 
     def build() -> dict[str, tuple[Conclusion, ...]]:
         vocabulary = pack.kb.vocabulary
-        return {rule.id: tuple(Conclusion(c, compile_chaining_value(c.value) if hot else None, compile_value(c.value),
-                                          _acceptance(vocabulary, c.path))
-                               for c in rule.then if isinstance(c, Derive)) for rule in pack.rules}
+        def conclusion(derive: Derive) -> Conclusion:
+            accepted = acceptance(vocabulary, derive.path)
+            return Conclusion(derive, compile_chaining_value(derive.value) if hot else None, compile_value(derive.value),
+                              accepted, accepted.test())
+        return {rule.id: tuple(conclusion(c) for c in rule.then if isinstance(c, Derive)) for rule in pack.rules}
     return pack.memo(f"conclusions:{hot}", build)
 
 
-def _acceptance(vocabulary: Vocabulary, path: str) -> Callable[[Any], bool]:
-    """What value_problem accepts without a word, tested quickly: a finite float, an exact int
-    (not a bool) for a number, a bool, one of an enum's values. Anything else goes to value_problem."""
+def acceptance(vocabulary: Vocabulary, path: str) -> Acceptance:
+    """What value_problem accepts without a word for the fact at `path` (Acceptance)."""
     spec = vocabulary.get(path)
     if spec is None:
-        return lambda value: False
+        return Acceptance("nothing")
     if spec.type == "bool":
-        return lambda value: value is True or value is False
+        return Acceptance("bool")
     if spec.type == "enum":
-        members = frozenset(spec.values)
-        return lambda value: isinstance(value, str) and value in members
-    if spec.is_numeric:
-        def number(value: Any) -> bool:
-            kind = type(value)
-            return (kind is float and math.isfinite(value)) or (kind is int and -MAX_EXACT <= value <= MAX_EXACT)
-        return number
-    return lambda value: False
+        return Acceptance("enum", frozenset(spec.values))
+    return Acceptance("number") if spec.is_numeric else Acceptance("nothing")
 
 
 class DerivedFacts:

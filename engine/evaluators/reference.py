@@ -234,7 +234,7 @@ def make_chain(pack: Pack, only: frozenset[str] | None = None) -> Chain:
     derives = conclusions(pack)
 
     def step(rule: Rule) -> ChainStep:
-        return rule.id, rule, rule.fire_condition, tuple((c.derive.path, c.fast, c.accepts, c.derive.value) for c in derives[rule.id])
+        return rule.id, rule, rule.fire_condition, tuple((c.derive.path, c.fast, c.acceptance, c.derive.value) for c in derives[rule.id])
     components = (tuple(rule for rule in component if only is None or rule.id in only)
                   for component in scheduled(pack))
     steps: list[ChainStep | CycleRunner] = [

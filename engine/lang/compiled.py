@@ -17,11 +17,12 @@ nothing since a lookup has no side effects. A compiled value expression returns 
 """
 from __future__ import annotations
 
+import math
 import operator
 import re
 import types
 from collections.abc import Callable
-from typing import Any, Literal, assert_never
+from typing import Any, Literal, NamedTuple, assert_never
 
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, Missing, label_of, undecided_by
 from kbopt.engine.lang.nodes import (
@@ -45,6 +46,7 @@ from kbopt.engine.lang.nodes import (
     unique_facts,
 )
 from kbopt.engine.lang.operators import ARITHMETIC, COMPARISONS, FUNCTIONS
+from kbopt.engine.lang.parse import MAX_EXACT
 
 Check = Callable[[Lookup], bool | None]
 DERIVED_PREFIX = "derived."              # the section of derived facts
@@ -134,38 +136,63 @@ class _Generated:
                 return self.truth(item, not wanted)
             case Cmp(op=op, left=Fact(path=path), right=right):
                 if isinstance(right, Const):
-                    return self._leaf(path, self.applied(COMPARISONS[op].apply, "v", self.name("k", right.value)), wanted)
+                    threshold, apply = self.name("k", right.value), COMPARISONS[op].apply
+                    return self._leaf(path, lambda v: self.compared(apply, v, threshold, wanted), wanted)
                 other = right.path
                 key, other_key = self.name("k", path), self.name("k", other)
-                test = self.applied(COMPARISONS[op].apply, "v", "w")
+                test = self.compared(COMPARISONS[op].apply, "v", "w", wanted)
                 if wanted:
                     return (f"((v := {self.value(path)}) is not NONE and (w := {self.value(other)}) "
-                            f"is not NONE and {test} is True)")
+                            f"is not NONE and {test})")
                 return (f"(((v := {self.value(path)}) is NONE and {self.absent(path, key)}) or "
                         f"((w := {self.value(other)}) is NONE and {self.absent(other, other_key)}) or "
-                        f"(v is not NONE and w is not NONE and {test} is False))")
+                        f"(v is not NONE and w is not NONE and {test}))")
             case OneOf(fact=Fact(path=path), values=values, negated=negated):
-                return self._leaf(path, f"((v in {self.name('k', values)}) != {negated})", wanted)
+                choices = self.name("k", values)
+                inside = " in " if negated != wanted else " not in "
+                return self._leaf(path, lambda v: f"({v}{inside}{choices})", wanted)
             case Contains(fact=Fact(path=path), item=item, negated=negated):
-                return self._leaf(path, f"(({self.name('k', item)} in v) != {negated})", wanted)
+                member = self.name("k", item)
+                inside = " in " if negated != wanted else " not in "
+                return self._leaf(path, lambda v: f"({member}{inside}{v})", wanted)
             case Needs(fact=Fact(path=path)):
                 key = self.name("k", path)
                 return self.known(path) if wanted else f"(not {self.known(path)} and {self.absent(path, key)})"
             case Known(fact=Fact(path=path), negated=negated):
                 key = self.name("k", path)
                 absent = self.absent(path, key)
+                holds = self.known(path) if negated != wanted else self.not_known(path)
                 if absent in ("True", "False"):       # two-valued: an input, or any fact while chaining
-                    return f"({self.known(path)} != {negated == wanted})"
-                return f"(({self.known(path)} or {absent}) and {self.known(path)} != {negated == wanted})"
+                    return holds
+                return f"(({self.known(path)} or {absent}) and {holds})"
             case _ as unreachable:
                 assert_never(unreachable)
 
-    def _leaf(self, path: str, test: str, wanted: bool) -> str:
-        """`truth` of a leaf on one fact, `test` its value on the fact's value `v`."""
+    def _leaf(self, path: str, test: Callable[[str], str], wanted: bool) -> str:
+        """`truth` of a leaf on one fact, `test(v)` an expression true when the leaf is `wanted`
+        on the fact's value named `v`: the fact's local where it has one, else `v`, set from
+        `known` once."""
         key = self.name("k", path)
+        local = self.locals.get(path)
+        value, v = (local, local) if local is not None else (f"(v := known.get({key}, NONE))", "v")
         if wanted:
-            return f"((v := {self.value(path)}) is not NONE and {test} is True)"
-        return f"(((v := {self.value(path)}) is NONE and {self.absent(path, key)}) or (v is not NONE and {test} is False))"
+            return f"({value} is not NONE and {test(v)})"
+        absent = self.absent(path, key)
+        if absent == "False":          # an input not given is missing: the leaf is undecided, not false
+            return f"({value} is not NONE and {test(v)})"
+        if absent == "True":           # while chaining a derived fact not there is absent: the leaf is false
+            return f"({value} is NONE or {test(v)})"
+        return f"(({value} is NONE and {absent}) or ({v} is not NONE and {test(v)}))"
+
+    def compared(self, function: Callable[[Any, Any], Any], left: str, right: str, wanted: bool) -> str:
+        """An expression true when the comparison's value is `wanted`. Python's own comparison
+        operators give a bool on the values facts hold (numbers, text, booleans, lists), so
+        theirs is used as it is or negated with `not` (never the converse operator, which a NaN
+        would make false too); another function's value is tested for identity with `wanted`."""
+        applied = self.applied(function, left, right)
+        if function in _INFIX:
+            return applied if wanted else f"(not {applied})"
+        return f"({applied} is {wanted})"
 
     def value(self, path: str) -> str:
         """An expression for the fact's value, or NONE where it is not known."""
@@ -176,6 +203,11 @@ class _Generated:
         """An expression true when the fact is known."""
         local = self.locals.get(path)
         return f"({local} is not NONE)" if local is not None else f"({self.name('k', path)} in known)"
+
+    def not_known(self, path: str) -> str:
+        """An expression true when the fact is not known."""
+        local = self.locals.get(path)
+        return f"({local} is NONE)" if local is not None else f"({self.name('k', path)} not in known)"
 
     def absent(self, path: str, key: str) -> str:
         """An expression: is `path` (named `key`), not among the known facts, absent? An input not
@@ -307,7 +339,52 @@ def compile_chaining_check(node: Condition, generated: bool = True) -> ChainingC
     return check
 
 
-FastDerive = tuple[str, "FastCompute | None", Callable[[Any], bool], Value]   # a derived fact, its fast path, a quick type test, its expression
+class Acceptance(NamedTuple):
+    """A quick test of a derived value's type: what value_problem (engine/evaluators/derivation.py)
+    accepts without a word. A bool; a text among an enum's `members`; a finite float or an int
+    (not a bool) within ±MAX_EXACT; for any other type, nothing (value_problem then says why).
+    Run as a function (`test`) or written inline into a generated chain (`expression`)."""
+    kind: Literal["bool", "enum", "number", "nothing"]
+    members: frozenset[str] = frozenset()
+
+    def test(self) -> Callable[[Any], bool]:
+        match self.kind:
+            case "bool":
+                return lambda value: value is True or value is False
+            case "enum":
+                members = self.members
+                return lambda value: isinstance(value, str) and value in members
+            case "number":
+                def number(value: Any) -> bool:
+                    kind = type(value)
+                    return (kind is float and math.isfinite(value)) or (kind is int and -MAX_EXACT <= value <= MAX_EXACT)
+                return number
+            case "nothing":
+                return lambda value: False
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def expression(self, generated: _Generated, value: str) -> str:
+        """`test` as an expression on the variable `value`, without a call of Python code (a
+        finite float is one strictly between the infinities, which a NaN is not)."""
+        match self.kind:
+            case "bool":
+                return f"({value} is True or {value} is False)"
+            case "enum":
+                text, kind = generated.name("k", str), generated.name("k", type)
+                return f"({kind}({value}) is {text} and {value} in {generated.name('k', self.members)})"
+            case "number":
+                kind, real, whole = generated.name("k", type), generated.name("k", float), generated.name("k", int)
+                infinity, exact = generated.name("k", math.inf), generated.name("k", MAX_EXACT)
+                return (f"(((c := {kind}({value})) is {real} and -{infinity} < {value} < {infinity}) or "
+                        f"(c is {whole} and -{exact} <= {value} <= {exact}))")
+            case "nothing":
+                return "False"
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+FastDerive = tuple[str, "FastCompute | None", Acceptance, Value]   # a derived fact, its fast path, a quick type test, its expression
 ChainStep = tuple[str, Any, Condition, tuple[FastDerive, ...]]   # a rule's id, the rule, its fire condition, what it derives
 Conclude = Callable[[Any], Any]                          # DerivedFacts.conclude: derive what a rule derives, exactly
 ChainRunner = Callable[[dict[str, Any], dict[str, tuple[Any, str]], set[str], Conclude], None]
@@ -388,7 +465,7 @@ def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ..
             f"        v = {inline if inline is not None else generated.name('f', fast) + '(known)'}",
             "    except Exception:",
             "        v = NONE",
-            f"    if v is not NONE and {generated.name('f', accepts)}(v) and {target} not in values:",
+            f"    if v is not NONE and {accepts.expression(generated, 'v')} and {target} not in values:",
             f"        values[{target}] = (v, {key})",
             f"        known[{target}] = v",
             *([f"        {local} = v"] if local is not None else []),
@@ -431,7 +508,16 @@ def compile_final_decisions(conditions: list[tuple[str, Condition]]) -> FinalDec
     condition nested deeper than Python's parser allows in one expression is called as its own
     function."""
     generated = _Generated("final")
+    # Each fact an inline condition reads is held in a local, read from `known` once at the start
+    # by one C loop, as compile_chain does: a leaf reads a local, not the dict. Nothing changes
+    # `known` while deciding, and a rule that fired costs only the loop's share of its facts.
+    read = dict.fromkeys(path for _, condition in conditions if _depth(condition) <= _MAX_DEPTH
+                         for path in facts_of(condition))
+    generated.locals = {path: f"x{index}" for index, path in enumerate(read)}
     lines = ["    out = {}", "    owns = []"]
+    if read:
+        lines.append(f"    {', '.join(generated.locals.values())}, = map(known.get, {generated.name('k', tuple(read))}, "
+                     f"{generated.name('k', (_NONE,) * len(read))})")
     for rule_id, condition in conditions:
         key = generated.name("k", rule_id)
         if _depth(condition) <= _MAX_DEPTH:
