@@ -96,7 +96,10 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
             out.write(block)
 
 
-CHUNK = 16                 # lines a worker advises per task: few enough to spread the work evenly
+# Lines a worker advises per task: few enough to spread the work evenly (the last task of a batch
+# is about a tenth of a second), many enough that handing out tasks and taking their results back
+# costs this process little: 1.3 s of CPU for 10,000 lines, against 2.1 s with tasks of 16 lines.
+CHUNK = 64
 IN_FLIGHT_PER_JOB = 4      # tasks queued per worker, so that none waits while results are written
 _WORKER: tuple[Pack, str, str, tuple[str, ...]] | None = None    # what a worker advises with
 

@@ -216,9 +216,10 @@ def test_facts_jsonl_one_line_out_per_line_in(run_cli, tmp_path, monkeypatch):
     assert json.loads((tmp_path / "advice.jsonl").read_text())["kbopt"] == "advice/2"
 
 
-def test_facts_jsonl_in_worker_processes_keeps_the_order(run_cli, tmp_path):
+def test_facts_jsonl_in_worker_processes_keeps_the_order(run_cli, tmp_path, monkeypatch):
     path = tmp_path / "facts.jsonl"
-    path.write_text(_lines() * 10)     # 40 lines: several chunks (kbopt.batch.CHUNK) in flight at once
+    path.write_text(_lines() * 10)     # 40 lines in chunks of 4: several chunks in flight at once
+    monkeypatch.setattr("kbopt.batch.CHUNK", 4)
     one = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "1")
     two = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2")
     assert one[0] == two[0] == 2 and one[1] == two[1] and len(one[1].splitlines()) == 40
