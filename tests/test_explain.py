@@ -540,3 +540,36 @@ def test_compiled_forms_of_empty_and_or():
             assert compile_final_decisions([("R", node)])(known, {}, set())[0] == {"R": expected}, node
             assert _inline_truth(node)(known) == (expected is True, expected is False), node
             assert compile_final_undecided(node)(known, {}) == undecided_by(node, lookup), node
+
+
+def test_a_chain_s_inline_type_test_accepts_what_its_function_accepts(pack):
+    """A generated chain tests a derived value's type inline (Acceptance.expression); conclude()
+    calls the function (Acceptance.test). Both accept the same values of every kind, and only
+    what value_problem accepts without a word: a NaN, an infinity, a bool as a number, an int
+    past 2^53 or a text outside an enum go to the exact derivation, which says why."""
+    from kbopt.engine.evaluators.derivation import value_problem
+    from kbopt.engine.lang.compiled import Acceptance, _define, _Generated
+    from kbopt.engine.lang.parse import MAX_EXACT
+
+    vocabulary = pack.kb.vocabulary
+    facts = {kind: next(path for path, spec in vocabulary.facts.items() if spec.derived and test(spec))
+             for kind, test in (("bool", lambda s: s.type == "bool"), ("enum", lambda s: s.type == "enum"),
+                                ("number", lambda s: s.is_numeric))}
+    values = [True, False, 0, 1, -3, 1.5, -0.0, float("nan"), float("inf"), -float("inf"), MAX_EXACT, MAX_EXACT + 1,
+              -MAX_EXACT - 1, 2.0 ** 60, "", "memory_capacity", "fp8", None, [], [1], {"a": 1}]
+    for kind, path in facts.items():
+        spec = vocabulary.facts[path]
+        acceptance = Acceptance(kind, frozenset(spec.values) if kind == "enum" else frozenset())
+        generated = _Generated("chaining")
+        inline = _define(f"def check(known):\n    v = known\n    return {acceptance.expression(generated, 'v')}\n",
+                         "check", generated.namespace)
+        test = acceptance.test()
+        accepted = 0
+        for value in values + list(spec.values or ()):
+            assert inline(value) == test(value), (kind, value)
+            if test(value):
+                accepted += 1
+                assert value_problem(vocabulary, path, value) is None, (kind, value)
+        assert accepted >= 2, kind
+    nothing = Acceptance("nothing")
+    assert not any(nothing.test()(value) for value in values)
