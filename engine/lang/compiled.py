@@ -399,8 +399,9 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
 
     A fired rule's derived facts are computed by their fast paths (compile_chaining_value) and
     set in `known` and `values` (DerivedFacts') when every one computes without trouble, passes
-    its quick type test and is new; otherwise `conclude(rule)` derives them exactly, with its
-    errors (it finds those already set here equal to its own). The same firings and values, in
+    its quick type test and is new (one already set to an equal value stays as it is);
+    otherwise `conclude(rule)` derives them exactly, with its errors (it finds those already set
+    here equal to its own). The same firings and values, in
     the same order, as checking each rule's compiled condition in turn and concluding it (a test
     checks both on every example), without two calls and a loop step per rule.
 
@@ -461,14 +462,18 @@ def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ..
     local = generated.locals.get(path)
     # The fast path's own expression, inline: the same value or exception without a call.
     inline = _chaining_expression(node, lambda value: generated.name("k", value))
+    # A fact an earlier rule set to an equal value stays as it is, as conclude() leaves it; a
+    # different value is conclude()'s error to raise.
     return ["    try:",
             f"        v = {inline if inline is not None else generated.name('f', fast) + '(known)'}",
             "    except Exception:",
             "        v = NONE",
-            f"    if v is not NONE and {accepts.expression(generated, 'v')} and {target} not in values:",
-            f"        values[{target}] = (v, {key})",
-            f"        known[{target}] = v",
-            *([f"        {local} = v"] if local is not None else []),
+            f"    if v is not NONE and {accepts.expression(generated, 'v')} and "
+            f"((w := values.get({target})) is None or w[0] == v):",
+            "        if w is None:",
+            f"            values[{target}] = (v, {key})",
+            f"            known[{target}] = v",
+            *([f"            {local} = v"] if local is not None else []),
             *["    " + line for line in rest],
             "    else:",
             *["    " + line for line in exact]]
