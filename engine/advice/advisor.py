@@ -92,8 +92,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
     not_evaluated = tuple(NotEvaluated(rule.id, rule.title, missing) for rule, missing in final.not_evaluated())
 
     strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)
-    warnings = tuple(RuleNote(rule_id, conclusion.text) for rule_id in derivation.fired
-                     for conclusion in rules[rule_id].then if isinstance(conclusion, Warn))
+    warnings = tuple(RuleNote(drawn.rule, drawn.conclusion.text) for drawn in _drawn(pack, derivation.fired, Warn))
     bottleneck = final.derived.get("derived.bottleneck", "unknown")
     bottleneck_missing = tuple(sorted({path for rule_id in pack.producers.get("derived.bottleneck", ())
                                        for item in not_evaluated if item.rule == rule_id for path in item.missing}))

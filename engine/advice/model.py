@@ -51,7 +51,11 @@ class Rejection:
     key: str = ""
 
 
-@dataclass(frozen=True)
+def _no_texts() -> tuple[str, str]:
+    return "", ""
+
+
+@dataclass(frozen=True, init=False)
 class Firing:
     rule: str
     title: str
@@ -66,7 +70,16 @@ class Firing:
     # (when_values, explanation), written when a report first reads either. The JSON carries
     # neither, and writing them for every firing was a fourteenth of a --facts-jsonl document's
     # cost. They follow from the rule and the facts, which the advice holds: not compared.
-    texts: Callable[[], tuple[str, str]] = field(default=lambda: ("", ""), compare=False, repr=False)
+    texts: Callable[[], tuple[str, str]] = field(default=_no_texts, compare=False, repr=False)
+
+    def __init__(self, rule: str, title: str, layer: str, facts: dict[str, Any], checks: tuple[Check, ...], when: str,
+                 source: tuple[str, ...], location: str, pack: str, derived: dict[str, Any] | None = None,
+                 texts: Callable[[], tuple[str, str]] = _no_texts) -> None:
+        # The fields set in one step: a frozen dataclass's own __init__ sets each through
+        # object.__setattr__, 1.6 us for these eleven against 0.9 here, and an advice makes one
+        # Firing per fired rule (660 with a 2,000-rule pack).
+        self.__dict__.update(rule=rule, title=title, layer=layer, facts=facts, checks=checks, when=when, source=source,
+                             location=location, pack=pack, derived={} if derived is None else derived, texts=texts)
 
     @cached_property
     def _written(self) -> tuple[str, str]:
