@@ -509,7 +509,8 @@ def compile_final_decisions(conditions: list[tuple[str, Condition]]) -> FinalDec
     """Each rule's condition on the final facts (as compile_final_check reads them), for every
     rule not in `fired`, by one generated function `decide(known, status, fired)`: each
     condition inline as two expressions (is it false; else is it true; else undecided),
-    without a call per rule, and for each rule left undecided its Own (compile_final_own). A
+    without a call per rule, and for each rule left undecided its Own (compile_final_own; for a
+    condition on one fact, that fact, without a call). A
     condition nested deeper than Python's parser allows in one expression is called as its own
     function."""
     generated = _Generated("final")
@@ -531,9 +532,16 @@ def compile_final_decisions(conditions: list[tuple[str, Condition]]) -> FinalDec
                      f"(True if {generated.truth(condition, True)} else None)")
         else:
             value = f"{generated.name('f', compile_final_check(condition))}(known, status)"
-        own = generated.name("f", compile_final_own(condition))
+        paths = set(facts_of(condition))
+        if len(paths) == 1:
+            # One fact: undecided only while that fact is, so its Own is known beforehand.
+            path = paths.pop()
+            fixed = (rule_id, *((_NO_FACTS, (path,)) if path.startswith(DERIVED_PREFIX) else (frozenset((path,)), ())))
+            owned = generated.name("k", fixed)
+        else:
+            owned = f"({key}, *{generated.name('f', compile_final_own(condition))}(known, status))"
         lines += [f"    if {key} not in fired:", f"        out[{key}] = r = {value}",
-                  "        if r is None:", f"            owns.append(({key}, *{own}(known, status)))"]
+                  "        if r is None:", f"            owns.append({owned})"]
     lines.append("    return out, owns")
     decide: FinalDecisions = _define("def decide(known, status, fired):\n" + "\n".join(lines) + "\n", "decide",
                                      generated.namespace)
