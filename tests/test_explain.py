@@ -60,7 +60,7 @@ def test_memoized_walk_matches_the_naive_one_on_cyclic_packs():
         pack = _random_cyclic_pack(rng, f"chain{trial}")
         values = {f"telemetry.{f}": 0.9 for f in FIELDS if rng.random() < 0.4}
         final = _final(pack, values)
-        listed = {rule.id: missing for rule, missing in _final(pack, values).not_evaluated()}   # the advice's walk
+        listed = {item.rule: item.missing for item in _final(pack, values).not_evaluated()}   # the advice's walk
         for rule in pack.rules:
             if rule.id not in final.fired and evaluate(rule.fire_condition, final.lookup) is None:
                 assert list(listed.pop(rule.id)) == _naive_missing(final, rule), (trial, rule.id)
@@ -75,7 +75,7 @@ def test_memoized_walk_matches_the_naive_one_on_the_synthetic_pack():
     final = _final(pack, values)
     waiting = [r for r in pack.rules if evaluate(r.fire_condition, final.lookup) is None]
     assert waiting
-    listed = {rule.id: missing for rule, missing in _final(pack, values).not_evaluated()}
+    listed = {item.rule: item.missing for item in _final(pack, values).not_evaluated()}
     for rule in waiting:
         assert list(listed[rule.id]) == _naive_missing(final, rule)
 
@@ -102,7 +102,7 @@ def test_a_kept_walk_is_the_walk_it_stands_for(pack):
             got = _final(tried, values).not_evaluated()
             fresh = _final(tried, values)
             fresh._decisions()
-            assert [missing for _, missing in got] == list(fresh._walk([rule for rule, _ in got]))
+            assert [item.missing for item in got] == list(fresh._walk([tried.by_id()[item.rule] for item in got]))
         assert 1 < len(walks) < 150, len(walks)      # walks were kept, and reused
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
-from kbopt.engine.advice.model import Advice, Edge, Firing, NotEvaluated, Rejection, RuleNote, StrategyAdvice
+from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
 from kbopt.engine.advice.settings import settings_map, targets
 from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
@@ -89,7 +89,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
             rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
             when=rule.when_text, source=rule.sources, location=said.location, pack=rule.pack,
             derived=derived_by.get(rule_id, {}), texts=_texts(said, shown_values, final.lookup)))
-    not_evaluated = tuple(NotEvaluated(rule.id, rule.title, missing) for rule, missing in final.not_evaluated())
+    not_evaluated = final.not_evaluated()
 
     strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)
     warnings = tuple(RuleNote(drawn.rule, drawn.conclusion.text) for drawn in _drawn(pack, derivation.fired, Warn))

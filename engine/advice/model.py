@@ -7,10 +7,10 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any
 
 from kbopt.engine.advice.estimates import Estimate
-from kbopt.engine.advice.explain import Check
+from kbopt.engine.advice.explain import Check, NotEvaluated
 from kbopt.engine.advice.whatif import Gain, Plan
 from kbopt.kb.provenance import USER, Provenance
 
@@ -94,12 +94,6 @@ class Firing:
     def explanation(self) -> str:
         """The rule's `because` with the values filled in."""
         return self._written[1]
-
-
-class NotEvaluated(NamedTuple):      # about forty an advice: a tuple is built in a third of the time
-    rule: str
-    title: str
-    missing: tuple[str, ...]
 
 
 @dataclass(frozen=True)
