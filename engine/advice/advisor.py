@@ -58,9 +58,18 @@ def fill_because(explained: _Explained, lookup: Lookup) -> str:
     return template.fill_compiled(explained.because, replace)
 
 
-def _texts(explained: _Explained, shown: dict[str, Any], lookup: Lookup) -> Callable[[], tuple[str, str]]:
-    """A firing's condition with the values beside its facts, and its filled `because`, once asked."""
-    return lambda: (explained.when_values(shown), fill_because(explained, lookup))
+class _Texts:
+    """A firing's condition with the values beside its facts, and its filled `because`, once
+    called. One object with slots, not a closure: an advice keeps one per fired rule, and a
+    closure over three values is five objects for the garbage collector to follow (with a
+    2,000-rule pack, its collections came twice as often)."""
+    __slots__ = ("explained", "lookup", "shown")
+
+    def __init__(self, explained: _Explained, shown: dict[str, Any], lookup: Lookup) -> None:
+        self.explained, self.shown, self.lookup = explained, shown, lookup
+
+    def __call__(self) -> tuple[str, str]:
+        return self.explained.when_values(self.shown), fill_because(self.explained, self.lookup)
 
 
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
@@ -88,7 +97,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         firings.append(Firing(
             rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
             when=rule.when_text, source=rule.sources, location=said.location, pack=rule.pack,
-            derived=derived_by.get(rule_id, {}), texts=_texts(said, shown_values, final.lookup)))
+            derived=derived_by.get(rule_id, {}), texts=_Texts(said, shown_values, final.lookup)))
     not_evaluated = final.not_evaluated()
 
     strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)
