@@ -90,8 +90,7 @@ def test_a_kept_walk_is_the_walk_it_stands_for(pack):
     from kbopt.engine.pack.rule import HOT_AFTER
     chained = synthetic_pack(105)
     for tried in (pack, chained):
-        walks = tried.memo("not-evaluated walks", dict)
-        walks.clear()
+        tried.artefacts.pop("not-evaluated walks", None)
         for attempt in range(150):
             # cold and hot in turn: a hot pack's decisions bring each rule's own facts (the key)
             tried.artefacts["uses"] = HOT_AFTER if attempt % 2 else 0
@@ -103,7 +102,8 @@ def test_a_kept_walk_is_the_walk_it_stands_for(pack):
             fresh = _final(tried, values)
             fresh._decisions()
             assert [item.missing for item in got] == list(fresh._walk([tried.by_id()[item.rule] for item in got]))
-        assert 1 < len(walks) < 150, len(walks)      # walks were kept, and reused
+        walks = tried.artefacts["not-evaluated walks"]
+        assert 1 < len(walks.results) < 150, len(walks.results)      # walks were kept, and reused
 
 
 def test_long_chains_are_explained():
@@ -435,8 +435,7 @@ def test_an_evaluation_s_result_credits_each_fact_to_its_first_rule(pack):
     from kbopt.engine.evaluators.derivation import DerivedFacts, finish
     from kbopt.engine.evaluators.reference import make_chain
     from kbopt.errors import EvaluationError
-    plans = pack.memo("finish plans", dict)
-    plans.clear()
+    pack.artefacts.pop("finish plans", None)
     rng = random.Random(3)
     examples = [facts_from_document(json.loads(path.read_text()), path.name).engine_values(pack.kb.vocabulary)
                 for path in sorted(EXAMPLES.glob("*.json"))]
@@ -460,7 +459,8 @@ def test_an_evaluation_s_result_credits_each_fact_to_its_first_rule(pack):
         assert result.fired == tuple(order)
         assert list(result.derived.items()) == sorted(expected.items())
         compared += 1
-    assert compared > 150 and len(plans) < compared      # plans were kept, and reused
+    plans = pack.artefacts["finish plans"]
+    assert compared > 150 and 0 < len(plans.results) < compared      # plans were kept, and reused
 
 
 def test_the_generated_chain_fires_and_derives_as_each_rule_checked_in_turn(pack):
@@ -573,3 +573,25 @@ def test_a_chain_s_inline_type_test_accepts_what_its_function_accepts(pack):
         assert accepted >= 2, kind
     nothing = Acceptance("nothing")
     assert not any(nothing.test()(value) for value in values)
+
+
+def test_a_kept_result_is_kept_from_its_key_s_second_time_and_within_its_bound():
+    """engine/pack/kept.py: a key offered once costs a hash and keeps nothing; offered again, its
+    result is kept; past `most` results all are let go, and so are the seen keys past 4 x most."""
+    from kbopt.engine.pack.kept import Kept
+    kept: Kept[str, int] = Kept(3)
+    kept.offer("a", 1)
+    assert kept.get("a") is None
+    kept.offer("a", 1)
+    assert kept.get("a") == 1
+    for key in "bcd":
+        kept.offer(key, 2)
+        kept.offer(key, 2)
+    assert len(kept.results) <= 3 and kept.get("d") == 2
+    kept.offer("e", 5)
+    for index in range(12):
+        kept.offer(f"x{index}", index)
+    kept.offer("e", 5)             # the seen keys were let go at 12: "e" is new again
+    assert kept.get("e") is None
+    kept.offer("e", 5)
+    assert kept.get("e") == 5

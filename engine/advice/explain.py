@@ -21,6 +21,7 @@ from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, eva
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
 from kbopt.engine.pack.graph import strongly_connected
+from kbopt.engine.pack.kept import Kept
 from kbopt.engine.pack.rule import Pack, Rule
 
 
@@ -103,7 +104,7 @@ class FinalFacts:
         self.fired = set(derivation.fired)
         self.rules = pack.by_id()
         hot = pack.hot
-        self.compiled = pack.memo(f"explain:{hot}", lambda: {rule.id: _Compiled(rule, hot) for rule in pack.rules})
+        self.compiled = pack.tier_memo("explain", lambda: {rule.id: _Compiled(rule, hot) for rule in pack.rules})
         self.status: dict[str, str] = {}
         # A Lookup (status, value) over the two dicts alone: what an advice's texts keep of this.
         self.lookup: Lookup = final_lookup(self.known, self.status)
@@ -136,9 +137,9 @@ class FinalFacts:
         exponential in its chains.
 
         The walk reads nothing but the undecided rules and what each reads itself (`_own`), so
-        its result is kept per pack under exactly that: replicas of one deployment, or the lines
-        of a batch, mostly lack the same facts, and all but the first skip the walk (and take
-        the same tuple)."""
+        its result is kept per pack under exactly that, once it comes back (engine/pack/kept.py):
+        replicas of one deployment, or the lines of a batch, mostly lack the same facts, and all
+        but the first two skip the walk (and take the same tuple)."""
         decided = self._decisions()
         # On a hot pack the decisions came with each undecided rule, in pack order, and its own
         # facts (the same Own); a cold pack decides each rule on its own.
@@ -153,17 +154,17 @@ class FinalFacts:
             key: tuple[object, ...] = tuple((rule.id, *self._own(rule.id)) for rule in undecided)
         else:
             key = tuple(owns)
-        walks: dict[tuple[object, ...], tuple[NotEvaluated, ...]] = self.pack.memo("not-evaluated walks", dict)
+        walks: Kept[tuple[object, ...], tuple[NotEvaluated, ...]] = self.pack.memo(
+            "not-evaluated walks", lambda: Kept(WALKS_KEPT))
         found = walks.get(key)
         if found is None:
-            if len(walks) >= WALKS_KEPT:       # a bound on what a long-lived process keeps
-                walks.clear()
             if owns is not None:
                 undecided = [self.rules[rule_id] for rule_id, _, _ in owns]
                 self._owns.update((rule_id, (missing, unknown)) for rule_id, missing, unknown in owns)
             assert undecided is not None
-            found = walks[key] = tuple(NotEvaluated(rule.id, rule.title, missing)
-                                       for rule, missing in zip(undecided, self._walk(undecided), strict=True))
+            found = tuple(NotEvaluated(rule.id, rule.title, missing)
+                          for rule, missing in zip(undecided, self._walk(undecided), strict=True))
+            walks.offer(key, found)
         return found
 
     def _walk(self, undecided: list[Rule]) -> tuple[tuple[str, ...], ...]:

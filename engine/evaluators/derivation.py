@@ -11,6 +11,7 @@ from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Missing
 from kbopt.engine.lang.nodes import Value, unique_facts
 from kbopt.engine.lang.parse import MAX_EXACT
 from kbopt.engine.lang.text import fmt
+from kbopt.engine.pack.kept import Kept
 from kbopt.engine.pack.rule import Derive, Pack, Rule
 from kbopt.errors import EvaluationError
 from kbopt.kb.vocabulary import Vocabulary
@@ -48,7 +49,7 @@ def conclusions(pack: Pack) -> dict[str, tuple[Conclusion, ...]]:
             return Conclusion(derive, compile_chaining_value(derive.value) if hot else None, compile_value(derive.value),
                               accepted, accepted.test())
         return {rule.id: tuple(conclusion(c) for c in rule.then if isinstance(c, Derive)) for rule in pack.rules}
-    return pack.memo(f"conclusions:{hot}", build)
+    return pack.tier_memo("conclusions", build)
 
 
 def acceptance(vocabulary: Vocabulary, path: str) -> Acceptance:
@@ -155,15 +156,16 @@ def finish(pack: Pack, fired: set[str], derived: DerivedFacts) -> Derivation:
     """The evaluation's result: the rules that fired in pack order, and each derived fact with
     the first of them (in pack order) that derives it. Every fact a fired rule derives is set
     (a rule that cannot compute one fails the evaluation), so which rule each fact is credited
-    to follows from the set of rules alone: worked out once per pack and set of rules, as most
-    evaluations of a batch, and most what-ifs, fire a set some evaluation fired before."""
+    to follows from the set of rules alone: kept per pack and set of rules once a set comes back
+    (engine/pack/kept.py), as most evaluations of a batch, and most what-ifs, fire a set some
+    evaluation fired before."""
     key = frozenset(fired)
-    plans: dict[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = pack.memo("finish plans", dict)
+    plans: Kept[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = pack.memo(
+        "finish plans", lambda: Kept(PLANS_KEPT))
     plan = plans.get(key)
     if plan is None:
-        if len(plans) >= PLANS_KEPT:       # a bound on what a long-lived process keeps
-            plans.clear()
-        plan = plans[key] = _credited(pack, fired)
+        plan = _credited(pack, fired)
+        plans.offer(key, plan)
     order, credited = plan
     values = derived.values
     try:

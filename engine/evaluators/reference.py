@@ -82,6 +82,8 @@ class ReferenceEvaluator:
         chain = self.chains.get(hot)
         if chain is None:
             chain = self.chains[hot] = make_chain(self.pack)
+            if hot:
+                self.chains.pop(False, None)        # hot stays hot (Pack.used)
         derived = DerivedFacts(values, self.pack)
         fired: set[str] = set()
         chain.run(derived, fired)
@@ -155,6 +157,8 @@ class Rerun:
         chain = self._chains.get(key)
         if chain is None:
             chain = self._chains[key] = make_chain(self.pack, self.downstream(changed))
+            if self.pack.hot:
+                self._chains.pop((changed, False), None)        # hot stays hot (Pack.used)
         return chain
 
     def downstream(self, changed: frozenset[str]) -> frozenset[str]:
