@@ -59,17 +59,27 @@ def fill_because(explained: _Explained, lookup: Lookup) -> str:
 
 
 class _Texts:
-    """A firing's condition with the values beside its facts, and its filled `because`, once
-    called. One object with slots, not a closure: an advice keeps one per fired rule, and a
-    closure over three values is five objects for the garbage collector to follow (with a
-    2,000-rule pack, its collections came twice as often)."""
-    __slots__ = ("explained", "lookup", "shown")
+    """A firing's condition with the values beside its facts, and its filled `because`, written
+    when first called and kept. One object with slots, not a closure: an advice keeps one per
+    fired rule, and a closure over three values is five objects for the garbage collector to
+    follow (with a 2,000-rule pack, its collections came nearly twice as often). The texts
+    follow from the rule and the facts, which the advice holds, so any two compare equal: a
+    Firing's equality is that of its facts, as when the texts were left out of it."""
+    __slots__ = ("explained", "lookup", "shown", "written")
 
     def __init__(self, explained: _Explained, shown: dict[str, Any], lookup: Lookup) -> None:
         self.explained, self.shown, self.lookup = explained, shown, lookup
+        self.written: tuple[str, str] | None = None
 
     def __call__(self) -> tuple[str, str]:
-        return self.explained.when_values(self.shown), fill_because(self.explained, self.lookup)
+        if self.written is None:
+            self.written = self.explained.when_values(self.shown), fill_because(self.explained, self.lookup)
+        return self.written
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Texts)
+
+    __hash__ = None       # type: ignore[assignment]  # a Firing holds dicts: it was never hashable
 
 
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
@@ -94,10 +104,8 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         if said is None:
             said = explained[rule_id] = _Explained.of(rule)
         values, checks = final.witness(rule, shown_values)
-        firings.append(Firing(
-            rule=rule.id, title=rule.title, layer=rule.layer, facts=values, checks=checks,
-            when=rule.when_text, source=rule.sources, location=said.location, pack=rule.pack,
-            derived=derived_by.get(rule_id, {}), texts=_Texts(said, shown_values, final.lookup)))
+        firings.append(Firing(rule.id, rule.title, rule.layer, values, checks, rule.when_text, rule.sources, said.location,
+                              rule.pack, derived_by.get(rule_id, {}), _Texts(said, shown_values, final.lookup)))
     not_evaluated = final.not_evaluated()
 
     strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)

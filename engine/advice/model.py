@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check, NotEvaluated
@@ -55,8 +54,11 @@ def _no_texts() -> tuple[str, str]:
     return "", ""
 
 
-@dataclass(frozen=True, init=False)
-class Firing:
+class Firing(NamedTuple):
+    """A rule that fired: the fact values and comparisons that made it fire, and what it
+    derived. A NamedTuple, like Check: an advice makes one per fired rule (660 with a 2,000-rule
+    pack), and a tuple is built in a third of a frozen dataclass's time and is one object for
+    the garbage collector to follow, where the dataclass with its attribute dict was two."""
     rule: str
     title: str
     layer: str
@@ -66,34 +68,22 @@ class Firing:
     source: tuple[str, ...]
     location: str
     pack: str
-    derived: dict[str, Any] = field(default_factory=dict)
-    # (when_values, explanation), written when a report first reads either. The JSON carries
-    # neither, and writing them for every firing was a fourteenth of a --facts-jsonl document's
-    # cost. They follow from the rule and the facts, which the advice holds: not compared.
-    texts: Callable[[], tuple[str, str]] = field(default=_no_texts, compare=False, repr=False)
-
-    def __init__(self, rule: str, title: str, layer: str, facts: dict[str, Any], checks: tuple[Check, ...], when: str,
-                 source: tuple[str, ...], location: str, pack: str, derived: dict[str, Any] | None = None,
-                 texts: Callable[[], tuple[str, str]] = _no_texts) -> None:
-        # The fields set in one step: a frozen dataclass's own __init__ sets each through
-        # object.__setattr__, 1.6 us for these eleven against 0.9 here, and an advice makes one
-        # Firing per fired rule (660 with a 2,000-rule pack).
-        self.__dict__.update(rule=rule, title=title, layer=layer, facts=facts, checks=checks, when=when, source=source,
-                             location=location, pack=pack, derived={} if derived is None else derived, texts=texts)
-
-    @cached_property
-    def _written(self) -> tuple[str, str]:
-        return self.texts()
+    derived: dict[str, Any]
+    # (when_values, explanation), written when a report first reads either and kept by `texts`.
+    # The JSON carries neither, and writing them for every firing was a fourteenth of a
+    # --facts-jsonl document's cost. They follow from the rule and the facts, which the advice
+    # holds: the advisor's texts compare equal to one another (engine/advice/advisor.py).
+    texts: Callable[[], tuple[str, str]] = _no_texts
 
     @property
     def when_values(self) -> str:
         """The condition with each known fact's value beside it."""
-        return self._written[0]
+        return self.texts()[0]
 
     @property
     def explanation(self) -> str:
         """The rule's `because` with the values filled in."""
-        return self._written[1]
+        return self.texts()[1]
 
 
 @dataclass(frozen=True)
