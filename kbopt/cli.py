@@ -361,9 +361,10 @@ def _lint(args) -> int:
 
 def run() -> NoReturn:
     """The `kbopt` command and `python -m kbopt`: main() (which has closed every file it wrote),
-    then, standard output and error flushed, an exit that skips tearing the interpreter down (freeing every module and object one by one,
-    and a last garbage collection over them all: 10-30 ms of a cold advise, for nothing the
-    process still needs). main() itself returns, for callers in their own process."""
+    then, standard output and error flushed, an exit that skips tearing the interpreter down
+    (freeing every module and object one by one, and a last garbage collection over them all:
+    10-30 ms of a cold advise, for nothing the process still needs). main() itself returns, for
+    callers in their own process."""
     code = main()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -595,3 +595,18 @@ def test_a_kept_result_is_kept_from_its_key_s_second_time_and_within_its_bound()
     assert kept.get("e") is None
     kept.offer("e", 5)
     assert kept.get("e") == 5
+
+
+def test_a_pack_lets_go_of_its_cold_tier_once_hot():
+    """What a pack compiles for its first advices (Pack.tier_memo, the reference evaluator's
+    cold chain) is let go when the pack turns hot, and the advice stays the same."""
+    from kbopt.engine.evaluators import make_evaluator
+    from kbopt.engine.pack.rule import COLD_TIER, HOT_AFTER
+    pack = synthetic_pack(60, seed=3)
+    facts = facts_from_document({"telemetry": {field: 0.5 for field in FIELDS}}, "t")
+    first = advise(facts, pack, "reference").to_json()
+    assert COLD_TIER in pack.artefacts and not pack.hot
+    for _ in range(HOT_AFTER):
+        assert advise(facts, pack, "reference").to_json() == first
+    assert pack.hot and COLD_TIER not in pack.artefacts
+    assert set(make_evaluator(pack, "reference").chains) == {True}
