@@ -69,6 +69,51 @@ def test_memoized_walk_matches_the_naive_one_on_cyclic_packs():
     assert compared > 40
 
 
+def _statuses_to_a_fix_point(final: FinalFacts) -> dict[str, str]:
+    """The derived facts' statuses as first computed: every unproduced fact checked again, in
+    name order, until none changes (a fact is absent once each producer that did not fire is false)."""
+    from kbopt.engine.lang.logic import ABSENT
+    status = {path: UNKNOWN for path in sorted(final.pack.producers) if path not in final.derived}
+
+    def lookup(path: str):
+        if path in final.known:
+            return "known", final.known[path]
+        return (status.get(path, ABSENT), None) if path.startswith("derived.") else (MISSING, None)
+    changed = True
+    while changed:
+        changed = False
+        for path in list(status):
+            if status[path] == UNKNOWN and all(evaluate(final.rules[r].fire_condition, lookup) is False
+                                               for r in final.pack.producers[path] if r not in final.fired):
+                status[path], changed = ABSENT, True
+    return status
+
+
+def test_statuses_in_dependency_order_are_those_of_the_fix_point():
+    """FinalFacts settles which derived facts are absent in one pass in dependency order, going
+    back only for readers of a fact that turned absent later (a cycle): the same statuses as
+    checking every fact again until none changes, on packs whose rules feed each other in
+    cycles, the chained synthetic pack and the built-in one."""
+    rng = random.Random(23)
+    cases = []
+    for trial in range(60):
+        pack = _random_cyclic_pack(rng, f"absent{trial}")
+        for _ in range(4):
+            values = {f"telemetry.{f}": rng.choice([0.2, 0.9]) for f in FIELDS if rng.random() < 0.6}
+            values.update({path: rng.random() < 0.5 for path in CYCLED if rng.random() < 0.2})
+            cases.append((pack, values))
+    synthetic = synthetic_pack(210)
+    cases += [(synthetic, {f"telemetry.{f}": round(rng.random(), 3) for f in FIELDS if rng.random() < 0.7})
+              for _ in range(20)]
+    absent = 0
+    for pack, values in cases:
+        final = _final(pack, values)
+        expected = _statuses_to_a_fix_point(final)
+        assert final.status == expected, (pack.version, values)
+        absent += sum(s == "absent" for s in expected.values())
+    assert absent > 100
+
+
 def test_memoized_walk_matches_the_naive_one_on_the_synthetic_pack():
     pack = synthetic_pack(105)       # three rules that read the fact they derive: the naive walk still ends
     values = {"telemetry.compute_utilization": 0.2}

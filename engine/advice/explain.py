@@ -90,6 +90,21 @@ def final_lookup(known: dict[str, Any], status: dict[str, str]) -> Lookup:
     return lookup
 
 
+def absent_order(pack: Pack) -> tuple[tuple[str, ...], dict[str, int], dict[str, tuple[str, ...]]]:
+    """The derived facts in the order their producers run (schedule_order, by the last of them),
+    each one's place in it, and for each the facts with a producer that reads it."""
+    rank = {rule_id: index for index, component in enumerate(schedule_order(pack)) for rule_id in component}
+    order = tuple(sorted(pack.producers, key=lambda path: (max(rank[r] for r in pack.producers[path]), path)))
+    readers: dict[str, dict[str, None]] = {}
+    rules = pack.by_id()
+    for path in order:
+        for producer in pack.producers[path]:
+            for read in facts_of(rules[producer].fire_condition):
+                if read in pack.producers:
+                    readers.setdefault(read, {})[path] = None
+    return order, {path: index for index, path in enumerate(order)}, {path: tuple(r) for path, r in readers.items()}
+
+
 class FinalFacts:
     """Facts at the fix-point, with three-valued status for derived ones.
 
@@ -115,18 +130,27 @@ class FinalFacts:
         self._decided: dict[str, bool | None] | None = None     # every unfired rule's, on a hot pack
         self._decided_owns: list[tuple[str, frozenset[str], tuple[str, ...]]] | None = None   # with them: (rule, *Own)
         self._reachable: dict[str, frozenset[str]] = {}
-        undecided = sorted(p for p in pack.producers if p not in self.derived)
-        for path in undecided:
-            self.status[path] = UNKNOWN
-        compiled = self.compiled
-        changed = True
-        while changed:
-            changed = False
-            for path in undecided:
-                if self.status[path] == UNKNOWN and all(
-                        compiled[r].check(self.known, self.status) is False for r in pack.producers[path] if r not in self.fired):
-                    self.status[path] = ABSENT
-                    changed = True
+        status, known, fired, compiled = self.status, self.known, self.fired, self.compiled
+        order, position, readers = pack.memo("absent order", lambda: absent_order(pack))
+        queue = [path for path in order if path not in self.derived]
+        for path in sorted(queue):
+            status[path] = UNKNOWN
+        # A derived fact no rule produced is absent once every producer that did not fire is
+        # false. In dependency order each fact's producers are checked after the facts they
+        # read, so one pass settles an acyclic pack; a fact that turns absent after a reader of
+        # it was checked (within a cycle, or in a second round) sends that reader round again.
+        # The statuses are those of checking every fact again until none changes: a check,
+        # three-valued, only goes from unknown to true or false as facts turn absent, never back.
+        first, index = len(queue), 0
+        while index < len(queue):
+            path = queue[index]
+            index += 1
+            if status[path] == UNKNOWN and all(
+                    compiled[r].check(known, status) is False for r in pack.producers[path] if r not in fired):
+                status[path] = ABSENT
+                for reader in readers.get(path, ()):
+                    if status.get(reader) == UNKNOWN and (index > first or position[reader] <= position[path]):
+                        queue.append(reader)
 
     def not_evaluated(self) -> tuple[NotEvaluated, ...]:
         """Every rule left undecided, in pack order, with the input facts that, once known, would
