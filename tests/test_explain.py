@@ -89,7 +89,7 @@ def _statuses_to_a_fix_point(final: FinalFacts) -> dict[str, str]:
     return status
 
 
-def test_statuses_in_dependency_order_are_those_of_the_fix_point():
+def test_statuses_in_dependency_order_are_those_of_the_fix_point(pack):
     """FinalFacts settles which derived facts are absent in one pass in dependency order, going
     back only for readers of a fact that turned absent later (a cycle): the same statuses as
     checking every fact again until none changes, on packs whose rules feed each other in
@@ -102,14 +102,18 @@ def test_statuses_in_dependency_order_are_those_of_the_fix_point():
             values = {f"telemetry.{f}": rng.choice([0.2, 0.9]) for f in FIELDS if rng.random() < 0.6}
             values.update({path: rng.random() < 0.5 for path in CYCLED if rng.random() < 0.2})
             cases.append((pack, values))
+    from kbopt.kb.facts import load_facts
+    for path in sorted(EXAMPLES.glob("*.json")):
+        values = load_facts(path).engine_values(pack.kb.vocabulary)
+        cases += [(pack, values), (pack, {k: v for k, v in values.items() if not k.startswith("telemetry.")})]
     synthetic = synthetic_pack(210)
     cases += [(synthetic, {f"telemetry.{f}": round(rng.random(), 3) for f in FIELDS if rng.random() < 0.7})
               for _ in range(20)]
     absent = 0
-    for pack, values in cases:
-        final = _final(pack, values)
+    for built, values in cases:
+        final = _final(built, values)
         expected = _statuses_to_a_fix_point(final)
-        assert final.status == expected, (pack.version, values)
+        assert final.status == expected, (built.version, values)
         absent += sum(s == "absent" for s in expected.values())
     assert absent > 100
 
