@@ -13,6 +13,7 @@ Confidence follows the inputs, transitively through derived ones, and the lowest
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, assert_never
@@ -44,6 +45,18 @@ def input_confidence(path: str, quality: str | None) -> Confidence:
     if quality == "user" or quality is None:
         return "high" if path.split(".", 1)[0] in CONFIGURATION else "medium"
     return "medium"        # proxy, catalog
+
+
+@functools.lru_cache(maxsize=4096)      # bounded: qualities come with the facts
+def _input_level(path: str, quality: str | None) -> Confidence:
+    """input_confidence, once per fact and quality (an advice asks about a hundred times)."""
+    return input_confidence(path, quality)
+
+
+@functools.lru_cache(maxsize=4096)      # bounded: a long-lived process may see many packs
+def _guessed(parameters: tuple[str, ...]) -> tuple[str, ...]:
+    """The `default_*` parameters among those a trace used: each assumed for a fact not seen."""
+    return tuple(p for p in parameters if p.startswith(DEFAULT_PARAMETER))
 
 
 class Trace(NamedTuple):
@@ -284,24 +297,20 @@ class Model:
 
     def confidence(self, path: str) -> tuple[Confidence, tuple[str, ...]]:
         """A derived fact's confidence and the defaults behind it (its own and its inputs')."""
-        if path in self._confidence:
-            return self._confidence[path]
-        earlier = self._borrows(path)
-        if earlier is not None:
-            self._confidence[path] = earlier.confidence(path)
-            return self._confidence[path]
+        done = self._confidence.get(path)
+        if done is not None:
+            return done
+        if self.earlier is not None and path not in self.recomputed:
+            done = self._confidence[path] = self.earlier.confidence(path)
+            return done
         self._confidence[path] = ("high", ())        # a cycle of rules adds nothing to itself
         t = self.trace_of(path)
         # An engine's own default standing in for a setting not given (no pipeline stages, the
         # default memory fraction) is likely right: medium. A default_* parameter assumed for a
         # quantity kbopt did not see (an efficiency, a batch size) is a guess: low.
-        guessed = [p for p in t.parameters if p.startswith(DEFAULT_PARAMETER)]
-        defaults = list(t.fell_back) + guessed
-        levels: list[Confidence] = []
-        if guessed:
-            levels.append("low")
-        if t.fell_back:
-            levels.append("medium")
+        guessed = _guessed(t.parameters)
+        low, medium = bool(guessed), bool(t.fell_back)
+        defaults = [*t.fell_back, *guessed]
         for fact in t.read:
             if fact.startswith(DERIVED):
                 level, behind = self.confidence(fact)
@@ -310,9 +319,14 @@ class Model:
                 level = self.levels[fact]
             else:
                 quality = self.inputs.get(QUALITY_PREFIX + fact)
-                level = input_confidence(fact, quality if isinstance(quality, str) else None)
-            levels.append(level)
-        result = (weakest(levels), tuple(dict.fromkeys(defaults)))
+                level = _input_level(fact, quality if isinstance(quality, str) else None)
+            if level == "low":
+                low = True
+            elif level == "medium":
+                medium = True
+        # weakest() of the levels met, in one pass
+        result: tuple[Confidence, tuple[str, ...]] = (
+            "low" if low else "medium" if medium else "high", tuple(dict.fromkeys(defaults)) if defaults else ())
         self._confidence[path] = result
         return result
 
