@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kbopt.engine.pack.rule import Drawn, Mitigate, Reject, Require, StrategyRef
+from kbopt.engine.pack.rule import Drawn, Mitigate, Reject, Require, StrategyRef, refers_to
 from kbopt.kb.catalog import Strategy
 
 CATALOG = "kb:strategies"
@@ -116,8 +116,7 @@ def build_graph(candidates: dict[str, Candidate], vetoes: Sequence[Drawn[Reject]
         graph.add_node(key, GraphNode("candidate", c.strategy, c.weight))
 
     def matching(strategy: str, variant: str | None) -> list[str]:
-        wanted = StrategyRef(strategy, variant)
-        return [k for k in sorted(candidates) if wanted.matches(candidates[k].strategy, candidates[k].variant)]
+        return [k for k in sorted(candidates) if refers_to(strategy, variant, candidates[k].strategy, candidates[k].variant)]
 
     keys = sorted(candidates)
     for i, a in enumerate(keys):

@@ -18,7 +18,7 @@ from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, value_of
 from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.parse import parse_condition
 from kbopt.engine.lang.text import fmt, render_template
-from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn
+from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, Warn, refers_to
 from kbopt.kb.catalog import Strategy
 from kbopt.kb.facts import Facts
 
@@ -160,7 +160,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         because = list(c.rules)
         texts = []
         for caveat in caveats:
-            if StrategyRef(caveat.conclusion.strategy, caveat.conclusion.variant).matches(c.strategy, c.variant):
+            if refers_to(caveat.conclusion.strategy, caveat.conclusion.variant, c.strategy, c.variant):
                 texts.append(RuleNote(caveat.rule, caveat.conclusion.text))
                 because.append(caveat.rule)
         # Several rules may draw the same edge: order by what the edge says.

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation
@@ -229,8 +228,8 @@ def _steps(node: Value) -> list[Step]:
             assert_never(unreachable)
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(NamedTuple):
+    """One estimate of the model (a NamedTuple, like Gain: an advice makes a dozen or more)."""
     name: str                      # the derived fact's path without `derived.`
     value: Any
     unit: str | None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from kbopt.engine.advice.estimates import DERIVED, Confidence, Estimate, Model, input_confidence, trace, weakest
 from kbopt.engine.evaluators.reference import rerun_of
@@ -36,9 +36,10 @@ def relative_change(before: Any, after: Any) -> float:
     return float((after - before) / abs(before))
 
 
-@dataclass(frozen=True)
-class Gain:
-    """How one estimate moves: `before` on today's facts, `after` with the changes applied."""
+class Gain(NamedTuple):
+    """How one estimate moves: `before` on today's facts, `after` with the changes applied.
+    (A NamedTuple, immutable like the frozen dataclasses: a document's what-ifs make about a
+    dozen, and a tuple is built in a third of the time.)"""
     metric: str                    # the estimate's name
     before: Any
     after: Any

@@ -40,7 +40,13 @@ class StrategyRef:
 
     def matches(self, strategy: str, variant: str | None) -> bool:
         """True for `strategy` itself (no variant asked) or for the variant asked."""
-        return strategy == self.strategy and (self.variant is None or variant == self.variant)
+        return refers_to(self.strategy, self.variant, strategy, variant)
+
+
+def refers_to(wanted: str, wanted_variant: str | None, strategy: str, variant: str | None) -> bool:
+    """StrategyRef(wanted, wanted_variant).matches(strategy, variant), without making the
+    reference: an advice asks it for every caveat and chosen strategy."""
+    return strategy == wanted and (wanted_variant is None or variant == wanted_variant)
 
 
 @dataclass(frozen=True)
