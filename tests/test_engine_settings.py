@@ -159,3 +159,34 @@ def test_advice_json_carries_settings_for_the_deployments_engine(run_cli):
     code, out, _ = run_cli("advise", "--facts", str(FACTS), "--format", "json")
     strategies = json.loads(out)["strategies"]
     assert code == 0 and all(set(s["settings"]) == {"vllm"} for s in strategies)
+
+
+def test_kept_settings_are_those_made_afresh_when_a_fact_they_read_changes():
+    """settings_map keeps each strategy's lines with the facts their computation read: asked
+    again with the same values it takes them; with a fact it read changed, given or dropped it
+    makes them again (a memory fraction follows the GPU's memory and the batched tokens, an
+    `unchanged` mark the deployed setting). Each answer is the one made afresh."""
+    from kbopt.engine.advice.settings import _settings_map
+    sglang, vllm = {"workload.engine": "sglang"}, {"workload.engine": "vllm"}
+    cases = [
+        ("memory_budget", "memory_budget", {"memory_fraction": 0.9}, sglang, DERIVED),
+        ("memory_budget", "memory_budget", {"memory_fraction": 0.9}, sglang, {**DERIVED, "derived.gpu_memory_gib": 141.0}),
+        ("memory_budget", "memory_budget", {"memory_fraction": 0.9}, {**sglang, "serving.max_num_batched_tokens": 2048},
+         DERIVED),
+        ("memory_budget", "memory_budget", {"memory_fraction": 0.9}, sglang, {**DERIVED, "derived.tensor_parallel": 2}),
+        ("memory_budget", "memory_budget", {"memory_fraction": 0.9}, sglang, {}),
+        ("memory_budget", "memory_budget", {"memory_fraction": 0.8}, vllm, DERIVED),
+        ("memory_budget", "memory_budget", {"memory_fraction": 1}, vllm, DERIVED),
+        ("memory_budget", "memory_budget", {"memory_fraction": True}, vllm, DERIVED),
+        ("quantization", "quantization[fp8]", {"method": "fp8"}, vllm, DERIVED),
+        ("quantization", "quantization[fp8]", {"method": "fp8"}, {**vllm, "serving.quantization": "fp8"}, DERIVED),
+        ("quantization", "quantization[fp8]", {"method": "fp8"}, {**vllm, "serving.quantization": "int8"}, DERIVED),
+    ]
+    answers = set()
+    for _ in range(3):       # kept from a key's second sighting on: the third round takes kept lines
+        for strategy, key, params, facts, derived in cases:
+            on = targets(facts)
+            got = settings_map(strategy, key, params, facts, derived, on)
+            assert got == _settings_map(strategy, key, params, facts, derived, on), (key, params, facts, derived)
+            answers.add(json.dumps(got))
+    assert len(answers) >= 9

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeGuard
 
+from kbopt.engine.pack.kept import Kept
 from kbopt.kb.engines import ENGINES, Engine, Entry, Version, engine_catalog, parse_version, version_text
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
@@ -290,6 +291,68 @@ def memory_fraction(engine: str, fraction: Any, facts: Mapping[str, Any],
 def settings_map(strategy: str, key: str, params: Mapping[str, Any], facts: Mapping[str, Any],
                  derived: Mapping[str, Any], on: tuple[Target, ...] | None = None) -> dict[str, tuple[str, ...]]:
     """What a strategy's advice carries: each target engine's lines (a note starts with "# ").
-    `on`: targets(facts), where the caller has them (an advice asks once for all its strategies)."""
-    return {t.engine: tuple(s.line for s in settings_for(t, strategy, key, params, facts, derived))
-            for t in (on if on is not None else targets(facts))}
+    `on`: targets(facts), where the caller has them (an advice asks once for all its strategies).
+
+    The lines follow from the strategy, its parameters, the targets and the few facts the
+    computations read (a memory fraction reads the GPU's memory and the weights' share); they
+    are kept under the first four with those facts and their values, and taken again when
+    the facts read have the same values (the replicas of a deployment, a batch's lines)."""
+    on = on if on is not None else targets(facts)
+    try:
+        memo_key = (strategy, key, tuple((name, type(value), value) for name, value in params.items()), on)
+        hash(memo_key)
+    except TypeError:                  # a parameter that cannot be a key (a list): not kept
+        return _settings_map(strategy, key, params, facts, derived, on)
+    found = _KEPT.get(memo_key)
+    if found is not None:
+        reads, lines = found
+        if all(type(value := (facts if in_facts else derived).get(path, _NOT_THERE)) is kind and value == read
+               for in_facts, path, kind, read in reads):
+            return dict(lines)
+    log: list[tuple[bool, str, type, Any]] = []
+    recorded_facts, recorded_derived = _Recorded(facts, True, log), _Recorded(derived, False, log)
+    lines = _settings_map(strategy, key, params, recorded_facts, recorded_derived, on)
+    if not (recorded_facts.listed or recorded_derived.listed):
+        _KEPT.offer(memo_key, (tuple(dict.fromkeys(log)) if _hashable(log) else tuple(log), lines))
+    return dict(lines)
+
+
+def _settings_map(strategy: str, key: str, params: Mapping[str, Any], facts: Mapping[str, Any],
+                  derived: Mapping[str, Any], on: tuple[Target, ...]) -> dict[str, tuple[str, ...]]:
+    return {t.engine: tuple(s.line for s in settings_for(t, strategy, key, params, facts, derived)) for t in on}
+
+
+SETTINGS_KEPT = 256          # (strategy, parameters, targets) kept: tens of KB at most
+_KEPT: Kept[tuple[Any, ...], tuple[tuple[tuple[bool, str, type, Any], ...], dict[str, tuple[str, ...]]]] = Kept(SETTINGS_KEPT)
+_NOT_THERE = object()        # what a fact not given reads as, recorded like a value
+
+
+class _Recorded(Mapping[str, Any]):
+    """The facts as settings_for reads them, each fact read noted with its value (or its
+    absence). Listing them all (never done today) marks the result as not to be kept."""
+
+    def __init__(self, facts: Mapping[str, Any], in_facts: bool, log: list[tuple[bool, str, type, Any]]) -> None:
+        self.facts, self.in_facts, self.log, self.listed = facts, in_facts, log, False
+
+    def __getitem__(self, path: str) -> Any:
+        value = self.facts.get(path, _NOT_THERE)
+        self.log.append((self.in_facts, path, type(value), value))
+        if value is _NOT_THERE:
+            raise KeyError(path)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        self.listed = True
+        return iter(self.facts)
+
+    def __len__(self) -> int:
+        self.listed = True
+        return len(self.facts)
+
+
+def _hashable(log: list[tuple[bool, str, type, Any]]) -> bool:
+    try:
+        hash(tuple(log))
+    except TypeError:
+        return False
+    return True
