@@ -28,11 +28,20 @@ class KnowledgeBase:
     negligible_change: float        # a what-if that moves no estimate by this share is not advised
 
     def match_gpu(self, name: str) -> Gpu | None:
-        """The catalog entry whose pattern matches an NVML/DCGM device name, if any."""
-        for gpu in self.gpus:
-            if _pattern(gpu.match).search(name):
-                return gpu
-        return None
+        """The catalog entry whose pattern matches an NVML/DCGM device name, if any (each name
+        looked up once: a batch's documents name the same few devices)."""
+        key = (id(self.gpus), name)
+        found = _matched.get(key)
+        if found is None or found[0] is not self.gpus:
+            if len(_matched) >= MATCHES_KEPT:
+                _matched.clear()
+            found = _matched[key] = (self.gpus, next((gpu for gpu in self.gpus if _pattern(gpu.match).search(name)), None))
+        return found[1]
+
+
+MATCHES_KEPT = 1024
+# (catalog, device name) -> (the catalog itself, so that its id is not reused while kept; the match)
+_matched: dict[tuple[int, str], tuple[tuple[Gpu, ...], Gpu | None]] = {}
 
 
 @functools.cache

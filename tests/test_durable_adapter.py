@@ -149,10 +149,11 @@ def test_evaluators_agree_on_random_facts(pack):
 
 def test_fact_values_are_encoded_as_dumps_writes_them():
     from kbopt.engine.evaluators.durable import encode
-    for value in (0.5, 2e-05, 1e20, 3, -7, True, False, "1e-05", "ünïcode \"q\"", None, 5e-4):
+    for value in (0.5, 2e-05, 1e20, 1e16, 1e22, -0.0, 5e-324, 3, -7, True, False, "1e-05", "ünïcode \"q\"", None, 5e-4):
         assert encode(value) == dumps(value), value
-    with pytest.raises(ValueError):
-        encode(float("inf"))
+    for value in (float("inf"), float("-inf"), float("nan")):
+        with pytest.raises(ValueError):
+            encode(value)
 
 
 _SHAPE = ("hardware: {gpu_name: NVIDIA L4, gpu_count: 1}, model: {params_billion: 8, weight_dtype: bf16, num_layers: 32, "

@@ -88,6 +88,9 @@ def encode(value: Any) -> str:
         return repr(value)
     if kind is str:
         return _encode_string(value)
+    if kind is float and value - value == 0:       # finite (inf - inf and NaN - NaN are NaN)
+        text = repr(value)
+        return text if "e" not in text else dumps(value)
     return dumps(value)
 
 
