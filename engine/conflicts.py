@@ -224,23 +224,33 @@ def _best_set(graph: ConflictGraph, order: list[str], candidates: dict[str, Cand
         while not _closed(graph, chosen):
             chosen = {k for k in chosen if all(set(t) & chosen for t in _requirements(graph, k).values())}
         return chosen
-    best: tuple[float, set[str]] = (-1.0, set())
-    remaining_weight = [sum(candidates[k].weight for k in order[i:]) for i in range(len(order) + 1)]
+    search = _Search(graph, order, candidates, exclusions)
+    search.run(0, set(), 0.0)
+    return search.best[1]
 
-    def search(index: int, current: set[str], weight: float) -> None:
-        nonlocal best
-        if weight + remaining_weight[index] <= best[0]:
+
+class _Search:
+    """_best_set's branch and bound over the candidates in `order`. An object, not a recursive
+    closure, which would hold itself: a reference cycle left for the garbage collector at
+    every advice."""
+    __slots__ = ("best", "candidates", "exclusions", "graph", "order", "remaining_weight")
+
+    def __init__(self, graph: ConflictGraph, order: list[str], candidates: dict[str, Candidate],
+                 exclusions: set[frozenset[str]]) -> None:
+        self.graph, self.order, self.candidates, self.exclusions = graph, order, candidates, exclusions
+        self.best: tuple[float, set[str]] = (-1.0, set())
+        self.remaining_weight = [sum(candidates[k].weight for k in order[i:]) for i in range(len(order) + 1)]
+
+    def run(self, index: int, current: set[str], weight: float) -> None:
+        if weight + self.remaining_weight[index] <= self.best[0]:
             return
-        if index == len(order):
-            if _closed(graph, current):
-                best = (weight, set(current))
+        if index == len(self.order):
+            if _closed(self.graph, current):
+                self.best = (weight, set(current))
             return
-        key = order[index]
-        if all(frozenset((key, c)) not in exclusions for c in current):
+        key = self.order[index]
+        if all(frozenset((key, c)) not in self.exclusions for c in current):
             current.add(key)
-            search(index + 1, current, weight + candidates[key].weight)
+            self.run(index + 1, current, weight + self.candidates[key].weight)
             current.remove(key)
-        search(index + 1, current, weight)
-
-    search(0, set(), 0.0)
-    return best[1]
+        self.run(index + 1, current, weight)

@@ -21,9 +21,9 @@ def tune_for_many_advices() -> None:
     """Call once the pack is loaded, in a process of one's own (it changes the whole process's
     collector): what exists now, the pack above all, is moved out of the collector's sight
     (gc.freeze; it is never freed, as a loaded pack never is), and the youngest generation is
-    collected every YOUNG_OBJECTS allocations. What an advice leaves in reference cycles (about
-    400 objects, its what-ifs) waits a little longer to be freed: a batch worker's peak RSS grows
-    by about 2 MiB (6 MiB at 50,000, which saves no more), flat in the number of advices."""
+    collected every YOUNG_OBJECTS allocations. An advice leaves nothing in reference cycles
+    (tests/test_garbage.py): what it allocates is freed by reference counting as soon as it is
+    let go, so the youngest generation's count stays low and its collections are rare."""
     gc.freeze()
     gc.set_threshold(YOUNG_OBJECTS, 50, 100)
 

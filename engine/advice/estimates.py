@@ -67,7 +67,10 @@ class Trace(NamedTuple):
     parameters: tuple[str, ...]
 
 
-def _noter(lookup: Lookup, read: dict[str, Any], fell_back: dict[str, None]) -> Callable[[str], None]:
+Noter = Callable[[str], None]      # what a trace does with each fact it meets
+
+
+def _noter(lookup: Lookup, read: dict[str, Any], fell_back: dict[str, None]) -> Noter:
     """What a trace does with each fact it meets: its value when known, else it fell back past it."""
     def note(path: str) -> None:
         status, value = lookup(path)
@@ -82,47 +85,47 @@ def trace(node: Value, lookup: Lookup) -> Trace:
     read: dict[str, Any] = {}
     fell_back: dict[str, None] = {}
     parameters: dict[str, None] = {}
-    note = _noter(lookup, read, fell_back)
-
-    def walk(item: Value) -> None:
-        match item:
-            case Const(parameter=parameter):
-                if parameter:
-                    parameters[parameter] = None
-            case Fact(path=path):
-                note(path)
-            case Arith(left=left, right=right):
-                walk(left)
-                walk(right)
-            case ListOf(items=items):
-                for each in items:
-                    walk(each)
-            case Call(fn=fn, args=args) if FUNCTIONS[fn].alternatives:
-                for arg in args:      # coalesce: the first alternative that computes is the one used
-                    try:
-                        value_of(arg, lookup)
-                    except Missing:
-                        fell_back.update((p, None) for p in unique_facts(arg) if lookup(p)[0] != KNOWN)
-                        continue
-                    walk(arg)
-                    break
-            case Call(args=args):
-                for arg in args:
-                    walk(arg)
-            case IfElse(condition=condition, then=then, otherwise=otherwise):
-                for path in dict.fromkeys(facts_of(condition)):
-                    note(path)
-                walk(then if evaluate(condition, lookup) else otherwise)
-            case _ as unreachable:
-                assert_never(unreachable)
-
-    walk(node)
+    _walk(node, lookup, _noter(lookup, read, fell_back), parameters, fell_back)
     return Trace(read, tuple(fell_back), tuple(parameters))
+
+
+def _walk(item: Value, lookup: Lookup, note: Noter, parameters: dict[str, None], fell_back: dict[str, None]) -> None:
+    """trace's walk. A function of its own, not a closure in trace: a recursive closure holds
+    itself, a reference cycle left for the garbage collector at every trace."""
+    match item:
+        case Const(parameter=parameter):
+            if parameter:
+                parameters[parameter] = None
+        case Fact(path=path):
+            note(path)
+        case Arith(left=left, right=right):
+            _walk(left, lookup, note, parameters, fell_back)
+            _walk(right, lookup, note, parameters, fell_back)
+        case ListOf(items=items):
+            for each in items:
+                _walk(each, lookup, note, parameters, fell_back)
+        case Call(fn=fn, args=args) if FUNCTIONS[fn].alternatives:
+            for arg in args:      # coalesce: the first alternative that computes is the one used
+                try:
+                    value_of(arg, lookup)
+                except Missing:
+                    fell_back.update((p, None) for p in unique_facts(arg) if lookup(p)[0] != KNOWN)
+                    continue
+                _walk(arg, lookup, note, parameters, fell_back)
+                break
+        case Call(args=args):
+            for arg in args:
+                _walk(arg, lookup, note, parameters, fell_back)
+        case IfElse(condition=condition, then=then, otherwise=otherwise):
+            for path in dict.fromkeys(facts_of(condition)):
+                note(path)
+            _walk(then if evaluate(condition, lookup) else otherwise, lookup, note, parameters, fell_back)
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 # A traced expression compiled once per pack: each step notes a fact, notes a parameter, or (for
 # coalesce and if-else, whose path depends on the facts) runs a closure over the same state.
-Noter = Callable[[str], None]
 Step = tuple[Literal["fact", "parameter"], str] | Callable[[Lookup, Noter, dict[str, None], dict[str, None]], None]
 
 
@@ -248,6 +251,20 @@ class Estimate(NamedTuple):
                 **({"defaults": list(self.defaults)} if self.defaults else {})}
 
 
+def model_lookup(inputs: Mapping[str, Any], derived: Mapping[str, tuple[Any, str]]) -> Lookup:
+    """The facts as chaining left them, as a Lookup: a derived fact no rule produced is absent.
+    A closure over the two mappings, not a method of the Model: a model that held its own bound
+    method would be a reference cycle, left for the garbage collector to find (with the what-ifs'
+    models, about a third of what an advice left it)."""
+    def lookup(path: str) -> tuple[str, Any]:
+        if path in inputs:
+            return KNOWN, inputs[path]
+        if path in derived:
+            return KNOWN, derived[path][0]
+        return (ABSENT, None) if path.startswith(DERIVED) else (MISSING, None)
+    return lookup
+
+
 class Model:
     """The estimates of one evaluation, and the confidence of every derived fact behind them."""
 
@@ -265,19 +282,11 @@ class Model:
         self._estimates: dict[str, Estimate] | None = None
         self._depends_anew: dict[str, frozenset[str]] = {}
         self.earlier, self.recomputed = earlier, recomputed
-        self.lookup: Lookup = self._lookup
+        self.lookup: Lookup = model_lookup(inputs, derivation.derived)
 
     def _borrows(self, path: str) -> Model | None:
         """The earlier model, where it already knows all about `path`."""
         return self.earlier if self.earlier is not None and path not in self.recomputed else None
-
-    def _lookup(self, path: str) -> tuple[str, Any]:
-        """The facts as chaining left them: a derived fact no rule produced is absent."""
-        if path in self.inputs:
-            return KNOWN, self.inputs[path]
-        if path in self.derivation.derived:
-            return KNOWN, self.derivation.derived[path][0]
-        return (ABSENT, None) if path.startswith(DERIVED) else (MISSING, None)
 
     def rule_of(self, path: str) -> str:
         return self.derivation.derived[path][1]

@@ -9,6 +9,7 @@ next roof (max of compute and bandwidth) instead of multiplying.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -228,7 +229,7 @@ class WhatIf:
                  if (was := self.before.get(path.removeprefix(DERIVED))) is not None
                  and was.value != (now := derivation.derived[path][0])]
         return Outcome(changes, tuple((was.value, now) for _, was, now in moved),
-                       lambda: self._gains(after, moved), reach)
+                       functools.partial(gains_of, after, moved), reach)
 
     def _level_of(self, effects: tuple[tuple[str, Any], ...], path: str) -> Confidence:
         """A literal setting is what it is; a computed one is as good as the facts it read."""
@@ -249,24 +250,6 @@ class WhatIf:
                 quality = self.inputs.get(QUALITY_PREFIX + fact)
                 levels.append(input_confidence(fact, quality if isinstance(quality, str) else None))
         return weakest(levels)
-
-    def _gains(self, after: Model, moved: list[tuple[str, Estimate, Any]]) -> tuple[Gain, ...]:
-        """Each estimate's move (path, before, after value) as a Gain, with the rules behind it."""
-        return tuple(Gain(was.name, was.value, now, was.unit, self._rules(after, path),
-                          weakest([was.confidence, after.confidence(path)[0]])) for path, was, now in moved)
-
-    def _rules(self, after: Model, path: str) -> tuple[str, ...]:
-        """The rule of the after-value, then those of the derived facts it rests on that moved."""
-        rules = {after.rule_of(path): None}
-        derived, before = after.derivation.derived, self.baseline.derivation.derived
-        # Only a re-derived fact can have moved; in any order: all rules but the first are sorted below.
-        for fact in after.depends_anew(path) & after.recomputed:
-            now = derived.get(fact)
-            if now is not None and (fact not in before or before[fact][0] != now[0]):
-                rules[now[1]] = None
-        order = self.pack.order
-        first, *rest = rules
-        return (first, *sorted(rest, key=lambda r: order.get(r, 0)))
 
     def strategy(self, strategy: Strategy, variant: str | None, key: str) -> Outcome | None:
         """The outcome of applying one candidate, or None when it has no effects."""
@@ -290,6 +273,30 @@ class WhatIf:
         if outcome.unevaluated is not None:
             return None
         return Plan(tuple(applied), outcome.gains)
+
+
+def gains_of(after: Model, moved: list[tuple[str, Estimate, Any]]) -> tuple[Gain, ...]:
+    """Each estimate's move (path, before, after value) as a Gain, with the rules behind it.
+    A function of the what-if's model alone (its `earlier` is the baseline), not a method of
+    the WhatIf: an Outcome that kept a WhatIf which keeps its outcomes would be a reference
+    cycle, left for the garbage collector to find."""
+    return tuple(Gain(was.name, was.value, now, was.unit, _rules(after, path),
+                      weakest([was.confidence, after.confidence(path)[0]])) for path, was, now in moved)
+
+
+def _rules(after: Model, path: str) -> tuple[str, ...]:
+    """The rule of the after-value, then those of the derived facts it rests on that moved."""
+    assert after.earlier is not None          # a what-if's model re-runs the baseline's
+    rules = {after.rule_of(path): None}
+    derived, before = after.derivation.derived, after.earlier.derivation.derived
+    # Only a re-derived fact can have moved; in any order: all rules but the first are sorted below.
+    for fact in after.depends_anew(path) & after.recomputed:
+        now = derived.get(fact)
+        if now is not None and (fact not in before or before[fact][0] != now[0]):
+            rules[now[1]] = None
+    order = after.pack.order
+    first, *rest = rules
+    return (first, *sorted(rest, key=lambda r: order.get(r, 0)))
 
 
 def negligible_reason(outcome: Outcome, before: Mapping[str, Estimate]) -> str:
