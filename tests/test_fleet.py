@@ -225,6 +225,44 @@ def test_facts_jsonl_in_worker_processes_keeps_the_order(run_cli, tmp_path, monk
     assert one[0] == two[0] == 2 and one[1] == two[1] and len(one[1].splitlines()) == 40
 
 
+def test_facts_jsonl_workers_hand_their_lines_over_in_files_left_behind_by_none(run_cli, tmp_path, monkeypatch):
+    """The workers write each chunk's lines to a file of a temporary folder, which the output
+    takes in order (copied in the kernel into a file, read and written into a stream): the
+    same bytes as advising in this process, to a file or standard output, and no folder is
+    left, also when interrupted. A temporary folder that cannot be made is exit 2, saying so."""
+    import tempfile
+    path = tmp_path / "facts.jsonl"
+    path.write_text(_lines() * 10)
+    monkeypatch.setattr("kbopt.batch.CHUNK", 4)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    one = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "1", "-o", str(tmp_path / "one.jsonl"))
+    two = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2", "-o", str(tmp_path / "two.jsonl"))
+    assert one[0] == two[0] == 2
+    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
+    assert run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2")[1].encode() == (tmp_path / "one.jsonl").read_bytes()
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+    from kbopt import batch
+    copied = []
+
+    def interrupted(block, out):
+        copied.append(block)
+        if len(copied) == 3:
+            raise KeyboardInterrupt
+        original(block, out)
+    original = batch._copy_block
+    monkeypatch.setattr(batch, "_copy_block", interrupted)
+    code, _, err = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2", "-o", str(tmp_path / "three.jsonl"))
+    assert code == 130 and "nothing was written" in err
+    assert not (tmp_path / "three.jsonl").exists() and list((tmp_path / "tmp").iterdir()) == []
+    monkeypatch.undo()
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    code, _, err = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2")
+    assert code == 2 and "cannot make a folder in" in err and "--jobs 1" in err
+
+
 def test_facts_jsonl_refuses_other_formats(run_cli, tmp_path):
     (tmp_path / "f.jsonl").write_text("{}\n")
     assert run_cli("advise", "--facts-jsonl", str(tmp_path / "f.jsonl"), "--format", "html")[0] == 2
