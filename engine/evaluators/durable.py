@@ -264,6 +264,7 @@ def ruleset_texts(pack: Pack) -> list[RulesetText]:
 # ---------------------------------------------------------------- running
 
 MAX_LIVE = 8      # packs whose rulesets stay created; a long-lived process may see any number of packs
+FRAGMENTS_KEPT = 4096    # fact texts an evaluator keeps (a few hundred KB at most)
 _live: OrderedDict[str, DurableEvaluator] = OrderedDict()     # least recently used first
 
 
@@ -310,6 +311,7 @@ class DurableEvaluator:
         self.item_prefixes = {path: tuple((f',"{keys.item(path, item)}":', item) for item in items)
                               for path, items in keys.items.items()}
         self.read = frozenset(keys.key)
+        self._fragments: dict[tuple[str, type, Any], str] = {}     # (fact, type, value) -> _fragment's text
         self.rule_of: dict[str, str] = {}        # compiled rule name -> rule id
         self.rulesets: list[list[_Ruleset]] = []     # the rulesets of each level, lowest level first
         self._sessions: set[int] = set()         # rulesets whose session exists
@@ -363,10 +365,22 @@ class DurableEvaluator:
         return started
 
     def _fragment(self, path: str, value: Any) -> str:
-        """A fact's part of the asserted fact's text: `,"a3":0.5`; a list's `,"a4":1,"a4_0":true,...`."""
+        """A fact's part of the asserted fact's text: `,"a3":0.5`; a list's `,"a4":1,"a4_0":true,...`.
+        Kept per fact and value (with its type: 1, 1.0 and True are told apart), bounded: most of
+        the facts of one deployment's evaluations come back unchanged (-0.0 may travel as 0.0,
+        which every test reads the same)."""
         items = self.item_prefixes.get(path)
         if items is None:
-            return self.prefix[path] + encode(value)
+            key = (path, type(value), value)
+            try:
+                text = self._fragments.get(key)
+            except TypeError:        # a value that cannot be a key: not kept
+                return self.prefix[path] + encode(value)
+            if text is None:
+                if len(self._fragments) >= FRAGMENTS_KEPT:
+                    self._fragments.clear()
+                text = self._fragments[key] = self.prefix[path] + encode(value)
+            return text
         return self.prefix[path] + "1" + "".join(prefix + ("true" if item in value else "false") for prefix, item in items)
 
     def run(self, values: dict[str, Any]) -> Derivation:
