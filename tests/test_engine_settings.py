@@ -179,6 +179,9 @@ def test_kept_settings_are_those_made_afresh_when_a_fact_they_read_changes():
         ("memory_budget", "memory_budget", {"memory_fraction": 1}, vllm, DERIVED),
         ("memory_budget", "memory_budget", {"memory_fraction": True}, vllm, DERIVED),
         ("quantization", "quantization[fp8]", {"method": "fp8"}, vllm, DERIVED),
+        ("mixed_precision", "mixed_precision", {"keep_high_precision": ["softmax", "lm_head"]}, vllm, DERIVED),
+        ("mixed_precision", "mixed_precision", {"keep_high_precision": ["softmax"]}, vllm, DERIVED),
+        ("mixed_precision", "mixed_precision", {"keep_high_precision": ("softmax",)}, vllm, DERIVED),
         ("quantization", "quantization[fp8]", {"method": "fp8"}, {**vllm, "serving.quantization": "fp8"}, DERIVED),
         ("quantization", "quantization[fp8]", {"method": "fp8"}, {**vllm, "serving.quantization": "int8"}, DERIVED),
     ]

@@ -299,7 +299,8 @@ def settings_map(strategy: str, key: str, params: Mapping[str, Any], facts: Mapp
     the facts read have the same values (the replicas of a deployment, a batch's lines)."""
     on = on if on is not None else targets(facts)
     try:
-        memo_key = (strategy, key, tuple((name, type(value), value) for name, value in params.items()), on)
+        memo_key = (strategy, key, tuple((name, type(value), tuple(value) if type(value) is list else value)
+                                         for name, value in params.items()), on)
         hash(memo_key)
     except TypeError:                  # a parameter that cannot be a key (a list): not kept
         return _settings_map(strategy, key, params, facts, derived, on)
