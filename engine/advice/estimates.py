@@ -283,6 +283,8 @@ class Model:
         self._depends_anew: dict[str, frozenset[str]] = {}
         self.earlier, self.recomputed = earlier, recomputed
         self.lookup: Lookup = model_lookup(inputs, derivation.derived)
+        # each derive expression's compile_trace, by (rule, fact), made once per pack
+        self._compiled: dict[tuple[str, str], Callable[[Lookup], Trace]] = pack.memo("traces", dict)
 
     def _borrows(self, path: str) -> Model | None:
         """The earlier model, where it already knows all about `path`."""
@@ -292,16 +294,19 @@ class Model:
         return self.derivation.derived[path][1]
 
     def trace_of(self, path: str) -> Trace:
-        if path not in self.traces:
-            earlier = self._borrows(path)
-            if earlier is not None:
-                self.traces[path] = earlier.trace_of(path)
-                return self.traces[path]
-            rule_id = self.rule_of(path)
-            traced = self.pack.memo(f"trace:{rule_id}:{path}", lambda: compile_trace(
-                next(c.value for c in self.pack.by_id()[rule_id].then if isinstance(c, Derive) and c.path == path)))
-            self.traces[path] = traced(self.lookup)
-        return self.traces[path]
+        done = self.traces.get(path)
+        if done is not None:
+            return done
+        if self.earlier is not None and path not in self.recomputed:
+            done = self.traces[path] = self.earlier.trace_of(path)
+            return done
+        rule_id = self.derivation.derived[path][1]
+        traced = self._compiled.get((rule_id, path))
+        if traced is None:
+            traced = self._compiled[rule_id, path] = compile_trace(
+                next(c.value for c in self.pack.by_id()[rule_id].then if isinstance(c, Derive) and c.path == path))
+        done = self.traces[path] = traced(self.lookup)
+        return done
 
     def confidence(self, path: str) -> tuple[Confidence, tuple[str, ...]]:
         """A derived fact's confidence and the defaults behind it (its own and its inputs')."""
