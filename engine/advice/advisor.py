@@ -111,8 +111,9 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
     strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)
     warnings = tuple(RuleNote(drawn.rule, drawn.conclusion.text) for drawn in _drawn(pack, derivation.fired, Warn))
     bottleneck = final.derived.get("derived.bottleneck", "unknown")
+    waiting = {item.rule: item.missing for item in not_evaluated}
     bottleneck_missing = tuple(sorted({path for rule_id in pack.producers.get("derived.bottleneck", ())
-                                       for item in not_evaluated if item.rule == rule_id for path in item.missing}))
+                                       for path in waiting.get(rule_id, ())}))
     bottleneck_rule = derivation.derived.get("derived.bottleneck", (None, None))[1]
     return Advice(
         bottleneck=bottleneck, bottleneck_rule=bottleneck_rule, strategies=strategies_out, rejected=rejected,

@@ -19,6 +19,7 @@ from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, conclus
 from kbopt.engine.lang.compiled import ChainingCheck, ChainRunner, ChainStep, CycleRunner, compile_chain
 from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.pack.graph import strongly_connected
+from kbopt.engine.pack.kept import Kept
 from kbopt.engine.pack.rule import PERSISTENT, Derive, Pack, Rule
 
 Schedule = tuple[tuple[tuple[Rule, ChainingCheck], ...], ...]
@@ -150,6 +151,8 @@ class Rerun:
         self._downstream: dict[frozenset[str], frozenset[str]] = {}
         self._chains: dict[tuple[frozenset[str], bool], Chain] = {}
         self._derived: dict[frozenset[str], frozenset[str]] = {}
+        self._takes: Kept[tuple[tuple[str, ...], frozenset[str]],
+                          tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = Kept(TAKES_KEPT)
 
     def chain(self, changed: frozenset[str]) -> Chain:
         """The schedule of the rules downstream of `changed`, kept per fact set and tier."""
@@ -195,15 +198,33 @@ class Rerun:
         changed = frozenset(changed)
         rerun, chain = self.downstream(changed), self.chain(changed)
         derived = DerivedFacts(values, self.pack)
-        rules = self.pack.by_id()
-        kept = [rule_id for rule_id in earlier.fired if rule_id not in rerun and rule_id in self.relevant]   # in pack order
+        kept, taken = self._kept(earlier.fired, changed, rerun)
         fired = set(kept)
-        for rule_id in kept:
-            for path in rules[rule_id].derives:
-                if path not in derived.values:
-                    derived.take(path, earlier.derived[path][0], rule_id)
+        for path, rule_id in taken:
+            derived.take(path, earlier.derived[path][0], rule_id)
         chain.run(derived, fired)
         return finish(self.pack, fired, derived)
+
+    def _kept(self, fired: tuple[str, ...], changed: frozenset[str], rerun: frozenset[str]
+              ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+        """The earlier evaluation's fired rules that do not run again, in pack order, and each
+        fact they derive with the first of them deriving it: what depends on the rules that fired
+        and the facts changed alone, kept per both (engine/pack/kept.py) as a what-if's comes back."""
+        key = (fired, changed)
+        found = self._takes.get(key)
+        if found is None:
+            rules = self.pack.by_id()
+            kept = tuple(rule_id for rule_id in fired if rule_id not in rerun and rule_id in self.relevant)
+            first: dict[str, str] = {}
+            for rule_id in kept:
+                for path in rules[rule_id].derives:
+                    first.setdefault(path, rule_id)
+            found = (kept, tuple(first.items()))
+            self._takes.offer(key, found)
+        return found
+
+
+TAKES_KEPT = 512      # (fired rules, changed facts) whose kept rules a Rerun keeps: a few KB each
 
 
 def upstream(pack: Pack, wanted: frozenset[str]) -> frozenset[str]:
