@@ -82,9 +82,8 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
     import multiprocessing
     import tempfile
     from collections import deque
-    # spawn, not fork: a fork of a process with threads (a caller's, a test harness's) can copy a
-    # lock held mid-operation and leave the worker waiting forever. Each worker gets the checked
-    # pack pickled (rules and compiled rulesets, as the compiled-pack cache stores them). A worker
+    # Each worker gets the checked pack: as it is here through a fork, pickled through a spawn
+    # (_start_method says which). A worker
     # writes each chunk's lines to a file of a temporary folder, which this process copies to the
     # output in the kernel (copy_file_range): sent back through the pool's pipe, 35 KB a line,
     # they had cost this process a second of CPU per 10,000 lines, taken from the workers.
@@ -94,7 +93,7 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
         raise KboptError(f"--facts-jsonl with {jobs} workers: cannot make a folder in {tempfile.gettempdir()} for "
                          f"their output: {error.strerror} (set TMPDIR to a writable folder, or give --jobs 1)") from None
     with blocks as folder, \
-            multiprocessing.get_context("spawn").Pool(
+            multiprocessing.get_context(_start_method()).Pool(
                 jobs, initializer=_start_worker, initargs=((pack, evaluator, source, overrides, folder),)) as pool:
         # A window of chunks in flight, collected in order: the workers never wait for the
         # slowest line of a batch, and at most IN_FLIGHT_PER_JOB * jobs chunks are held.
@@ -111,6 +110,18 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
                                  f"{error.strerror or error}") from None
             count, failed = count + lines_done, failed + lines_failed
             _copy_block(block, out)
+
+
+def _start_method() -> str:
+    """How the workers start: forked on Linux where this process runs no other thread (a worker
+    then takes its first lines 0.1 s after the pool starts, against 0.4 s for a new interpreter
+    that imports kbopt and unpickles the pack); spawned otherwise, as a fork of a process with
+    threads (a caller's, a test harness's) can copy a lock held mid-operation and leave the
+    worker waiting forever."""
+    import threading
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return "fork"
+    return "spawn"
 
 
 # Lines a worker advises per task: few enough to spread the work evenly (the last task of a batch

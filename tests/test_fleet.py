@@ -216,7 +216,31 @@ def test_facts_jsonl_one_line_out_per_line_in(run_cli, tmp_path, monkeypatch):
     assert json.loads((tmp_path / "advice.jsonl").read_text())["kbopt"] == "advice/2"
 
 
-def test_facts_jsonl_in_worker_processes_keeps_the_order(run_cli, tmp_path, monkeypatch):
+def test_facts_jsonl_workers_are_spawned_where_another_thread_runs():
+    """A fork copies only the thread that forks, with every lock as it was: where another
+    thread runs, the workers start as new interpreters."""
+    import threading
+
+    from kbopt import batch
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert batch._start_method() == "spawn"
+    finally:
+        stop.set()
+        thread.join()
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_facts_jsonl_in_worker_processes_keeps_the_order(run_cli, tmp_path, monkeypatch, start):
+    """Workers forked (a process with no other thread, on Linux) or spawned give the lines of
+    one process, in order."""
+    from kbopt import batch
+    if batch._start_method() == "fork":         # this process may fork: pytest runs no other thread
+        monkeypatch.setattr(batch, "_start_method", lambda: start)
+    elif start == "fork":
+        pytest.skip("this process runs other threads: workers are spawned here")
     path = tmp_path / "facts.jsonl"
     path.write_text(_lines() * 10)     # 40 lines in chunks of 4: several chunks in flight at once
     monkeypatch.setattr("kbopt.batch.CHUNK", 4)
