@@ -93,6 +93,9 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
     whatif = WhatIf(pack, inputs, model) if estimates else None
     rules = pack.by_id()
     shown_values = {**facts.values, **final.derived}
+    # The facts the evaluators read otherwise than the user wrote them (a version as a number):
+    # a firing shows the user's, and only a firing that read one of these needs its values remapped.
+    written = {path: value for path, value in facts.values.items() if inputs.get(path) is not value}
 
     derived_by: dict[str, dict[str, Any]] = {}
     for path, (value, rule_id) in derivation.derived.items():
@@ -103,7 +106,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         rule, said = rules[rule_id], explained.get(rule_id)
         if said is None:
             said = explained[rule_id] = _Explained.of(rule)
-        values, checks = final.witness(rule, shown_values)
+        values, checks = final.witness(rule, written)
         firings.append(Firing(rule.id, rule.title, rule.layer, values, checks, rule.when_text, rule.sources, said.location,
                               rule.pack, derived_by.get(rule_id, {}), _Texts(said, shown_values, final.lookup)))
     not_evaluated = final.not_evaluated()

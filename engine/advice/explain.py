@@ -304,7 +304,7 @@ def witness_of(witnesses: Witnesses, known: dict[str, Any], lookup: Lookup,
             checks.append(_new_check((path, value, make.op, make.threshold, make.parameter, None)))
         else:
             checks.append(make(lookup, facts))
-    if shown:
+    if shown and not shown.keys().isdisjoint(facts):
         facts = {path: shown.get(path, value) for path, value in facts.items()}
     return facts, tuple(checks)
 
