@@ -164,7 +164,7 @@ def finish(pack: Pack, fired: set[str], derived: DerivedFacts) -> Derivation:
         "finish plans", lambda: Kept(PLANS_KEPT))
     plan = plans.get(key)
     if plan is None:
-        plan = _credited(pack, fired)
+        plan = credit_plan(pack, fired)
         plans.offer(key, plan)
     order, credited = plan
     values = derived.values
@@ -178,7 +178,7 @@ def finish(pack: Pack, fired: set[str], derived: DerivedFacts) -> Derivation:
 PLANS_KEPT = 512       # sets of fired rules whose credits a pack keeps: about 4 KB each, 2 MB at most
 
 
-def _credited(pack: Pack, fired: set[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+def credit_plan(pack: Pack, fired: set[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """The fired rules in pack order, and (fact, the first of them deriving it) by fact."""
     order = tuple(sorted(fired, key=pack.order.__getitem__))
     first: dict[str, str] = {}

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, conclusions, finish
+from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, conclusions, credit_plan, finish
 from kbopt.engine.lang.compiled import ChainingCheck, ChainRunner, ChainStep, CycleRunner, compile_chain
 from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.pack.graph import strongly_connected
@@ -213,13 +213,8 @@ class Rerun:
         key = (fired, changed)
         found = self._takes.get(key)
         if found is None:
-            rules = self.pack.by_id()
-            kept = tuple(rule_id for rule_id in fired if rule_id not in rerun and rule_id in self.relevant)
-            first: dict[str, str] = {}
-            for rule_id in kept:
-                for path in rules[rule_id].derives:
-                    first.setdefault(path, rule_id)
-            found = (kept, tuple(first.items()))
+            # the same crediting as an evaluation's result (finish), over the rules kept
+            found = credit_plan(self.pack, {rule_id for rule_id in fired if rule_id not in rerun and rule_id in self.relevant})
             self._takes.offer(key, found)
         return found
 
