@@ -83,10 +83,10 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
     import tempfile
     from collections import deque
     # Each worker gets the checked pack: as it is here through a fork, pickled through a spawn
-    # (_start_method says which). A worker
-    # writes each chunk's lines to a file of a temporary folder, which this process copies to the
-    # output in the kernel (copy_file_range): sent back through the pool's pipe, 35 KB a line,
-    # they had cost this process a second of CPU per 10,000 lines, taken from the workers.
+    # (_start_method says which). A worker writes each chunk's lines to a file of a temporary
+    # folder, which this process copies to the output in the kernel (_copy_block): sent back
+    # through the pool's pipe, 35 KB a line, they had cost this process a second of CPU per
+    # 10,000 lines, taken from the workers.
     try:
         blocks = tempfile.TemporaryDirectory(prefix="kbopt-jsonl-")
     except OSError as error:
@@ -151,31 +151,39 @@ def _advise_chunk(chunk: list[tuple[int, str]]) -> tuple[int, int, str]:
 
 
 def _copy_block(path: str, out: IO[bytes]) -> None:
-    """Append a worker's block to the output and remove it: in the kernel where the output is a
-    file (or a pipe, by sendfile), else read and written."""
+    """Append a worker's block to the output, then remove it."""
     with open(path, "rb") as block:
-        size, copied = os.fstat(block.fileno()).st_size, 0
-        try:
-            target = out.fileno()
-        except (AttributeError, OSError, ValueError):     # a stream without a descriptor (a test's capture)
-            target = -1
-        if target >= 0:
-            out.flush()              # what was written through the stream goes first
-            for copy in (os.copy_file_range, os.sendfile):
-                try:
-                    while copied < size:
-                        sent = copy(block.fileno(), target, size - copied) if copy is os.copy_file_range \
-                            else os.sendfile(target, block.fileno(), None, size - copied)
-                        if sent == 0:
-                            break
-                        copied += sent
-                    break
-                except OSError:      # not between these two (a pipe, another file system): the next way
-                    continue
-        if copied < size:
+        size = os.fstat(block.fileno()).st_size
+        copied = _copied_in_kernel(block.fileno(), out, size)
+        if copied < size:            # the rest, read and written
             block.seek(copied)
             shutil.copyfileobj(block, out)
     os.unlink(path)
+
+
+def _copied_in_kernel(source: int, out: IO[bytes], size: int) -> int:
+    """How many of the `size` bytes from `source` the kernel copied to `out`: copy_file_range
+    between two files, sendfile into a pipe; none where `out` has no descriptor (a test's
+    capture). Each advances the source's offset by what it copied, so one may take over
+    where the other stopped."""
+    try:
+        target = out.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 0
+    out.flush()                      # what was written through the stream goes first
+    copied = 0
+    try:
+        while copied < size and (sent := os.copy_file_range(source, target, size - copied)):
+            copied += sent
+        return copied
+    except OSError:                  # not two files of one kind (a pipe, a terminal): sendfile
+        pass
+    try:
+        while copied < size and (sent := os.sendfile(target, source, None, size - copied)):
+            copied += sent
+    except OSError:
+        pass
+    return copied
 
 
 def input_lines(path: str) -> Iterator[str]:
