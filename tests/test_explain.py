@@ -506,7 +506,7 @@ def test_an_evaluation_s_result_credits_each_fact_to_its_first_rule(pack):
                     expected[path] = (derived.values[path][0], rule_id)
         result = finish(pack, fired, derived)
         assert result.fired == tuple(order)
-        assert list(result.derived.items()) == sorted(expected.items())
+        assert result.derived == expected          # in no particular order
         compared += 1
     plans = pack.artefacts["finish plans"]
     assert compared > 150 and 0 < len(plans.results) < compared      # plans were kept, and reused

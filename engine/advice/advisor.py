@@ -30,11 +30,12 @@ class _Explained:
     because: template.Compiled                       # the `because` text, split at its placeholders
     parameters: dict[str, Any]                       # the rule's parameters, for its placeholders
     location: str
+    derives: tuple[str, ...]                         # the facts it derives, sorted (as its firing shows them)
 
     @classmethod
     def of(cls, rule: Rule) -> _Explained:
         return cls(render_template(rule.when), template.compile_text(rule.because),
-                   {p.name: p.value for p in rule.parameters}, rule.location)
+                   {p.name: p.value for p in rule.parameters}, rule.location, tuple(sorted(set(rule.derives))))
 
 
 def fill_because(explained: _Explained, lookup: Lookup) -> str:
@@ -97,9 +98,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
     # a firing shows the user's, and only a firing that read one of these needs its values remapped.
     written = {path: value for path, value in facts.values.items() if inputs.get(path) is not value}
 
-    derived_by: dict[str, dict[str, Any]] = {}
-    for path, (value, rule_id) in derivation.derived.items():
-        derived_by.setdefault(rule_id, {})[path] = value
+    derived = derivation.derived
     firings = []
     explained: dict[str, _Explained] = pack.memo("explained", dict)     # each rule's, once it fired
     for rule_id in derivation.fired:
@@ -107,8 +106,10 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         if said is None:
             said = explained[rule_id] = _Explained.of(rule)
         values, checks = final.witness(rule, written)
+        # the facts credited to it (another fired rule earlier in the pack may derive one too)
+        made = {path: credit[0] for path in said.derives if (credit := derived[path])[1] == rule_id}
         firings.append(Firing(rule.id, rule.title, rule.layer, values, checks, rule.when_text, rule.sources, said.location,
-                              rule.pack, derived_by.get(rule_id, {}), _Texts(said, shown_values, final.lookup)))
+                              rule.pack, made, _Texts(said, shown_values, final.lookup)))
     not_evaluated = final.not_evaluated()
 
     strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kbopt.engine.lang.compiled import Acceptance, Compute, FastCompute, compile_chaining_value, compile_value
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Missing
@@ -17,10 +17,11 @@ from kbopt.errors import EvaluationError
 from kbopt.kb.vocabulary import Vocabulary
 
 
-@dataclass(frozen=True)
-class Derivation:
+class Derivation(NamedTuple):         # a NamedTuple: made once an evaluation, and what-ifs evaluate often
     fired: tuple[str, ...]                       # rule ids, in pack order
-    derived: dict[str, tuple[Any, str]]          # path -> (value, id of the first rule in pack order that derived it)
+    # path -> (value, id of the first rule in pack order that derived it), in no particular
+    # order: sorted where an output shows them
+    derived: dict[str, tuple[Any, str]]
 
 
 _UNSET = object()
@@ -73,7 +74,8 @@ class DerivedFacts:
         self.order = pack.order          # rule id -> position in the pack, for stable messages
         self.values: dict[str, tuple[Any, str]] = {}
         self.pack = pack
-        self.conclusions = conclusions(pack)
+        # the pack's conclusions, fetched by the first conclude(): a hot pack's chain derives by itself
+        self._conclusions: dict[str, tuple[Conclusion, ...]] | None = None
         # Inputs and derived values in one dict: the lookup below is the evaluators' hottest call.
         self.known: dict[str, Any] = dict(inputs)
 
@@ -92,7 +94,10 @@ class DerivedFacts:
     def conclude(self, rule: Rule) -> list[tuple[str, Any]]:
         """Compute the facts `rule` derives; return those that are new."""
         new: list[tuple[str, Any]] = []
-        for compiled in self.conclusions[rule.id]:
+        concluded = self._conclusions
+        if concluded is None:
+            concluded = self._conclusions = conclusions(self.pack)
+        for compiled in concluded[rule.id]:
             conclusion, fast = compiled.derive, compiled.fast
             if fast is not None:
                 try:
@@ -160,22 +165,39 @@ def finish(pack: Pack, fired: set[str], derived: DerivedFacts) -> Derivation:
     (engine/pack/kept.py), as most evaluations of a batch, and most what-ifs, fire a set some
     evaluation fired before."""
     key = frozenset(fired)
-    plans: Kept[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = pack.memo(
-        "finish plans", lambda: Kept(PLANS_KEPT))
+    plans: Kept[frozenset[str], FinishPlan] = pack.memo("finish plans", lambda: Kept(PLANS_KEPT))
     plan = plans.get(key)
     if plan is None:
-        plan = credit_plan(pack, fired)
+        plan = finish_plan(pack, fired)
         plans.offer(key, plan)
-    order, credited = plan
+    order, paths, credits = plan
     values = derived.values
-    try:
-        facts = {path: (values[path][0], rule_id) for path, rule_id in credited}
-    except KeyError:       # not the case (see above); were it, a fact not set is credited to none
-        facts = {path: (values[path][0], rule_id) for path, rule_id in credited if path in values}
+    # values holds each fact a fired rule derives (every one is set, and only they set one)
+    # with the first rule that set it, and the evaluation is done with it: it is the result as
+    # it stands, in no particular order, once each fact that more than one fired rule derives
+    # is credited as in pack order (chaining order need not be).
+    facts = values if len(values) == len(paths) else {path: values[path] for path in paths if path in values}
+    for path, rule_id in credits:
+        if path in facts and facts[path][1] != rule_id:
+            facts[path] = (facts[path][0], rule_id)
     return Derivation(fired=order, derived=facts)
 
 
 PLANS_KEPT = 512       # sets of fired rules whose credits a pack keeps: about 4 KB each, 2 MB at most
+
+# finish's plan for a set of fired rules: those rules in pack order; the facts they derive, in
+# order; and the credit of each fact that more than one of them derives
+FinishPlan = tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]]
+
+
+def finish_plan(pack: Pack, fired: set[str]) -> FinishPlan:
+    order, credited = credit_plan(pack, fired)
+    rules = pack.by_id()
+    derivers: dict[str, int] = {}
+    for rule_id in order:
+        for path in rules[rule_id].derives:
+            derivers[path] = derivers.get(path, 0) + 1
+    return order, tuple(path for path, _ in credited), tuple((path, rule_id) for path, rule_id in credited if derivers[path] > 1)
 
 
 def credit_plan(pack: Pack, fired: set[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:

@@ -424,8 +424,12 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
         # An `and` is true when each item is: its items are tested in turn, each nested in the
         # last, and the first that is not true skips the rest (as the `and` would return).
         items = condition.items if isinstance(condition, And) and 0 < len(condition.items) <= _MAX_NESTED else (condition,)
-        depth = 0
+        depth, present = 0, set()
         for item in items:
+            shown = _present_if_true(item)
+            if isinstance(item, (Needs, Known)) and shown and shown <= present:
+                continue           # a fact an earlier item held true is known: the loader's needs(f) of a compared fact
+            present |= shown
             holds = generated.holds(item)
             if holds is None:
                 lines += ["    " * depth + line for line in generated.into(item, "r")]
@@ -435,12 +439,37 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
         key = generated.name("k", rule_id)
         exact = [f"    conclude({generated.name('k', rule)})",
                  *_reloaded(generated, [(path, generated.locals[path]) for path, *_ in derives if path in generated.locals])]
-        lines += ["    " * depth + f"    if {key} not in fired:", "    " * depth + f"        fired.add({key})"]
-        lines += ["    " * (depth + 1) + line for line in _fast_derives(generated, key, derives, exact)]
+        # A rule alone in its component is checked once a run, and a run's `fired` never holds
+        # a rule of the chain beforehand (a Rerun's holds the rules it does not run again): no
+        # test of `fired` before adding to it.
+        lines.append("    " * depth + f"    fired.add({key})")
+        lines += ["    " * depth + line for line in _fast_derives(generated, key, derives, exact)]
     lines.append("    return None")
-    chain: ChainRunner = _define("def chain(known, values, fired, conclude):\n" + "\n".join(lines) + "\n", "chain",
+    # NONE as a local (a default argument): the chain reads it at nearly every leaf
+    chain: ChainRunner = _define("def chain(known, values, fired, conclude, NONE=NONE):\n" + "\n".join(lines) + "\n", "chain",
                                  generated.namespace)
     return chain
+
+
+def _present_if_true(node: Condition) -> frozenset[str]:
+    """The facts a condition's being true while chaining shows known: every leaf's fact (a leaf
+    on a fact not known is false or undecided) but missing(f)'s, each item's of an `and`, those
+    of every item of an `or`; none under a `not` (false on a fact not known)."""
+    match node:
+        case And(items=items):
+            return frozenset().union(*map(_present_if_true, items))
+        case Or(items=items):
+            return frozenset.intersection(*map(_present_if_true, items)) if items else frozenset()
+        case Not():
+            return frozenset()
+        case Cmp(left=left, right=right):
+            return frozenset((left.path, right.path)) if isinstance(right, Fact) else frozenset((left.path,))
+        case OneOf(fact=fact) | Contains(fact=fact) | Needs(fact=fact):
+            return frozenset((fact.path,))
+        case Known(fact=fact, negated=negated):
+            return frozenset() if negated else frozenset((fact.path,))
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def _reloaded(generated: _Generated, paths: list[tuple[str, str]]) -> list[str]:
@@ -460,16 +489,21 @@ def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ..
     target = generated.name("k", path)
     rest = _fast_derives(generated, key, derives[1:], exact)
     local = generated.locals.get(path)
-    # The fast path's own expression, inline: the same value or exception without a call.
-    inline = _chaining_expression(node, lambda value: generated.name("k", value))
+    if isinstance(node, Const) and accepts.test()(node.value):
+        # A constant its type admits (most derived flags): nothing to compute or test.
+        computed = [f"    v = {generated.name('k', node.value)}", f"    if ((w := values.get({target})) is None or w[0] == v):"]
+    else:
+        # The fast path's own expression, inline: the same value or exception without a call.
+        inline = _chaining_expression(node, lambda value: generated.name("k", value))
+        computed = ["    try:",
+                    f"        v = {inline if inline is not None else generated.name('f', fast) + '(known)'}",
+                    "    except Exception:",
+                    "        v = NONE",
+                    f"    if v is not NONE and {accepts.expression(generated, 'v')} and "
+                    f"((w := values.get({target})) is None or w[0] == v):"]
     # A fact an earlier rule set to an equal value stays as it is, as conclude() leaves it; a
     # different value is conclude()'s error to raise.
-    return ["    try:",
-            f"        v = {inline if inline is not None else generated.name('f', fast) + '(known)'}",
-            "    except Exception:",
-            "        v = NONE",
-            f"    if v is not NONE and {accepts.expression(generated, 'v')} and "
-            f"((w := values.get({target})) is None or w[0] == v):",
+    return [*computed,
             "        if w is None:",
             f"            values[{target}] = (v, {key})",
             f"            known[{target}] = v",
