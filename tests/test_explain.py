@@ -188,11 +188,17 @@ def test_two_rules_requiring_the_same_thing_of_one_strategy(pack):
     assert {s.key for s in advice.strategies} >= {"weight_layout", "quantization[fp16]"}
 
 
-def _inline_truth(condition):
-    """The generated chain's inline tests of a condition (`_Generated.truth`): (is it true, is it false)."""
+def _inline_truth(condition, in_locals=False):
+    """The generated chain's inline tests of a condition (`_Generated.truth`): (is it true, is it
+    false). With `in_locals`, each fact is read into a local first, as a chain reads them (which
+    spares an equality or a membership its test of being known)."""
     from kbopt.engine.lang.compiled import _define, _Generated
+    from kbopt.engine.lang.nodes import facts_of
     generated = _Generated("chaining")
-    source = (f"def check(known):\n    return {generated.truth(condition, True)}, "
+    if in_locals:
+        generated.locals = {path: f"x{index}" for index, path in enumerate(dict.fromkeys(facts_of(condition)))}
+    read = "".join(f"    {local} = known.get({generated.name('k', path)}, NONE)\n" for path, local in generated.locals.items())
+    source = (f"def check(known):\n{read}    return {generated.truth(condition, True)}, "
               f"{generated.truth(condition, False)}\n")
     return _define(source, "check", generated.namespace)
 
@@ -218,7 +224,7 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
         paths = sorted(set(facts_of(condition)))
         check = compile_condition(condition)
         chaining = compile_chaining_check(condition)
-        inline = _inline_truth(condition)
+        inline, in_locals = _inline_truth(condition), _inline_truth(condition, in_locals=True)
         final, final_undecided = compile_final_check(condition), compile_final_undecided(condition)
         final_own = compile_final_own(condition)
         decide = compile_final_decisions([("R", condition)])
@@ -259,6 +265,7 @@ def test_compiled_conditions_agree_with_the_tree_walk(pack):
                 if not chaining_status:     # absent exactly where derived: the chaining lookup's reading
                     assert chaining(known) == expected, (condition, table)
                     assert inline(known) == (expected is True, expected is False), (condition, table)
+                    assert in_locals(known) == (expected is True, expected is False), (condition, table)
                     chained += 1
             checked += 1
     assert checked > 2000 and chained > 200 and finals > 200
@@ -564,6 +571,39 @@ def test_the_generated_chain_fires_and_derives_as_each_rule_checked_in_turn(pack
     chains = _chains(broken)
     said = [_same_both_ways(broken, chains, {f"telemetry.{FIELDS[i]}": 0.9 for i in on}) for on in ([0], [1, 2], [1])]
     assert sum("not a finite number" in str(o) for o in said) == 1 and sum("derive different values" in str(o) for o in said) == 1
+
+
+def test_a_chain_s_leaves_read_from_locals_agree_with_the_tree_walk():
+    """A chain reads each fact into a local, and spares an equality with a literal, or a
+    membership among literals, its test of being known (NONE equals nothing but itself). Every
+    leaf shape, plain and negated, is true or false as the tree walk says, with its fact known,
+    missing (an input) or absent (a derived fact)."""
+    from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, evaluate
+    from kbopt.engine.lang.nodes import Cmp, Const, Contains, Fact, Known, Needs, Not, OneOf, facts_of
+    number, text, items = Fact("telemetry.compute_utilization"), Fact("derived.bottleneck"), Fact("constraints.allowed_precisions")
+    leaves = [*(Cmp(op, fact, Const(value)) for op in ("<", "<=", ">", ">=", "==", "!=")
+                for fact, value in ((number, 0.5), (text, "overhead"))),
+              *(OneOf(fact, values, negated) for negated in (False, True)
+                for fact, values in ((number, (0.2, 0.5)), (text, ("overhead", "underfed")))),
+              *(Contains(items, "fp8", negated) for negated in (False, True)),
+              *(Known(fact, negated) for negated in (False, True) for fact in (number, text)), Needs(number), Needs(text)]
+    values = {number.path: [0.2, 0.5, 0.9], text.path: ["overhead", "memory_capacity"], items.path: [["fp8"], []]}
+    checked = 0
+    for node in [*leaves, *(Not(leaf) for leaf in leaves)]:
+        path = next(facts_of(node))
+        check = _inline_truth(node, in_locals=True)
+        for known in [{path: value} for value in values[path]] + [{}]:
+            def lookup(wanted, known=known):
+                if wanted in known:
+                    return KNOWN, known[wanted]
+                return (ABSENT if wanted.startswith("derived.") else MISSING), None
+            try:
+                expected = evaluate(node, lookup)
+            except TypeError:
+                continue            # a text compared by order: the tree walk fails too
+            assert check(known) == (expected is True, expected is False), (node, known)
+            checked += 1
+    assert checked > 100
 
 
 def test_compiled_forms_of_empty_and_or():

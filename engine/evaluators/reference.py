@@ -11,6 +11,7 @@ changes. Only rules that feed each other in a cycle are re-checked, among themse
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -251,10 +252,11 @@ def make_chain(pack: Pack, only: frozenset[str] | None = None) -> Chain:
     own checks: the others' conditions are inline)."""
     if not pack.hot:
         return Chain(make_evaluator_schedule(pack, only), None)
-    derives = conclusions(pack)
+    derives, derivations = conclusions(pack), derivation_counts(pack)
 
     def step(rule: Rule) -> ChainStep:
-        return rule.id, rule, rule.fire_condition, tuple((c.derive.path, c.fast, c.acceptance, c.derive.value) for c in derives[rule.id])
+        return rule.id, rule, rule.fire_condition, tuple(
+            (c.derive.path, c.fast, c.acceptance, c.derive.value, derivations[c.derive.path] == 1) for c in derives[rule.id])
     components = (tuple(rule for rule in component if only is None or rule.id in only)
                   for component in scheduled(pack))
     steps: list[ChainStep | CycleRunner] = [
@@ -262,6 +264,11 @@ def make_chain(pack: Pack, only: frozenset[str] | None = None) -> Chain:
         else functools.partial(_cycle, component=tuple((rule, pack.chaining_check(rule.id)) for rule in component))
         for component in components if component]
     return Chain((), compile_chain(steps))
+
+
+def derivation_counts(pack: Pack) -> Counter[str]:
+    """How many derive conclusions of the pack's rules set each derived fact."""
+    return pack.memo("derivation counts", lambda: Counter(c.path for rule in pack.rules for c in rule.then if isinstance(c, Derive)))
 
 
 def rerun_of(pack: Pack) -> Rerun:

@@ -137,7 +137,8 @@ class _Generated:
             case Cmp(op=op, left=Fact(path=path), right=right):
                 if isinstance(right, Const):
                     threshold, apply = self.name("k", right.value), COMPARISONS[op].apply
-                    return self._leaf(path, lambda v: self.compared(apply, v, threshold, wanted), wanted)
+                    return self._leaf(path, lambda v: self.compared(apply, v, threshold, wanted), wanted,
+                                      unguarded=apply is operator.eq)
                 other = right.path
                 key, other_key = self.name("k", path), self.name("k", other)
                 test = self.compared(COMPARISONS[op].apply, "v", "w", wanted)
@@ -150,7 +151,7 @@ class _Generated:
             case OneOf(fact=Fact(path=path), values=values, negated=negated):
                 choices = self.name("k", values)
                 inside = " in " if negated != wanted else " not in "
-                return self._leaf(path, lambda v: f"({v}{inside}{choices})", wanted)
+                return self._leaf(path, lambda v: f"({v}{inside}{choices})", wanted, unguarded=inside == " in ")
             case Contains(fact=Fact(path=path), item=item, negated=negated):
                 member = self.name("k", item)
                 inside = " in " if negated != wanted else " not in "
@@ -168,12 +169,16 @@ class _Generated:
             case _ as unreachable:
                 assert_never(unreachable)
 
-    def _leaf(self, path: str, test: Callable[[str], str], wanted: bool) -> str:
+    def _leaf(self, path: str, test: Callable[[str], str], wanted: bool, unguarded: bool = False) -> str:
         """`truth` of a leaf on one fact, `test(v)` an expression true when the leaf is `wanted`
         on the fact's value named `v`: the fact's local where it has one, else `v`, set from
-        `known` once."""
+        `known` once. `unguarded`: the test is false on NONE, which equals nothing but itself (an
+        equality with a literal, a membership among literals), so that a local needs no test of
+        being known first."""
         key = self.name("k", path)
         local = self.locals.get(path)
+        if wanted and unguarded and local is not None:
+            return test(local)
         value, v = (local, local) if local is not None else (f"(v := known.get({key}, NONE))", "v")
         if wanted:
             return f"({value} is not NONE and {test(v)})"
@@ -314,7 +319,7 @@ def _refuse_text(constant: object, namespace: dict[str, Any]) -> None:
 
 
 _WRITTEN = frozenset({"known", "status", "v", "w", "r", "out", "owns", "undecided", "check", "compute", "chain", "fired",
-                      "conclude", "values", "Exception", "c", "map", "decide",
+                      "conclude", "values", "Exception", "c", "map", "decide", "fire",
                       "get", "add", "append"})       # the methods the templates call: known.get, fired.add, out.append
 _LOCAL = re.compile(r"[rux][0-9]+")      # the generated functions' own locals: r0, u1, x2, ...
 
@@ -384,7 +389,9 @@ class Acceptance(NamedTuple):
                 assert_never(unreachable)
 
 
-FastDerive = tuple[str, "FastCompute | None", Acceptance, Value]   # a derived fact, its fast path, a quick type test, its expression
+# a derived fact, its fast path, a quick type test, its expression, and whether it is the pack's
+# only derivation of the fact (no other rule, nor this one twice, derives it)
+FastDerive = tuple[str, "FastCompute | None", Acceptance, Value, bool]
 ChainStep = tuple[str, Any, Condition, tuple[FastDerive, ...]]   # a rule's id, the rule, its fire condition, what it derives
 Conclude = Callable[[Any], Any]                          # DerivedFacts.conclude: derive what a rule derives, exactly
 ChainRunner = Callable[[dict[str, Any], dict[str, tuple[Any, str]], set[str], Conclude], None]
@@ -414,6 +421,7 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
     # one C loop (map over the dict's get) rather than a get per fact
     lines = [f"    {', '.join(generated.locals.values())}, = map(known.get, {generated.name('k', tuple(read))}, "
              f"{generated.name('k', (_NONE,) * len(read))})"] if read else []
+    lines.append("    fire = fired.add")
     derived_locals = [(path, local) for path, local in generated.locals.items() if path.startswith(DERIVED_PREFIX)]
     for component in components:
         if not isinstance(component, tuple):
@@ -442,7 +450,7 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
         # A rule alone in its component is checked once a run, and a run's `fired` never holds
         # a rule of the chain beforehand (a Rerun's holds the rules it does not run again): no
         # test of `fired` before adding to it.
-        lines.append("    " * depth + f"    fired.add({key})")
+        lines.append("    " * depth + f"    fire({key})")
         lines += ["    " * depth + line for line in _fast_derives(generated, key, derives, exact)]
     lines.append("    return None")
     # NONE as a local (a default argument): the chain reads it at nearly every leaf
@@ -483,34 +491,32 @@ def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ..
     wherever one falls short."""
     if not derives:
         return []
-    path, fast, accepts, node = derives[0]
+    path, fast, accepts, node, sole = derives[0]
     if fast is None:
         return exact
     target = generated.name("k", path)
     rest = _fast_derives(generated, key, derives[1:], exact)
     local = generated.locals.get(path)
-    if isinstance(node, Const) and accepts.test()(node.value):
-        # A constant its type admits (most derived flags): nothing to compute or test.
-        computed = [f"    v = {generated.name('k', node.value)}", f"    if ((w := values.get({target})) is None or w[0] == v):"]
+    settings = [f"values[{target}] = (v, {key})", f"known[{target}] = v", *([f"{local} = v"] if local is not None else [])]
+    constant = isinstance(node, Const) and accepts.test()(node.value)
+    if constant and sole:
+        # A constant its type admits, of a fact nothing else sets (most derived flags): set.
+        return [f"    v = {generated.name('k', node.value)}", *["    " + line for line in settings], *rest]
+    # A fact an earlier rule set to an equal value stays as it is, as conclude() leaves it; a
+    # different value is conclude()'s error to raise. A fact only this derivation sets is not set yet.
+    new = "" if sole else f"((w := values.get({target})) is None or w[0] == v)"
+    if constant:
+        computed, test = [f"    v = {generated.name('k', node.value)}"], new
     else:
         # The fast path's own expression, inline: the same value or exception without a call.
         inline = _chaining_expression(node, lambda value: generated.name("k", value))
         computed = ["    try:",
                     f"        v = {inline if inline is not None else generated.name('f', fast) + '(known)'}",
                     "    except Exception:",
-                    "        v = NONE",
-                    f"    if v is not NONE and {accepts.expression(generated, 'v')} and "
-                    f"((w := values.get({target})) is None or w[0] == v):"]
-    # A fact an earlier rule set to an equal value stays as it is, as conclude() leaves it; a
-    # different value is conclude()'s error to raise.
-    return [*computed,
-            "        if w is None:",
-            f"            values[{target}] = (v, {key})",
-            f"            known[{target}] = v",
-            *([f"            {local} = v"] if local is not None else []),
-            *["    " + line for line in rest],
-            "    else:",
-            *["    " + line for line in exact]]
+                    "        v = NONE"]
+        test = " and ".join(part for part in (f"v is not NONE and {accepts.expression(generated, 'v')}", new) if part)
+    body = ["        " + line for line in settings] if sole else ["        if w is None:", *["            " + line for line in settings]]
+    return [*computed, f"    if {test}:", *body, *["    " + line for line in rest], "    else:", *["    " + line for line in exact]]
 
 
 _MAX_NESTED = 40     # an `and` of more items is called as one function: Python nests at most 100 blocks
