@@ -191,13 +191,19 @@ FinishPlan = tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...]
 
 
 def finish_plan(pack: Pack, fired: set[str]) -> FinishPlan:
-    order, credited = credit_plan(pack, fired)
+    """finish's plan: credit_plan's, with only the facts whose credit the values may not hold
+    (in one pass: with a large pack most sets of fired rules are new)."""
+    order = tuple(sorted(fired, key=pack.order.__getitem__))
     rules = pack.by_id()
-    derivers: dict[str, int] = {}
+    first: dict[str, str] = {}
+    shared: set[str] = set()
     for rule_id in order:
         for path in rules[rule_id].derives:
-            derivers[path] = derivers.get(path, 0) + 1
-    return order, tuple(path for path, _ in credited), tuple((path, rule_id) for path, rule_id in credited if derivers[path] > 1)
+            if path in first:
+                shared.add(path)
+            else:
+                first[path] = rule_id
+    return order, tuple(first), tuple((path, first[path]) for path in sorted(shared))
 
 
 def credit_plan(pack: Pack, fired: set[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
