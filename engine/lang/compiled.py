@@ -406,11 +406,12 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
 
     A fired rule's derived facts are computed by their fast paths (compile_chaining_value) and
     set in `known` and `values` (DerivedFacts') when every one computes without trouble, passes
-    its quick type test and is new (one already set to an equal value stays as it is);
-    otherwise `conclude(rule)` derives them exactly, with its errors (it finds those already set
-    here equal to its own). The same firings and values, in
-    the same order, as checking each rule's compiled condition in turn and concluding it (a test
-    checks both on every example), without two calls and a loop step per rule.
+    its quick type test and is new (one already set to an equal value stays as it is; a fact no
+    other derivation of the pack sets is not looked for, and a constant its type admits is not
+    tested); otherwise `conclude(rule)` derives them exactly, with its errors (it finds those
+    already set here equal to its own). The same firings and values, in the same order, as
+    checking each rule's compiled condition in turn and concluding it (a test checks both on
+    every example), without two calls and a loop step per rule.
 
     Each fact a condition reads is held in a local (`x0`, `x1`: its value, or NONE), read from
     `known` once at the start and set again wherever the chain sets the fact (its fast path, or
@@ -432,7 +433,7 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
         # An `and` is true when each item is: its items are tested in turn, each nested in the
         # last, and the first that is not true skips the rest (as the `and` would return).
         items = condition.items if isinstance(condition, And) and 0 < len(condition.items) <= _MAX_NESTED else (condition,)
-        depth, present = 0, set()
+        depth, present = 0, set[str]()
         for item in items:
             shown = _present_if_true(item)
             if isinstance(item, (Needs, Known)) and shown and shown <= present:
@@ -498,15 +499,16 @@ def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ..
     rest = _fast_derives(generated, key, derives[1:], exact)
     local = generated.locals.get(path)
     settings = [f"values[{target}] = (v, {key})", f"known[{target}] = v", *([f"{local} = v"] if local is not None else [])]
-    constant = isinstance(node, Const) and accepts.test()(node.value)
-    if constant and sole:
-        # A constant its type admits, of a fact nothing else sets (most derived flags): set.
-        return [f"    v = {generated.name('k', node.value)}", *["    " + line for line in settings], *rest]
+    # a constant its type admits (most derived flags): nothing to compute or test
+    constant = node if isinstance(node, Const) and accepts.test()(node.value) else None
+    if constant is not None and sole:
+        # ... of a fact nothing else sets: set
+        return [f"    v = {generated.name('k', constant.value)}", *["    " + line for line in settings], *rest]
     # A fact an earlier rule set to an equal value stays as it is, as conclude() leaves it; a
     # different value is conclude()'s error to raise. A fact only this derivation sets is not set yet.
     new = "" if sole else f"((w := values.get({target})) is None or w[0] == v)"
-    if constant:
-        computed, test = [f"    v = {generated.name('k', node.value)}"], new
+    if constant is not None:
+        computed, test = [f"    v = {generated.name('k', constant.value)}"], new
     else:
         # The fast path's own expression, inline: the same value or exception without a call.
         inline = _chaining_expression(node, lambda value: generated.name("k", value))
