@@ -107,7 +107,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
             said = explained[rule_id] = _Explained.of(rule)
         values, checks = final.witness(rule, written)
         # the facts credited to it (another fired rule earlier in the pack may derive one too)
-        made = {path: credit[0] for path in said.derives if (credit := derived[path])[1] == rule_id}
+        made = {path: credit[0] for path in said.derives if (credit := derived.get(path)) is not None and credit[1] == rule_id}
         firings.append(Firing(rule.id, rule.title, rule.layer, values, checks, rule.when_text, rule.sources, said.location,
                               rule.pack, made, _Texts(said, shown_values, final.lookup)))
     not_evaluated = final.not_evaluated()
