@@ -125,6 +125,28 @@ def test_values_and_their_missing_facts():
         parse_value("open('x')", VOCABULARY, {})
 
 
+@pytest.mark.parametrize("text, refused", [
+    ("floor(telemetry.memory_used_ratio, 2)", "floor() takes one argument, not 2"),
+    ("ceil()", "ceil() takes one argument, not 0"),
+    ("min(telemetry.memory_used_ratio)", "min() takes two or more arguments, not 1"),
+    ("round(telemetry.memory_used_ratio, 1, 2)", "round() takes one or two arguments, not 3"),
+    ("coalesce()", "coalesce() takes one or more arguments, not 0"),
+    ("dtype_bytes()", "dtype_bytes() takes one argument, not 0"),
+    ("max(1, 2, telemetry.memory_used_ratio)", None),
+    ("round(telemetry.memory_used_ratio, 2)", None),
+    ("edges(4096)", None),
+])
+def test_a_function_given_the_wrong_number_of_arguments_is_refused_when_parsed(text, refused):
+    """A call's argument count is checked against the function's row in the operators table,
+    so that a rule cannot load and then fail at every evaluation that fires it."""
+    if refused is None:
+        parse_value(text, VOCABULARY, {})
+        return
+    with pytest.raises(ExprError) as error:
+        parse_value(text, VOCABULARY, {})
+    assert error.value.message == refused
+
+
 def test_render_substitutes_values():
     node = cond("telemetry.memory_used_ratio > capacity_threshold", {"capacity_threshold": 0.9})
     assert render(node, {"telemetry.memory_used_ratio": 0.93}) == \

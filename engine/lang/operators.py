@@ -49,6 +49,21 @@ class Boolean(Operator):
 
 @dataclass(frozen=True)
 class Function(Operator):
+    # how many arguments it takes (most None: any number): checked when a rule is loaded, not
+    # left for an evaluation to fail on
+    least: int = 1
+    most: int | None = 1
+
+    def takes(self) -> str:
+        """Its arguments in words: `one argument`, `one or two arguments`, `two or more arguments`."""
+        def count(n: int) -> str:
+            return {1: "one", 2: "two", 3: "three"}.get(n, str(n))
+        if self.most == self.least:
+            return f"{count(self.least)} argument" + ("s" if self.least > 1 else "")
+        if self.most is None:
+            return f"{count(self.least)} or more arguments"
+        return f"{count(self.least)} or {count(self.most)} arguments"
+
     @property
     def alternatives(self) -> bool:
         """Its arguments are alternatives, tried in order by logic.value_of: the facts of any
@@ -109,15 +124,15 @@ _TABLE: tuple[Operator, ...] = (
     Boolean("and", _all, "and", ast.And),
     Boolean("or", _any, "or", ast.Or),
     Boolean("not", _negate, "it is not so that", ast.Not),
-    Function("min", min, "smallest argument"),
-    Function("max", max, "largest argument"),
-    Function("round", _round, "round(x) to an integer, round(x, n) to n places"),
+    Function("min", min, "smallest argument", least=2, most=None),
+    Function("max", max, "largest argument", least=2, most=None),
+    Function("round", _round, "round(x) to an integer, round(x, n) to n places", most=2),
     Function("floor", math.floor, "round down to an integer"),
     Function("ceil", math.ceil, "round up to an integer"),
     Function("pow2ceil", _pow2ceil, "smallest power of two >= x"),
-    Function("edges", _edges, "bucket edges: powers of two >= each value below the last, then the last"),
+    Function("edges", _edges, "bucket edges: powers of two >= each value below the last, then the last", most=None),
     Function("dtype_bytes", _dtype_bytes, "bytes per element of a dtype (kb/vocabulary.yaml)"),
-    Function("coalesce", None, "first argument whose facts are known"),
+    Function("coalesce", None, "first argument whose facts are known", most=None),
 )
 
 OPERATORS: dict[str, Operator] = {row.symbol: row for row in _TABLE}

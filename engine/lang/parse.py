@@ -227,6 +227,9 @@ class _Parser:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id not in FUNCTIONS or node.keywords:
                 raise ExprError(f"unknown function {node.func.id!r}", "one of: " + ", ".join(sorted(FUNCTIONS)))
+            function, given = FUNCTIONS[node.func.id], len(node.args)
+            if given < function.least or (function.most is not None and given > function.most):
+                raise ExprError(f"{node.func.id}() takes {function.takes()}, not {given}", f"{node.func.id}: {function.words}")
             return Call(node.func.id, tuple(self.value(a) for a in node.args))
         if isinstance(node, (ast.List, ast.Tuple)):
             return ListOf(tuple(self.value(v) for v in node.elts))
