@@ -11,16 +11,20 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from kbopt.engine.pack.rule import Pack
 from kbopt.errors import KboptError
 from kbopt.gctuning import tune_for_many_advices
 from kbopt.output import replaced_binary
+
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import Event
 
 ERROR_FORMAT = "error"
 
@@ -92,24 +96,35 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
     except OSError as error:
         raise KboptError(f"--facts-jsonl with {jobs} workers: cannot make a folder in {tempfile.gettempdir()} for "
                          f"their output: {error.strerror} (set TMPDIR to a writable folder, or give --jobs 1)") from None
+    context = multiprocessing.get_context(_start_method())
+    stop = context.Event()
     with blocks as folder, \
-            multiprocessing.get_context(_start_method()).Pool(
-                jobs, initializer=_start_worker, initargs=((pack, evaluator, source, overrides, folder),)) as pool:
-        # A window of chunks in flight, collected in order: the workers never wait for the
-        # slowest line of a batch, and at most IN_FLIGHT_PER_JOB * jobs chunks are held.
-        pending: deque[Any] = deque()
-        while True:
-            while len(pending) < IN_FLIGHT_PER_JOB * jobs and (chunk := list(itertools.islice(numbered, CHUNK))):
-                pending.append(pool.apply_async(_advise_chunk, (chunk,)))
-            if not pending:
-                return count, failed
-            try:
-                lines_done, lines_failed, block = pending.popleft().get()
-            except OSError as error:     # advising reads and writes nothing else: the block's file
-                raise KboptError(f"--facts-jsonl: a worker could not write its lines to {folder}: "
-                                 f"{error.strerror or error}") from None
-            count, failed = count + lines_done, failed + lines_failed
-            _copy_block(block, out)
+            context.Pool(jobs, initializer=_start_worker, initargs=((pack, evaluator, source, overrides, folder, stop),)) as pool:
+        try:
+            # A window of chunks in flight, collected in order: the workers never wait for the
+            # slowest line of a batch, and at most IN_FLIGHT_PER_JOB * jobs chunks are held.
+            pending: deque[Any] = deque()
+            while True:
+                while len(pending) < IN_FLIGHT_PER_JOB * jobs and (chunk := list(itertools.islice(numbered, CHUNK))):
+                    pending.append(pool.apply_async(_advise_chunk, (chunk,)))
+                if not pending:
+                    return count, failed
+                try:
+                    lines_done, lines_failed, block = pending.popleft().get()
+                except OSError as error:     # advising reads and writes nothing else: the block's file
+                    raise KboptError(f"--facts-jsonl: a worker could not write its lines to {folder}: "
+                                     f"{error.strerror or error}") from None
+                count, failed = count + lines_done, failed + lines_failed
+                _copy_block(block, out)
+        except BaseException:
+            # Stopped midway (Ctrl-C, a worker's error): the workers skip the chunks left, finish
+            # the one at hand and exit, before the pool is terminated. Pool.terminate kills the
+            # workers still running, and one killed while handing its result back holds the
+            # results' lock for good: the pool's own thread then waits on it forever (a CI run hung so).
+            stop.set()
+            pool.close()
+            pool.join()
+            raise
 
 
 def _start_method() -> str:
@@ -129,20 +144,27 @@ def _start_method() -> str:
 # costs this process little: 1.3 s of CPU for 10,000 lines, against 2.1 s with tasks of 16 lines.
 CHUNK = 64
 IN_FLIGHT_PER_JOB = 4      # tasks queued per worker, so that none waits while results are written
-# what a worker advises with: pack, evaluator, source name, --set overrides, folder for its blocks
-_WORKER: tuple[Pack, str, str, tuple[str, ...], str] | None = None
+# what a worker advises with: pack, evaluator, source name, --set overrides, folder for its
+# blocks, and the event set when the batch stops midway
+Worker = tuple[Pack, str, str, tuple[str, ...], str, "Event"]
+_WORKER: Worker | None = None
 
 
-def _start_worker(worker: tuple[Pack, str, str, tuple[str, ...], str]) -> None:
+def _start_worker(worker: Worker) -> None:
     global _WORKER
     _WORKER = worker
     tune_for_many_advices()      # a worker only advises, with the pack it was given
+    # Ctrl-C reaches the whole process group: the main process stops the batch (advise_stream),
+    # and a worker interrupted mid-task would print its traceback and leave its task undone
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _advise_chunk(chunk: list[tuple[int, str]]) -> tuple[int, int, str]:
     """(lines, lines that failed, the file in the worker's folder holding their output lines)."""
     assert _WORKER is not None
-    pack, evaluator, source, overrides, folder = _WORKER
+    pack, evaluator, source, overrides, folder, stop = _WORKER
+    if stop.is_set():            # the batch stopped: nothing of this chunk is written
+        return 0, 0, ""
     results = [_advised(line, pack, evaluator, f"{source}:{number}", overrides) for number, line in chunk]
     path = os.path.join(folder, f"{chunk[0][0]}.jsonl")      # named after its first line: unique
     with open(path, "wb") as handle:

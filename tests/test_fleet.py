@@ -267,6 +267,8 @@ def test_facts_jsonl_workers_hand_their_lines_over_in_files_left_behind_by_none(
     assert run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2")[1].encode() == (tmp_path / "one.jsonl").read_bytes()
     assert list((tmp_path / "tmp").iterdir()) == []
 
+    import multiprocessing.pool
+
     from kbopt import batch
     copied = []
 
@@ -277,9 +279,19 @@ def test_facts_jsonl_workers_hand_their_lines_over_in_files_left_behind_by_none(
         original(block, out)
     original = batch._copy_block
     monkeypatch.setattr(batch, "_copy_block", interrupted)
+    # Stopped midway, the workers skip what is left and exit before the pool is terminated:
+    # terminating a worker still running can leave the pool's lock held and the process hung.
+    exits = []
+
+    def terminate(pool):
+        exits.extend(worker.exitcode for worker in pool._pool)
+        terminated(pool)
+    terminated = multiprocessing.pool.Pool.terminate
+    monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", terminate)
     code, _, err = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2", "-o", str(tmp_path / "three.jsonl"))
     assert code == 130 and "nothing was written" in err
     assert not (tmp_path / "three.jsonl").exists() and list((tmp_path / "tmp").iterdir()) == []
+    assert exits == [0, 0]
     monkeypatch.undo()
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
