@@ -85,6 +85,7 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
         return count, failed
     import multiprocessing
     import tempfile
+    import threading
     from collections import deque
     # Each worker gets the checked pack: as it is here through a fork, pickled through a spawn
     # (_start_method says which). A worker writes each chunk's lines to a file of a temporary
@@ -120,10 +121,14 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
             # Stopped midway (Ctrl-C, a worker's error): the workers skip the chunks left, finish
             # the one at hand and exit, before the pool is terminated. Pool.terminate kills the
             # workers still running, and one killed while handing its result back holds the
-            # results' lock for good: the pool's own thread then waits on it forever (a CI run hung so).
+            # results' lock for good: the pool's own thread then waits on it forever (a CI run
+            # hung so). The wait is bounded: a pool that lost a worker (killed from outside)
+            # waits for its task forever, and is then terminated as it was.
             stop.set()
             pool.close()
-            pool.join()
+            joining = threading.Thread(target=pool.join, daemon=True)
+            joining.start()
+            joining.join(STOP_WAIT)
             raise
 
 
@@ -143,6 +148,7 @@ def _start_method() -> str:
 # is about a tenth of a second), many enough that handing out tasks and taking their results back
 # costs this process little: 1.3 s of CPU for 10,000 lines, against 2.1 s with tasks of 16 lines.
 CHUNK = 64
+STOP_WAIT = 10.0           # seconds the workers of a stopped batch are given to exit (they take a tenth)
 IN_FLIGHT_PER_JOB = 4      # tasks queued per worker, so that none waits while results are written
 # what a worker advises with: pack, evaluator, source name, --set overrides, folder for its
 # blocks, and the event set when the batch stops midway
