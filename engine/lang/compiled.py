@@ -498,12 +498,12 @@ def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ..
     target = generated.name("k", path)
     rest = _fast_derives(generated, key, derives[1:], exact)
     local = generated.locals.get(path)
-    settings = [f"values[{target}] = (v, {key})", f"known[{target}] = v", *([f"{local} = v"] if local is not None else [])]
-    # a constant its type admits (most derived flags): nothing to compute or test
+    assignments = [f"values[{target}] = (v, {key})", f"known[{target}] = v", *([f"{local} = v"] if local is not None else [])]
+    # A constant its type admits (most derived flags) needs nothing computed or tested; where no
+    # other derivation sets the fact either, it is simply set.
     constant = node if isinstance(node, Const) and accepts.test()(node.value) else None
     if constant is not None and sole:
-        # ... of a fact nothing else sets: set
-        return [f"    v = {generated.name('k', constant.value)}", *["    " + line for line in settings], *rest]
+        return [f"    v = {generated.name('k', constant.value)}", *["    " + line for line in assignments], *rest]
     # A fact an earlier rule set to an equal value stays as it is, as conclude() leaves it; a
     # different value is conclude()'s error to raise. A fact only this derivation sets is not set yet.
     new = "" if sole else f"((w := values.get({target})) is None or w[0] == v)"
@@ -517,7 +517,7 @@ def _fast_derives(generated: _Generated, key: str, derives: tuple[FastDerive, ..
                     "    except Exception:",
                     "        v = NONE"]
         test = " and ".join(part for part in (f"v is not NONE and {accepts.expression(generated, 'v')}", new) if part)
-    body = ["        " + line for line in settings] if sole else ["        if w is None:", *["            " + line for line in settings]]
+    body = ["        " + line for line in assignments] if sole else ["        if w is None:", *["            " + line for line in assignments]]
     return [*computed, f"    if {test}:", *body, *["    " + line for line in rest], "    else:", *["    " + line for line in exact]]
 
 
