@@ -9,7 +9,7 @@ import pytest
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.authoring.synthetic import random_telemetry, synthetic_pack
 from kbopt.engine.evaluators import durable_available
-from kbopt.engine.evaluators.durable import RULESET_SIZE, DurableEvaluator, FactKeys, compile_pack, dumps
+from kbopt.engine.evaluators.durable import RULESET_SIZE, START_FACT, DurableEvaluator, FactKeys, compile_pack, dumps
 from kbopt.engine.evaluators.reference import ReferenceEvaluator
 from kbopt.engine.lang.nodes import facts_of
 from kbopt.errors import FactsError
@@ -80,6 +80,36 @@ def test_sessions_are_cleaned_up_past_the_1024_limit():
     for _ in range(1100):           # more than durable_rules' 1,024 live sessions per ruleset
         durable.run(values)
     assert durable.run(values) == ReferenceEvaluator(pack).run(values)
+
+
+def test_the_marker_rule_fires_once_a_session_and_never_for_an_evaluation(monkeypatch):
+    """durable_rules frees a session's action context on delete_state, and only an action sets
+    it: each session starts with the fact only the marker rule matches, and an evaluation's facts
+    then start no action but their own rules', also where none matches."""
+    pack = synthetic_pack(40, seed=11)
+    durable, reference = DurableEvaluator(pack), ReferenceEvaluator(pack)
+    durable._close()                  # sessions made afresh below, whatever ran before
+    started: list[tuple[int, str, list[str]]] = []
+    real = durable._assert
+
+    def recording(handle: int, text: str) -> list[str]:
+        names = real(handle, text)
+        started.append((handle, text, names))
+        return names
+    monkeypatch.setattr(durable, "_assert", recording)
+    cases = [{}, {"telemetry.compute_utilization": 0.0001}, {"telemetry.compute_utilization": 0.999},
+             *(random_telemetry(random.Random(seed)) for seed in range(20))]
+    for values in cases * 2:
+        assert durable.run(values) == reference.run(values), values
+    starts = [(handle, names) for handle, text, names in started if text == START_FACT]
+    assert starts and all(names == ["marker"] for _, names in starts)
+    assert len({handle for handle, _ in starts}) == len(starts)        # once a session
+    assert {handle for handle, _ in starts} == {handle for handle, *_ in started}
+    evaluations = [names for _, text, names in started if text != START_FACT]
+    assert all("marker" not in names for names in evaluations)
+    assert any(not names for names in evaluations) and any(names for names in evaluations)
+    durable._close()                  # every session deleted, including those whose facts matched nothing
+    assert durable.run(cases[3]) == reference.run(cases[3])
 
 
 def _rule(rule_id: str, when: str, derive: str) -> str:

@@ -39,9 +39,11 @@ from kbopt.engine.pack.rule import PERSISTENT, Pack, Rule
 
 RULESET_SIZE = 60          # compiled rules per ruleset: each tests the one fact (64 is the limit; +1 marker)
 FACT, MARKER, MARKER_ALIAS = "f", "marker", "m"
-INPUT = "i"                # the fact's "k": the marker rule matches it
+INPUT = "i"                # the kind ("k") of the fact an evaluation asserts
+START = "s"                # the kind of the fact that starts a session: the marker rule matches it alone
 SESSION = "1"              # the one session of each ruleset
 HEAD = f'{{"sid":"{SESSION}","k":"{INPUT}"'     # how every asserted fact begins
+START_FACT = f'{{"sid":"{SESSION}","k":"{START}"}}'
 
 # What durable_rules reads (ruleset definitions, their patterns and tests) is JSON; fact values sit at its leaves.
 Json: TypeAlias = dict[str, "Json"] | list["Json"] | str | int | float | bool | None
@@ -231,8 +233,8 @@ def compile_pack(pack: Pack) -> list[CompiledRuleset]:
         for start in range(0, len(entries), RULESET_SIZE):
             chunk = entries[start:start + RULESET_SIZE]
             # Every session must see an action before delete_state (docs/evaluators.md): the marker
-            # rule matches every asserted fact.
-            rules: dict[str, Json] = {MARKER: {"all": [{MARKER_ALIAS: {"k": INPUT}}]}}
+            # rule matches the fact that starts a session (DurableEvaluator._start), and no other.
+            rules: dict[str, Json] = {MARKER: {"all": [{MARKER_ALIAS: {"k": START}}]}}
             for _, name, definition, _ in chunk:
                 rules[name] = definition
             rulesets.append({
@@ -364,6 +366,16 @@ class DurableEvaluator:
                 raise
         return started
 
+    def _start(self, handle: int) -> None:
+        """Open the ruleset's session with the fact only the marker rule matches, and retract it.
+        durable_rules sets a session's action context when an action starts, and deleting a
+        session whose context was never set frees whatever its allocator left there (docs/
+        evaluators.md): with one action taken first, the session may be deleted whatever its
+        evaluations' facts matched, and those facts start no action but their rules'."""
+        self._sessions.add(handle)
+        self._assert(handle, START_FACT)
+        self._core.retract_fact(handle, START_FACT)
+
     def _fragment(self, path: str, value: Any) -> str:
         """A fact's part of the asserted fact's text: `,"a3":0.5`; a list's `,"a4":1,"a4_0":true,...`.
         Kept per fact and value (with its type: 1, 1.0 and True are told apart), bounded: most of
@@ -405,9 +417,10 @@ class DurableEvaluator:
                         if ruleset.needs and not any(present >= needs for needs in ruleset.needs):
                             continue
                         text = HEAD + "".join(map(fragments.get, ruleset.fields, itertools.repeat(""))) + "}"
-                        self._sessions.add(ruleset.handle)
                         asserted.append((ruleset.handle, text))
                         try:
+                            if ruleset.handle not in self._sessions:
+                                self._start(ruleset.handle)
                             names = self._assert(ruleset.handle, text)
                         except BaseException:
                             failed = ruleset.handle
