@@ -477,9 +477,28 @@ def _chained(pack, chains, values, hot: bool):
     return result.fired, result.derived
 
 
+def _durable(pack, values, hot: bool):
+    """(fired, derived) of one durable_rules evaluation, or the error it raised."""
+    from kbopt.engine.evaluators.durable import DurableEvaluator
+    from kbopt.engine.pack.rule import HOT_AFTER
+    from kbopt.errors import EvaluationError
+    pack.artefacts["uses"] = HOT_AFTER if hot else 0     # hot: each fired rule's facts by its generated firing
+    try:
+        result = DurableEvaluator(pack).run(values)
+    except EvaluationError as error:
+        return str(error)
+    return result.fired, result.derived
+
+
 def _same_both_ways(pack, chains, values):
+    """The reference's chain cold and hot, and durable_rules' evaluation cold and hot (which
+    derives a fired rule's facts by compile_firings' functions), all alike."""
+    from kbopt.engine.evaluators import durable_available
     cold = _chained(pack, chains, values, hot=False)
     assert _chained(pack, chains, values, hot=True) == cold, str(values)[:300]
+    if durable_available() is None:
+        for hot in (False, True):
+            assert _durable(pack, values, hot) == cold, (hot, str(values)[:300])
     return cold
 
 
@@ -521,8 +540,9 @@ def test_an_evaluation_s_result_credits_each_fact_to_its_first_rule(pack):
 
 def test_the_generated_chain_fires_and_derives_as_each_rule_checked_in_turn(pack):
     """A hot pack's reference evaluator runs its schedule as one generated function, each rule's
-    derived facts by their fast paths (compile_chain): the same firings, values and errors as
-    checking and concluding each rule in turn, on the examples and random variations of them,
+    derived facts by their fast paths (compile_chain), as durable_rules' evaluation of a hot
+    pack derives them once a rule fired (compile_firings): the same firings, values and errors
+    as checking and concluding each rule in turn, on the examples and random variations of them,
     the chained synthetic pack, and packs whose rules feed each other in cycles."""
     from pathlib import Path
 

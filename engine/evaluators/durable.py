@@ -31,7 +31,8 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple, TypeAlias, TypedDict, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
-from kbopt.engine.evaluators.reference import schedule
+from kbopt.engine.evaluators.reference import fast_derives, schedule
+from kbopt.engine.lang.compiled import Firing, compile_firings
 from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
@@ -313,6 +314,8 @@ class DurableEvaluator:
         self.item_prefixes = {path: tuple((f',"{keys.item(path, item)}":', item) for item in items)
                               for path, items in keys.items.items()}
         self.read = frozenset(keys.key)
+        # what each rule derives that some rule reads: the facts its firing may add to the fact asserted
+        self.feeds = {rule.id: feeds for rule in pack.rules if (feeds := tuple(p for p in dict.fromkeys(rule.derives) if p in self.read))}
         self._fragments: dict[tuple[str, type, Any], str] = {}     # (fact, type, value) -> _fragment's text
         self.rule_of: dict[str, str] = {}        # compiled rule name -> rule id
         self.rulesets: list[list[_Ruleset]] = []     # the rulesets of each level, lowest level first
@@ -405,6 +408,10 @@ class DurableEvaluator:
         # An input that names a derived fact takes precedence over the derived value, as in lookup.
         fragments = {path: self._fragment(path, values[path]) for path in self.read & values.keys()}
         present = fragments.keys()
+        # A hot pack derives a fired rule's facts by generated code (compile_firings), as the
+        # reference's chain does; a cold one by conclude. Rules that derive nothing have no firing.
+        firings = self._firings() if self.pack.hot else None
+        known, derived_values, conclude = derived.known, derived.values, derived.conclude
         try:
             for rulesets in self.rulesets:
                 new: set[str] | None = None       # None: the level's first round, where every ruleset runs
@@ -430,14 +437,26 @@ class DurableEvaluator:
                             if rule_id is None or rule_id in fired:
                                 continue
                             fired.add(rule_id)
-                            for path, value in derived.conclude(self.rules[rule_id]):
-                                if path in self.read and path not in fragments:
-                                    fragments[path] = self._fragment(path, value)
+                            if firings is None:
+                                conclude(self.rules[rule_id])
+                            elif (firing := firings.get(rule_id)) is not None:
+                                firing(known, derived_values, conclude)
+                            for path in self.feeds.get(rule_id, ()):
+                                # new: set now (a fact set earlier, or given as an input, is in fragments)
+                                if path not in fragments and (credit := derived_values.get(path)) is not None:
+                                    fragments[path] = self._fragment(path, credit[0])
                                     produced.add(path)
                     new = produced
         finally:
             self._clear(asserted, failed)
         return finish(self.pack, fired, derived)
+
+    def _firings(self) -> dict[str, Firing]:
+        """Each deriving rule's generated firing, compiled once the pack is hot."""
+        def build() -> dict[str, Firing]:
+            derives = fast_derives(self.pack)
+            return compile_firings([(rule.id, rule, derives(rule)) for rule in self.pack.rules])
+        return self.pack.tier_memo("durable firings", build)
 
     def _clear(self, asserted: list[tuple[int, str]], failed: int | None) -> None:
         """Leave every session empty for the next evaluation: retract the facts asserted into it

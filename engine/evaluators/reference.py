@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, conclusions, credit_plan, finish
-from kbopt.engine.lang.compiled import ChainingCheck, ChainRunner, ChainStep, CycleRunner, compile_chain
+from kbopt.engine.lang.compiled import ChainingCheck, ChainRunner, ChainStep, CycleRunner, FastDerive, compile_chain
 from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.kept import Kept
@@ -252,11 +252,10 @@ def make_chain(pack: Pack, only: frozenset[str] | None = None) -> Chain:
     own checks: the others' conditions are inline)."""
     if not pack.hot:
         return Chain(make_evaluator_schedule(pack, only), None)
-    derives, derivations = conclusions(pack), derivation_counts(pack)
+    derives = fast_derives(pack)
 
     def step(rule: Rule) -> ChainStep:
-        return rule.id, rule, rule.fire_condition, tuple(
-            (c.derive.path, c.fast, c.acceptance, c.derive.value, derivations[c.derive.path] == 1) for c in derives[rule.id])
+        return rule.id, rule, rule.fire_condition, derives(rule)
     components = (tuple(rule for rule in component if only is None or rule.id in only)
                   for component in scheduled(pack))
     steps: list[ChainStep | CycleRunner] = [
@@ -264,6 +263,13 @@ def make_chain(pack: Pack, only: frozenset[str] | None = None) -> Chain:
         else functools.partial(_cycle, component=tuple((rule, pack.chaining_check(rule.id)) for rule in component))
         for component in components if component]
     return Chain((), compile_chain(steps))
+
+
+def fast_derives(pack: Pack) -> Callable[[Rule], tuple[FastDerive, ...]]:
+    """What a rule of a hot pack derives, as generated code takes it (compile_chain, compile_firings)."""
+    derives, derivations = conclusions(pack), derivation_counts(pack)
+    return lambda rule: tuple((c.derive.path, c.fast, c.acceptance, c.derive.value, derivations[c.derive.path] == 1)
+                              for c in derives[rule.id])
 
 
 def derivation_counts(pack: Pack) -> Counter[str]:

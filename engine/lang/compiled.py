@@ -319,7 +319,7 @@ def _refuse_text(constant: object, namespace: dict[str, Any]) -> None:
 
 
 _WRITTEN = frozenset({"known", "status", "v", "w", "r", "out", "owns", "undecided", "check", "compute", "chain", "fired",
-                      "conclude", "values", "Exception", "c", "map", "decide", "fire",
+                      "conclude", "values", "Exception", "c", "map", "decide", "fire", "firings",
                       "get", "add", "append"})       # the methods the templates call: known.get, fired.add, out.append
 _LOCAL = re.compile(r"[rux][0-9]+")      # the generated functions' own locals: r0, u1, x2, ...
 
@@ -458,6 +458,28 @@ def compile_chain(components: list[ChainStep | CycleRunner]) -> ChainRunner:
     chain: ChainRunner = _define("def chain(known, values, fired, conclude, NONE=NONE):\n" + "\n".join(lines) + "\n", "chain",
                                  generated.namespace)
     return chain
+
+
+Firing = Callable[[dict[str, Any], dict[str, tuple[Any, str]], Conclude], None]
+
+
+def compile_firings(steps: list[tuple[str, Any, tuple[FastDerive, ...]]]) -> dict[str, Firing]:
+    """For each rule (its id, the rule, what it derives) that derives something, a generated
+    function `firing(known, values, conclude)` that derives its facts as compile_chain's chain
+    does once the rule fired: each by its fast path, set in `known` and `values`, or all of them
+    by `conclude(rule)` wherever one falls short. For an evaluator that learns which rules fire
+    from elsewhere (durable_rules). All of them are compiled at once, as functions nested in one."""
+    generated = _Generated("chaining")
+    deriving = [(rule_id, rule, derives) for rule_id, rule, derives in steps if derives]
+    lines = ["def firings():"]
+    for index, (rule_id, rule, derives) in enumerate(deriving):
+        exact = [f"    conclude({generated.name('k', rule)})"]
+        lines.append(f"    def r{index}(known, values, conclude, NONE=NONE):")
+        lines += ["    " + line for line in _fast_derives(generated, generated.name("k", rule_id), derives, exact)]
+        lines.append("        return None")
+    lines.append(f"    return ({''.join(f'r{index}, ' for index in range(len(deriving)))})")
+    made: Callable[[], tuple[Firing, ...]] = _define("\n".join(lines) + "\n", "firings", generated.namespace)
+    return {rule_id: firing for (rule_id, *_), firing in zip(deriving, made(), strict=True)}
 
 
 def _present_if_true(node: Condition) -> frozenset[str]:
