@@ -512,10 +512,25 @@ def test_hostile_burstgpt_rows_name_the_line(tmp_path, row):
     assert_refused(code, err, "b.csv:3")
 
 
-@pytest.mark.parametrize("row", ["2023-11-16 18:15:46.6805900,-5,3", "2023-11-16 18:15:46.6805900,5,99999999999999999999"])
+@pytest.mark.parametrize("row", [
+    "2023-11-16 18:15:46.6805900,-5,3", "2023-11-16 18:15:46.6805900,5,-3",          # negative token counts
+    "2023-11-16 18:15:46.6805900,5,99999999999999999999", f"2023-11-16 18:15:46.6805900,{2**40 + 1},3",   # beyond any context
+    "2023-11-16 18:15:46.6805900,2.5,3", "2023-11-16 18:15:46.6805900,1e3,3",         # not whole numbers
+    "2023-11-16 18:15:46.6805900,nan,3", "2023-11-16 18:15:46.6805900,true,3",
+    "2023-11-16 18:15:inf,5,3", "2023-11-16 18:15:nan,5,3",             # a timestamp that is not finite
+    "2023-11-16 18:15:46.6805900,5", "2023-11-16 18:15:46.6805900,5,3,1",             # columns missing or extra
+])
 def test_hostile_azure_rows_name_the_line(tmp_path, row):
-    code, _, err = collect(tmp_path, "a.csv", f"TIMESTAMP,ContextTokens,GeneratedTokens\n{row}\n")
-    assert_refused(code, err, "a.csv:2")
+    """The Azure reader (its own loop, for speed) refuses what the other readers refuse."""
+    code, _, err = collect(tmp_path, "a.csv", f"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:40.5,5,3\n{row}\n")
+    assert_refused(code, err, "a.csv:3")
+
+
+def test_azure_rows_at_the_limits_are_read(tmp_path):
+    code, out, err = collect(tmp_path, "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:40.5,0,0\n"
+                             f"2023-11-16 18:15:41.5, 12 ,{2**40}\n")
+    assert code == 0, err
+    assert str(2**40 + 12) in out
 
 
 @pytest.mark.parametrize("row", ["1,5,3,inf", "1,5,3,nan", "inf,5,3,1", "1,5,3,-1", "1,1e300,3,1"])

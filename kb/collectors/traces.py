@@ -206,7 +206,10 @@ def _azure(path: Path, summary: TraceSummary) -> str:
                     t = minute + float(stamp[17:])
                 except ValueError:          # 2024 traces: `2024-05-10 00:00:00.009930+00:00`
                     t = _offset_seconds(stamp)
-                prompt, output = _lengths(context, generated)
+                # _lengths, inline: a CSV field is text, which int() reads only as a whole number
+                prompt, output = int(context), int(generated)
+                if prompt < 0 or output < 0 or prompt > MAX_TOKENS or output > MAX_TOKENS:
+                    raise ValueError("a negative or impossibly long length")
                 tokens = prompt + output
             except ValueError:
                 if not text.strip():
@@ -229,9 +232,9 @@ def _azure(path: Path, summary: TraceSummary) -> str:
                 ordered = False
             else:
                 last_t = t
-            try:
-                index = _window_index(t - first_t, window)
-            except ValueError:
+            try:        # _window_index, inline: int() refuses an offset that is not finite
+                index = int((t - first_t) // window)
+            except (ValueError, OverflowError):
                 raise KboptError(f"--workload {path}:{line}: timestamp {stamp!r} is too far from the first one") from None
             windows[index] = windows.get(index, 0) + 1
     summary.n, summary.long, summary.longest = n, long, longest
