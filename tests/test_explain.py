@@ -591,6 +591,23 @@ def test_the_generated_chain_fires_and_derives_as_each_rule_checked_in_turn(pack
     chains = _chains(broken)
     said = [_same_both_ways(broken, chains, {f"telemetry.{FIELDS[i]}": 0.9 for i in on}) for on in ([0], [1, 2], [1])]
     assert sum("not a finite number" in str(o) for o in said) == 1 and sum("derive different values" in str(o) for o in said) == 1
+    # A rule whose expressions read facts it derives itself (each sees those derived before it):
+    # where a later fact's fast path fails, deriving them all again over those just set must not
+    # find the rule at odds with itself, nor change which error is said.
+    def reading_own(index: int, *derives: str) -> str:
+        return load_rule_text(f"id: S-OWN-{index}\ntitle: own {index}\nlayer: diagnosis\nwhen: telemetry.{FIELDS[0]} > 0.5\nthen:\n"
+                              + "".join(f"  - derive: {{{d}}}\n" for d in derives)
+                              + "because: a rule that reads what it derives\nsource: test\n"
+                              "examples:\n  - {name: a, facts: {}, fires: true}\n  - {name: b, facts: {}, fires: false}\n",
+                              f"own/s-own-{index}.yaml", pack="own")
+    later = build_pack([reading_own(1, "derived.seq_len_cv: '= coalesce(derived.weight_gib, 1) * 2'", "derived.weight_gib: '= 1.5'",
+                                    f"derived.arrival_fluctuation: '= coalesce(telemetry.{FIELDS[0]} / telemetry.{FIELDS[1]}, 5)'")],
+                       "reads-later")
+    itself = build_pack([reading_own(2, "derived.seq_len_cv: '= coalesce(derived.seq_len_cv, 1) * 2'",
+                                     f"derived.weight_gib: '= telemetry.{FIELDS[0]} * 1e308 * 10'")], "reads-itself")
+    assert _same_both_ways(later, _chains(later), {f"telemetry.{FIELDS[0]}": 0.9, f"telemetry.{FIELDS[1]}": 0.0})[1] == {
+        "derived.seq_len_cv": (2, "S-OWN-1"), "derived.weight_gib": (1.5, "S-OWN-1"), "derived.arrival_fluctuation": (5, "S-OWN-1")}
+    assert "derived.weight_gib = inf: not a finite number" in _same_both_ways(itself, _chains(itself), {f"telemetry.{FIELDS[0]}": 0.9})
 
 
 def test_a_chain_s_leaves_read_from_locals_agree_with_the_tree_walk():

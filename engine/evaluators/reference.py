@@ -266,10 +266,22 @@ def make_chain(pack: Pack, only: frozenset[str] | None = None) -> Chain:
 
 
 def fast_derives(pack: Pack) -> Callable[[Rule], tuple[FastDerive, ...]]:
-    """What a rule of a hot pack derives, as generated code takes it (compile_chain, compile_firings)."""
+    """What a rule of a hot pack derives, as generated code takes it (compile_chain, compile_firings).
+
+    Generated code sets each fact as its fast path computes it, and where a later one falls
+    short, derives them all again exactly (conclude), over the facts it set: the same values,
+    unless an expression of the rule reads a fact the rule derives. Such a rule (rare, and
+    order-dependent: each expression sees the facts derived before it) goes without fast paths,
+    its facts all derived by conclude, in order, as on a cold pack."""
     derives, derivations = conclusions(pack), derivation_counts(pack)
-    return lambda rule: tuple((c.derive.path, c.fast, c.acceptance, c.derive.value, derivations[c.derive.path] == 1)
-                              for c in derives[rule.id])
+
+    def of(rule: Rule) -> tuple[FastDerive, ...]:
+        own = derives[rule.id]
+        made = {c.derive.path for c in own}
+        reads_own = any(path in made for c in own for path in facts_of(c.derive.value))
+        return tuple((c.derive.path, None if reads_own else c.fast, c.acceptance, c.derive.value,
+                      derivations[c.derive.path] == 1) for c in own)
+    return of
 
 
 def derivation_counts(pack: Pack) -> Counter[str]:
