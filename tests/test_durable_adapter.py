@@ -135,6 +135,51 @@ def test_sessions_are_clean_after_an_evaluation_that_failed():
             assert durable.run({"telemetry.compute_utilization": value}) == reference.run({"telemetry.compute_utilization": value})
 
 
+def test_several_rules_that_cannot_derive_are_said_alike_by_both_evaluators():
+    """Where two fired rules cannot derive their facts, the evaluation stops at the first it runs:
+    durable_rules runs rules by level, the reference in its schedule. Both say the reference's."""
+    from kbopt.engine.pack.loader import build_pack, load_rule_text
+    from kbopt.errors import EvaluationError
+
+    def rule(index: int, when: str, path: str, expression: str):
+        return load_rule_text(f"id: S-TWO-{index}\ntitle: two {index}\nlayer: diagnosis\nwhen: {when}\nthen:\n"
+                              f"  - derive: {{{path}: '= {expression}'}}\nbecause: a rule that fails on purpose\nsource: test\n"
+                              "examples:\n  - {name: a, facts: {}, fires: true}\n  - {name: b, facts: {}, fires: false}\n",
+                              f"two/s-two-{index}.yaml", pack="two")
+    pack = build_pack([rule(0, "telemetry.power_watts >= 0.1", "derived.seq_len_cv", "telemetry.power_watts / telemetry.bandwidth_utilization"),
+                       rule(1, "telemetry.compute_utilization > 0.1", "derived.weight_gib", "telemetry.power_watts * 1e308 * 10")], "two")
+    both = {"telemetry.compute_utilization": 0.9, "telemetry.bandwidth_utilization": 0.0, "telemetry.power_watts": 0.5}
+    said = []
+    for evaluator in (DurableEvaluator(pack), ReferenceEvaluator(pack)):
+        with pytest.raises(EvaluationError) as raised:
+            evaluator.run(both)
+        said.append(str(raised.value))
+    assert said[0] == said[1]
+    for one in ({**both, "telemetry.compute_utilization": 0.0}, {**both, "telemetry.bandwidth_utilization": 0.5}):
+        with pytest.raises(EvaluationError) as raised:          # one rule fails: durable_rules' own error, the same
+            DurableEvaluator(pack).run(one)
+        with pytest.raises(EvaluationError) as expected:
+            ReferenceEvaluator(pack).run(one)
+        assert str(raised.value) == str(expected.value)
+    assert DurableEvaluator(pack).run({"telemetry.power_watts": 0.0}) == ReferenceEvaluator(pack).run({"telemetry.power_watts": 0.0})
+
+
+def test_an_input_that_names_a_derived_fact_gives_way_once_a_rule_derives_it():
+    """Facts documents cannot set a derived fact, but the evaluators' own callers can: the input
+    stands until a rule derives the fact, and rules that read it after see the derived value,
+    on both evaluators (the final facts say the same)."""
+    from kbopt.engine.pack.loader import build_pack, load_rule_text
+    texts = [_rule("S-N-A", "derived.seq_len_cv > 0.5", "derived.low_gpu_utilization: false"),
+             _rule("S-N-B", "derived.low_gpu_utilization", "derived.queue_timeouts: true")]
+    pack = build_pack([load_rule_text(t, f"n/{i}.yaml", pack="n") for i, t in enumerate(texts)], "inputs-name-derived")
+    for seq_len_cv in (0.7, 0.2):
+        for low in (True, False):
+            values = {"derived.seq_len_cv": seq_len_cv, "derived.low_gpu_utilization": low}
+            result = DurableEvaluator(pack).run(values)
+            assert result == ReferenceEvaluator(pack).run(values), values
+            assert ("S-N-B" in result.fired) == (low and seq_len_cv <= 0.5), values
+
+
 def test_evaluators_agree_on_random_facts(pack):
     """Random facts over the whole vocabulary: both evaluators give byte-identical advice."""
     rng = random.Random(20261202)

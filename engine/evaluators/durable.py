@@ -28,7 +28,7 @@ import json
 import math
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any, NamedTuple, TypeAlias, TypedDict, assert_never
+from typing import Any, NamedTuple, NoReturn, TypeAlias, TypedDict, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
 from kbopt.engine.evaluators.reference import fast_derives, schedule
@@ -37,6 +37,7 @@ from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, On
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.engine.pack.rule import PERSISTENT, Pack, Rule
+from kbopt.errors import EvaluationError
 
 RULESET_SIZE = 60          # compiled rules per ruleset: each tests the one fact (64 is the limit; +1 marker)
 FACT, MARKER, MARKER_ALIAS = "f", "marker", "m"
@@ -266,6 +267,16 @@ def ruleset_texts(pack: Pack) -> list[RulesetText]:
 
 # ---------------------------------------------------------------- running
 
+
+def _say_as_the_reference(pack: Pack, values: dict[str, Any], error: EvaluationError) -> NoReturn:
+    """Raise the error the reference evaluator raises on the same facts. Where several fired rules
+    cannot derive their facts, the one an evaluation stops at depends on the order it runs them:
+    durable_rules runs them by level, the reference in its schedule. Both evaluators say the same
+    (the reference's); should the reference find no error at all, durable_rules' own is raised."""
+    from kbopt.engine.evaluators import make_evaluator
+    make_evaluator(pack, "reference").run(values)
+    raise error
+
 MAX_LIVE = 8      # packs whose rulesets stay created; a long-lived process may see any number of packs
 FRAGMENTS_KEPT = 4096    # fact texts an evaluator keeps (a few hundred KB at most)
 _live: OrderedDict[str, DurableEvaluator] = OrderedDict()     # least recently used first
@@ -405,13 +416,15 @@ class DurableEvaluator:
         asserted: list[tuple[int, str]] = []      # (ruleset, fact text), to retract afterwards
         failed: int | None = None                 # a ruleset whose assert raised: its session state is unknown
         # The facts some rule reads, input or derived so far -> their text in the asserted fact.
-        # An input that names a derived fact takes precedence over the derived value, as in lookup.
+        # An input that names a derived fact stands until a rule derives it: then the derived value
+        # replaces it, as in the reference's known facts (and the final facts) it does.
         fragments = {path: self._fragment(path, values[path]) for path in self.read & values.keys()}
         present = fragments.keys()
         # A hot pack derives a fired rule's facts by generated code (compile_firings), as the
         # reference's chain does; a cold one by conclude. Rules that derive nothing have no firing.
         firings = self._firings() if self.pack.hot else None
         known, derived_values, conclude = derived.known, derived.values, derived.conclude
+        stopped: EvaluationError | None = None     # a fired rule that could not derive its facts
         try:
             for rulesets in self.rulesets:
                 new: set[str] | None = None       # None: the level's first round, where every ruleset runs
@@ -442,13 +455,19 @@ class DurableEvaluator:
                             elif (firing := firings.get(rule_id)) is not None:
                                 firing(known, derived_values, conclude)
                             for path in self.feeds.get(rule_id, ()):
-                                # new: set now (a fact set earlier, or given as an input, is in fragments)
-                                if path not in fragments and (credit := derived_values.get(path)) is not None:
-                                    fragments[path] = self._fragment(path, credit[0])
-                                    produced.add(path)
+                                # set now (a fact another rule derived earlier is in fragments already)
+                                if (path not in fragments or path in values) and (credit := derived_values.get(path)) is not None:
+                                    text = self._fragment(path, credit[0])
+                                    if fragments.get(path) != text:
+                                        fragments[path] = text
+                                        produced.add(path)
                     new = produced
+        except EvaluationError as error:
+            stopped = error
         finally:
             self._clear(asserted, failed)
+        if stopped is not None:
+            _say_as_the_reference(self.pack, values, stopped)
         return finish(self.pack, fired, derived)
 
     def _firings(self) -> dict[str, Firing]:
