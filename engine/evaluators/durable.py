@@ -277,6 +277,7 @@ def _say_as_the_reference(pack: Pack, values: dict[str, Any], error: EvaluationE
     make_evaluator(pack, "reference").run(values)
     raise error
 
+
 MAX_LIVE = 8      # packs whose rulesets stay created; a long-lived process may see any number of packs
 FRAGMENTS_KEPT = 4096    # fact texts an evaluator keeps (a few hundred KB at most)
 _live: OrderedDict[str, DurableEvaluator] = OrderedDict()     # least recently used first
@@ -416,8 +417,8 @@ class DurableEvaluator:
         asserted: list[tuple[int, str]] = []      # (ruleset, fact text), to retract afterwards
         failed: int | None = None                 # a ruleset whose assert raised: its session state is unknown
         # The facts some rule reads, input or derived so far -> their text in the asserted fact.
-        # An input that names a derived fact stands until a rule derives it: then the derived value
-        # replaces it, as in the reference's known facts (and the final facts) it does.
+        # An input that names a derived fact stands until a rule derives the fact: the derived
+        # value then replaces it, as it does in the reference's known facts and in the final facts.
         fragments = {path: self._fragment(path, values[path]) for path in self.read & values.keys()}
         present = fragments.keys()
         # A hot pack derives a fired rule's facts by generated code (compile_firings), as the
