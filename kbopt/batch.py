@@ -109,6 +109,11 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
                 while len(pending) < IN_FLIGHT_PER_JOB * jobs and (chunk := list(itertools.islice(numbered, CHUNK))):
                     pending.append(pool.apply_async(_advise_chunk, (chunk,)))
                 if not pending:
+                    # Every task is done: the workers are told to exit, and do, before the pool
+                    # is left (it would otherwise end them with a signal, and its own thread
+                    # takes the task queue's lock from an idle worker waiting on it).
+                    pool.close()
+                    pool.join()
                     return count, failed
                 try:
                     lines_done, lines_failed, block = pending.popleft().get()
@@ -163,6 +168,14 @@ def _start_worker(worker: Worker) -> None:
     # Ctrl-C reaches the whole process group: the main process stops the batch (advise_stream),
     # and a worker interrupted mid-task would print its traceback and leave its task undone
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A forked worker inherits the handlers that raise SystemExit for SIGTERM and SIGHUP while an
+    # output file is written (kbopt.output). The pool ends its workers with SIGTERM, and a Python
+    # handler runs only between bytecodes: a signal that lands just before a worker blocks on the
+    # task queue's lock is noted and never acted on, and the pool waits for that worker forever
+    # (1 run in 20 to 100 of `--facts-jsonl -o` with two workers; a CI run hung so). A worker
+    # writes no output file of its own: it dies as the kernel ends it.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _advise_chunk(chunk: list[tuple[int, str]]) -> tuple[int, int, str]:

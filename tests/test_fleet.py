@@ -232,6 +232,56 @@ def test_facts_jsonl_workers_are_spawned_where_another_thread_runs():
         thread.join()
 
 
+def test_facts_jsonl_workers_forked_while_an_output_is_written_die_as_the_kernel_ends_them(tmp_path):
+    """While an output file is written, SIGTERM and SIGHUP raise SystemExit (kbopt.output), and a
+    forked worker inherits that handler. A Python handler runs only between bytecodes: the pool's
+    SIGTERM, landing just before a worker blocks on the task queue's lock, was noted and never
+    acted on, and the pool waited for that worker forever (1 run in 20 to 100 of
+    `--facts-jsonl -o`). A worker takes both signals' defaults back."""
+    import multiprocessing
+    import signal
+
+    from kbopt import batch, output
+    if batch._start_method() != "fork":
+        pytest.skip("this process runs other threads: workers are spawned here, with the defaults")
+    context = multiprocessing.get_context("fork")
+    worker = (None, "reference", "-", (), str(tmp_path), context.Event())
+    with output._terminations_interrupt():       # as while `-o FILE` is written
+        pool = context.Pool(1, initializer=batch._start_worker, initargs=(worker,))
+    try:
+        assert pool.apply(signal.getsignal, (signal.SIGTERM,)) == signal.SIG_DFL
+        assert pool.apply(signal.getsignal, (signal.SIGHUP,)) == signal.SIG_DFL
+        assert pool.apply(signal.getsignal, (signal.SIGINT,)) == signal.SIG_IGN
+    finally:
+        pool.close()
+        pool.join()
+
+
+def _worker_exits_when_terminated(monkeypatch) -> list:
+    """The exit codes the pool's workers have when it is terminated (None: still running)."""
+    import multiprocessing.pool
+    exits: list = []
+    terminated = multiprocessing.pool.Pool.terminate
+
+    def terminate(pool):
+        exits.extend(worker.exitcode for worker in pool._pool)
+        terminated(pool)
+    monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", terminate)
+    return exits
+
+
+def test_facts_jsonl_workers_of_a_finished_batch_exit_on_their_own(run_cli, tmp_path, monkeypatch):
+    """Every task done, the workers are told to exit and waited for: none is left for the pool
+    to end with a signal (it also takes the task queue's lock from an idle worker waiting on it)."""
+    path = tmp_path / "facts.jsonl"
+    path.write_text(_lines() * 10)
+    monkeypatch.setattr("kbopt.batch.CHUNK", 4)
+    exits = _worker_exits_when_terminated(monkeypatch)
+    code, _, _ = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2", "-o", str(tmp_path / "out.jsonl"))
+    assert code == 2 and len((tmp_path / "out.jsonl").read_text().splitlines()) == 40
+    assert exits == [0, 0]
+
+
 @pytest.mark.parametrize("start", ["fork", "spawn"])
 def test_facts_jsonl_in_worker_processes_keeps_the_order(run_cli, tmp_path, monkeypatch, start):
     """Workers forked (a process with no other thread, on Linux) or spawned give the lines of
@@ -267,8 +317,6 @@ def test_facts_jsonl_workers_hand_their_lines_over_in_files_left_behind_by_none(
     assert run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2")[1].encode() == (tmp_path / "one.jsonl").read_bytes()
     assert list((tmp_path / "tmp").iterdir()) == []
 
-    import multiprocessing.pool
-
     from kbopt import batch
     copied = []
 
@@ -281,13 +329,7 @@ def test_facts_jsonl_workers_hand_their_lines_over_in_files_left_behind_by_none(
     monkeypatch.setattr(batch, "_copy_block", interrupted)
     # Stopped midway, the workers skip what is left and exit before the pool is terminated:
     # terminating a worker still running can leave the pool's lock held and the process hung.
-    exits = []
-
-    def terminate(pool):
-        exits.extend(worker.exitcode for worker in pool._pool)
-        terminated(pool)
-    terminated = multiprocessing.pool.Pool.terminate
-    monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", terminate)
+    exits = _worker_exits_when_terminated(monkeypatch)
     code, _, err = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2", "-o", str(tmp_path / "three.jsonl"))
     assert code == 130 and "nothing was written" in err
     assert not (tmp_path / "three.jsonl").exists() and list((tmp_path / "tmp").iterdir()) == []
