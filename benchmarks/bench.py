@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -59,11 +60,32 @@ print(os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, usage.
 """
 
 
+# The longest a measured command may run: the slowest (10,000 --facts-jsonl documents) takes
+# 9-16 s. One that hangs is killed with everything it started, and the benchmark stops saying so,
+# instead of waiting as long as whoever runs it (CI) lets it.
+MEASURE_TIMEOUT_S = 300
+
+
 def measured(command: list[str], quiet: bool = True) -> tuple[float, float, str]:
     """(CPU seconds, peak RSS in MiB, its stdout) of one run of `command`, standalone."""
-    result = subprocess.run([sys.executable, "-I", "-S", "-c", _LAUNCHER, "quiet" if quiet else "loud", *command],
-                            capture_output=True, text=True, check=True, cwd=ROOT)
-    *output, last = result.stdout.rstrip("\n").split("\n")
+    launcher = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LAUNCHER, "quiet" if quiet else "loud", *command],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                start_new_session=True)     # its own process group: killed whole
+    try:
+        stdout, stderr = launcher.communicate(timeout=MEASURE_TIMEOUT_S)
+    except BaseException as stopped:
+        try:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        except ProcessLookupError:         # the group had already ended
+            pass
+        launcher.communicate()
+        if isinstance(stopped, subprocess.TimeoutExpired):
+            raise SystemExit(f"{' '.join(command)} did not finish within {MEASURE_TIMEOUT_S} s: "
+                             "killed, with every process it started (a hang, not a measurement)") from None
+        raise
+    if launcher.returncode != 0:
+        raise SystemExit(f"the launcher of {' '.join(command)} exited with {launcher.returncode}: {stderr[-2000:]}")
+    *output, last = stdout.rstrip("\n").split("\n")
     code, cpu, rss = last.split()
     if code != "0":
         raise SystemExit(f"{' '.join(command)} exited with {code}")
@@ -304,6 +326,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer runs, smaller inputs (CI's smoke test, < 60 s)")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)     # each line as it is measured, also into a pipe
     quick = args.quick
     cold_start(pairs=3 if quick else 15)
     throughput(seconds=0.3 if quick else 2.0)
