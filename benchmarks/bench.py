@@ -74,11 +74,7 @@ def measured(command: list[str], quiet: bool = True) -> tuple[float, float, str]
     try:
         stdout, stderr = launcher.communicate(timeout=MEASURE_TIMEOUT_S)
     except BaseException as stopped:
-        try:
-            os.killpg(launcher.pid, signal.SIGKILL)
-        except ProcessLookupError:         # the group had already ended
-            pass
-        launcher.communicate()
+        _stop_group(launcher)
         if isinstance(stopped, subprocess.TimeoutExpired):
             raise SystemExit(f"{' '.join(command)} did not finish within {MEASURE_TIMEOUT_S} s: "
                              "killed, with every process it started (a hang, not a measurement)") from None
@@ -90,6 +86,28 @@ def measured(command: list[str], quiet: bool = True) -> tuple[float, float, str]
     if code != "0":
         raise SystemExit(f"{' '.join(command)} exited with {code}")
     return float(cpu), int(rss) / 1024, "\n".join(output)
+
+
+def _stop_group(launcher: subprocess.Popen) -> None:
+    """End the launcher's process group: SIGTERM first, which kbopt answers by removing its
+    temporary files (a batch stops within 10 s), then SIGKILL for whatever is left after 15 s."""
+    group = launcher.pid
+    for stop in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(group, stop)
+        except ProcessLookupError:         # the group has ended
+            return
+        try:
+            launcher.communicate(timeout=15)   # the launcher dies at once; its pipes close with the command
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
 
 
 def _alternating(baseline: list[str], command: list[str], pairs: int) -> tuple[list, list]:
@@ -327,6 +345,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer runs, smaller inputs (CI's smoke test, < 60 s)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)     # each line as it is measured, also into a pipe
+    # Stopped with SIGTERM (CI's timeout), the benchmark still kills what it started: the measured
+    # command's process group, the Prometheus server and exporter of part (h).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     quick = args.quick
     cold_start(pairs=3 if quick else 15)
     throughput(seconds=0.3 if quick else 2.0)
