@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -83,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     fleet.add_argument("--window", default="30m", metavar="DURATION", help="averages and rates over this window (default 30m)")
     fleet.add_argument("--selector", metavar="'{LABEL=\"VALUE\",...}'",
                        help="label matchers added to every query, e.g. '{namespace=\"llm\"}'")
-    fleet.add_argument("--timeout", type=float, default=10.0, metavar="S", help="per query (default 10)")
+    fleet.add_argument("--timeout", type=_finite_seconds, default=10.0, metavar="S", help="per query (default 10)")
     fleet.add_argument("--retries", type=int, default=2, metavar="N", help="retries of a failed query (default 2)")
     fleet.add_argument("-o", "--output", metavar="DIR",
                        help="write fleet.jsonl, index.html and deployments/*.html here (all or nothing); "
@@ -122,6 +123,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _finite_seconds(text: str) -> float:
+    """A number of seconds on the command line: `nan` and `inf` parse as floats, and then no wait
+    or deadline compared with them ever ends (or a socket refuses them deep inside)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds")
+    return value
+
+
 def _pack_options(parser, engine: bool = True) -> None:
     parser.add_argument("--rules", action="append", default=configured_packs(), metavar="DIR",
                         help="extra rule directory laid out as <layer>/<id>.yaml (repeatable; "
@@ -133,9 +146,9 @@ def _pack_options(parser, engine: bool = True) -> None:
 
 
 def _collect_options(group) -> None:
-    group.add_argument("--duration", type=float, default=30.0, metavar="S",
+    group.add_argument("--duration", type=_finite_seconds, default=30.0, metavar="S",
                        help="NVML sampling time, and the window between two scrapes of a /metrics URL (default 30)")
-    group.add_argument("--interval", type=float, default=0.5, metavar="S", help="NVML sampling interval (default 0.5)")
+    group.add_argument("--interval", type=_finite_seconds, default=0.5, metavar="S", help="NVML sampling interval (default 0.5)")
     group.add_argument("--gpu", type=int, default=0, metavar="N", help="GPU index for NVML (default 0)")
     group.add_argument("--no-nvml", action="store_true", help="do not sample NVML")
     group.add_argument("--metrics", action="append", default=[], metavar="FILE_OR_URL",
@@ -150,7 +163,7 @@ def _collect_options(group) -> None:
     group.add_argument("--time-unit", choices=("s", "ms", "us"), default="s", help="generic traces' time columns (default s)")
     group.add_argument("--long-threshold", type=int, default=2048, metavar="TOKENS",
                        help="a request longer than this counts toward workload.long_seq_fraction (default 2048)")
-    group.add_argument("--window", type=float, default=60.0, metavar="S",
+    group.add_argument("--window", type=_finite_seconds, default=60.0, metavar="S",
                        help="window for the peak arrival rate (default 60)")
     group.add_argument("--model", metavar="NAME_OR_FILE", help="a model from the catalog, or a Hugging Face config.json")
 

@@ -186,7 +186,9 @@ def test_output_through_a_fifo_is_written_not_replaced(run_cli, tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     received = []
-    reader = threading.Thread(target=lambda: received.append(Path(fifo).read_text()))
+    # A daemon: should kbopt never open the FIFO, the reader stays blocked, and the test fails
+    # instead of keeping pytest from exiting.
+    reader = threading.Thread(target=lambda: received.append(Path(fifo).read_text()), daemon=True)
     reader.start()
     code, _, _ = run_cli("advise", "--facts", EXAMPLE, "--format", "json", "-o", str(fifo))
     reader.join(timeout=10)
@@ -240,3 +242,16 @@ def test_text_summary_then_strategies_and_proofs_only_with_explain(run_cli):
     code, plain, _ = run_cli("advise", "--facts", "examples/bandwidth-l40s-decode.json", "--format", "json")
     code, also, _ = run_cli("advise", "--facts", "examples/bandwidth-l40s-decode.json", "--format", "json", "--explain")
     assert plain == also                     # JSON holds everything either way
+
+
+@pytest.mark.parametrize("args", [("collect", "--duration", "nan"), ("collect", "--interval", "inf"),
+                                  ("collect", "--window", "nan"),
+                                  ("fleet", "--prometheus", "http://127.0.0.1:9", "--timeout", "nan")])
+def test_a_number_of_seconds_that_is_not_finite_is_refused_naming_its_option(capsys, args):
+    """`nan` and `inf` parse as floats: a sampling loop would never reach a NaN duration, and a
+    socket refuses a NaN timeout deep inside (an internal error before)."""
+    from kbopt.cli import main
+    with pytest.raises(SystemExit) as refused:       # argparse's own exit, as for any bad option
+        main(list(args))
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and f"argument {args[-2]}: '{args[-1]}': give a finite number of seconds" in err
