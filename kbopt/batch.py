@@ -21,9 +21,10 @@ from typing import IO, TYPE_CHECKING, Any
 from kbopt.engine.pack.rule import Pack
 from kbopt.errors import KboptError
 from kbopt.gctuning import tune_for_many_advices
-from kbopt.output import replaced_binary
+from kbopt.output import replaced_binary, terminations_interrupt
 
 if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
     from multiprocessing.synchronize import Event
 
 ERROR_FORMAT = "error"
@@ -85,8 +86,9 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
         return count, failed
     import multiprocessing
     import tempfile
-    import threading
     from collections import deque
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
     # Each worker gets the checked pack: as it is here through a fork, pickled through a spawn
     # (_start_method says which). A worker writes each chunk's lines to a file of a temporary
     # folder, which this process copies to the output in the kernel (_copy_block): sent back
@@ -99,42 +101,58 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
                          f"their output: {error.strerror} (set TMPDIR to a writable folder, or give --jobs 1)") from None
     context = multiprocessing.get_context(_start_method())
     stop = context.Event()
-    with blocks as folder, \
-            context.Pool(jobs, initializer=_start_worker, initargs=((pack, evaluator, source, overrides, folder, stop),)) as pool:
+    # SIGTERM and SIGHUP stop a batch as Ctrl-C does, with or without -o, and its folder is removed.
+    # concurrent.futures' pool, not multiprocessing.Pool: a worker that dies (killed, out of
+    # memory, a SIGTERM to the whole process group) breaks it, and every task waiting fails at
+    # once, where multiprocessing.Pool waited for the lost task forever, forked a replacement from
+    # this process's threads (which hung holding the standard input's lock) and, stopping, waited
+    # for the queue lock a killed worker held.
+    with terminations_interrupt(), blocks as folder:
+        pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker,
+                                   initargs=((pack, evaluator, source, overrides, folder, stop),))
         try:
             # A window of chunks in flight, collected in order: the workers never wait for the
             # slowest line of a batch, and at most IN_FLIGHT_PER_JOB * jobs chunks are held.
-            pending: deque[Any] = deque()
+            pending: deque[Future[tuple[int, int, str]]] = deque()
             while True:
                 while len(pending) < IN_FLIGHT_PER_JOB * jobs and (chunk := list(itertools.islice(numbered, CHUNK))):
-                    pending.append(pool.apply_async(_advise_chunk, (chunk,)))
+                    pending.append(pool.submit(_advise_chunk, chunk))
                 if not pending:
-                    # Every task is done: the workers are told to exit, and do, before the pool
-                    # is left (it would otherwise end them with a signal, and its own thread
-                    # takes the task queue's lock from an idle worker waiting on it).
-                    pool.close()
-                    pool.join()
+                    pool.shutdown(wait=True)     # the workers take their turn to exit, and do
                     return count, failed
                 try:
-                    lines_done, lines_failed, block = pending.popleft().get()
+                    lines_done, lines_failed, block = pending.popleft().result()
                 except OSError as error:     # advising reads and writes nothing else: the block's file
                     raise KboptError(f"--facts-jsonl: a worker could not write its lines to {folder}: "
                                      f"{error.strerror or error}") from None
                 count, failed = count + lines_done, failed + lines_failed
                 _copy_block(block, out)
-        except BaseException:
-            # Stopped midway (Ctrl-C, a worker's error): the workers skip the chunks left, finish
-            # the one at hand and exit, before the pool is terminated. Pool.terminate kills the
-            # workers still running, and one killed while handing its result back holds the
-            # results' lock for good: the pool's own thread then waits on it forever (a CI run
-            # hung so). The wait is bounded: a pool that lost a worker (killed from outside)
-            # waits for its task forever, and is then terminated as it was.
+        except BrokenProcessPool:            # from a task's result, or from submitting one
             stop.set()
-            pool.close()
-            joining = threading.Thread(target=pool.join, daemon=True)
-            joining.start()
-            joining.join(STOP_WAIT)
+            _stop_workers(pool)
+            raise KboptError(f"--facts-jsonl: a worker process ended abruptly after {count} lines of {source} were "
+                             "advised (killed from outside, or out of memory?); run again, with fewer --jobs if "
+                             "memory is short") from None
+        except BaseException:
+            # Stopped midway (Ctrl-C, SIGTERM, a worker's error): the workers skip the chunks
+            # left, finish the one at hand and exit. The wait is bounded: what is still running
+            # after it is killed, so that this process can exit.
+            stop.set()
+            _stop_workers(pool)
             raise
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Shut a stopped batch's pool down within STOP_WAIT seconds, then kill what is left of it."""
+    import multiprocessing
+    import threading
+    stopping = threading.Thread(target=pool.shutdown, kwargs={"wait": True, "cancel_futures": True}, daemon=True)
+    stopping.start()
+    stopping.join(STOP_WAIT)
+    if stopping.is_alive():
+        for worker in multiprocessing.active_children():     # kbopt starts no other processes
+            worker.kill()
+        stopping.join(STOP_WAIT)
 
 
 def _start_method() -> str:
@@ -168,12 +186,12 @@ def _start_worker(worker: Worker) -> None:
     # Ctrl-C reaches the whole process group: the main process stops the batch (advise_stream),
     # and a worker interrupted mid-task would print its traceback and leave its task undone
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A forked worker inherits the handlers that raise SystemExit for SIGTERM and SIGHUP while an
-    # output file is written (kbopt.output). The pool ends its workers with SIGTERM, and a Python
-    # handler runs only between bytecodes: a signal that lands just before a worker blocks on the
-    # task queue's lock is noted and never acted on, and the pool waits for that worker forever
-    # (1 run in 20 to 100 of `--facts-jsonl -o` with two workers; a CI run hung so). A worker
-    # writes no output file of its own: it dies as the kernel ends it.
+    # A forked worker would keep the handlers that turn SIGTERM and SIGHUP into SystemExit in
+    # this process (kbopt.output). A Python handler runs only between bytecodes: a signal landing
+    # just before the worker blocks on the task queue is noted and never acted on, and whoever
+    # ends the worker with it waits forever (1 run in 20 to 100 of `--facts-jsonl -o` with two
+    # workers; a CI run hung so). A worker writes no file that outlives the batch's folder: it
+    # dies as the kernel ends it, and the pool, broken, fails what it held.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 

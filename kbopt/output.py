@@ -34,9 +34,10 @@ def _utf8(text: str) -> str:
 
 
 @contextlib.contextmanager
-def _terminations_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise SystemExit while the temporary file exists, so that it is removed
-    (Python's default for them is to die on the spot, leaving it behind). SIGKILL cannot be caught."""
+def terminations_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise SystemExit within the block, so that what it made is removed (a
+    temporary file, a batch's folder; Python's default for them is to die on the spot, leaving it
+    behind). SIGKILL cannot be caught."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -106,7 +107,7 @@ def _replaced(target: Path, output: str, binary: bool) -> Iterator[IO[Any]]:
     # The temporary name keeps at most 32 characters (128 bytes) of the target's, so that a target name near the
     # file system's 255-byte limit still has a temporary file beside it.
     import tempfile  # here: advice written to the terminal spares a cold start this import (5 ms)
-    with _terminations_interrupt():
+    with terminations_interrupt():
         try:
             fd, temporary = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name[:32]}.")
         except OSError as error:

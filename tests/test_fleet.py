@@ -12,6 +12,7 @@ from urllib.parse import parse_qs
 import pytest
 from prometheus_harness import loopback_server
 
+from kbopt.batch import _advise_chunk as _advise_a_chunk
 from kbopt.fleet import slug, write_directory
 from kbopt.kb.collectors.fleet import FAMILIES, PrometheusClient, host_of, missing_families, read_fleet
 
@@ -232,51 +233,95 @@ def test_facts_jsonl_workers_are_spawned_where_another_thread_runs():
         thread.join()
 
 
-def test_facts_jsonl_workers_forked_while_an_output_is_written_die_as_the_kernel_ends_them(tmp_path):
-    """While an output file is written, SIGTERM and SIGHUP raise SystemExit (kbopt.output), and a
-    forked worker inherits that handler. A Python handler runs only between bytecodes: the pool's
-    SIGTERM, landing just before a worker blocks on the task queue's lock, was noted and never
-    acted on, and the pool waited for that worker forever (1 run in 20 to 100 of
-    `--facts-jsonl -o`). A worker takes both signals' defaults back."""
-    import multiprocessing
+@pytest.mark.parametrize("to, output", [("group", True), ("group", False), ("main", False)])
+def test_facts_jsonl_stopped_by_sigterm_while_its_workers_wait_for_lines(tmp_path, to, output):
+    """`producer | kbopt advise --facts-jsonl - [-o OUT]`, the workers idle while the producer is
+    slow, then SIGTERM: to the whole process group (`timeout`, systemd, a closed terminal's SIGHUP
+    alike) or to kbopt alone. It stops as Ctrl-C stops it, writes no file, leaves no folder and
+    no worker. Killed outright by the signal's default, an idle worker kept the task queue's lock
+    it waits with, and kbopt then waited for it forever."""
+    import os
     import signal
-
-    from kbopt import batch, output
-    if batch._start_method() != "fork":
-        pytest.skip("this process runs other threads: workers are spawned here, with the defaults")
-    context = multiprocessing.get_context("fork")
-    worker = (None, "reference", "-", (), str(tmp_path), context.Event())
-    with output._terminations_interrupt():       # as while `-o FILE` is written
-        pool = context.Pool(1, initializer=batch._start_worker, initargs=(worker,))
+    import subprocess
+    import sys
+    (tmp_path / "tmp").mkdir()
+    out = tmp_path / "advice.jsonl"
+    command = [sys.executable, "-m", "kbopt", "advise", "--facts-jsonl", "-", "--jobs", "2", *(["-o", str(out)] if output else [])]
+    kbopt = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             env={**os.environ, "TMPDIR": str(tmp_path / "tmp")}, start_new_session=True)
+    assert kbopt.stdin is not None
+    kbopt.stdin.write((_lines() * 20).encode()[: 70 * 1024])   # more than a chunk (64 lines), then nothing
+    kbopt.stdin.flush()
+    time.sleep(3)                     # the first chunk advised: the workers wait for the next
+    if to == "group":
+        os.killpg(kbopt.pid, signal.SIGTERM)
+    else:
+        kbopt.send_signal(signal.SIGTERM)
     try:
-        assert pool.apply(signal.getsignal, (signal.SIGTERM,)) == signal.SIG_DFL
-        assert pool.apply(signal.getsignal, (signal.SIGHUP,)) == signal.SIG_DFL
-        assert pool.apply(signal.getsignal, (signal.SIGINT,)) == signal.SIG_IGN
-    finally:
-        pool.close()
-        pool.join()
+        _, err = kbopt.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(kbopt.pid, signal.SIGKILL)
+        kbopt.communicate()
+        pytest.fail(f"kbopt was still running 60 s after SIGTERM to its {to}")
+    assert kbopt.returncode == 128 + signal.SIGTERM and b"Traceback" not in err, err.decode()[-2000:]
+    assert not out.exists() and list((tmp_path / "tmp").iterdir()) == []
+    with pytest.raises(ProcessLookupError):
+        os.killpg(kbopt.pid, 0)       # no worker left in its group
 
 
-def _worker_exits_when_terminated(monkeypatch) -> list:
-    """The exit codes the pool's workers have when it is terminated (None: still running)."""
-    import multiprocessing.pool
+def _worker_exits_after_shutdown(monkeypatch) -> list:
+    """The exit codes of the workers of each pool a batch shuts down (a negative one: killed)."""
+    from concurrent.futures import ProcessPoolExecutor
     exits: list = []
-    terminated = multiprocessing.pool.Pool.terminate
+    shutdown = ProcessPoolExecutor.shutdown
 
-    def terminate(pool):
-        exits.extend(worker.exitcode for worker in pool._pool)
-        terminated(pool)
-    monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", terminate)
+    def recorded(pool, *args, **kwargs):
+        workers = list((pool._processes or {}).values())
+        shutdown(pool, *args, **kwargs)
+        exits.extend(worker.exitcode for worker in workers)
+    monkeypatch.setattr(ProcessPoolExecutor, "shutdown", recorded)
     return exits
 
 
-def test_facts_jsonl_workers_of_a_finished_batch_exit_on_their_own(run_cli, tmp_path, monkeypatch):
-    """Every task done, the workers are told to exit and waited for: none is left for the pool
-    to end with a signal (it also takes the task queue's lock from an idle worker waiting on it)."""
+def _advise_chunk_or_die(chunk):
+    """A worker's task that kills its worker at the chunk holding line 5 (as the kernel's
+    out-of-memory killer would), and advises any other chunk."""
+    import os
+    import signal
+
+    if chunk[0][0] == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _advise_a_chunk(chunk)
+
+
+def test_facts_jsonl_a_worker_killed_midway_is_an_error_not_a_wait(run_cli, tmp_path, monkeypatch):
+    """A worker that dies (killed from outside, out of memory) fails the batch at once, exit 2
+    naming what happened, with no output file and no folder left: multiprocessing.Pool, which
+    kbopt used before, waited for the lost task forever."""
+    import tempfile
+
+    from kbopt import batch
+    if batch._start_method() != "fork":
+        pytest.skip("the task that kills its worker reaches the workers through a fork")
     path = tmp_path / "facts.jsonl"
     path.write_text(_lines() * 10)
     monkeypatch.setattr("kbopt.batch.CHUNK", 4)
-    exits = _worker_exits_when_terminated(monkeypatch)
+    monkeypatch.setattr(batch, "_advise_chunk", _advise_chunk_or_die)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    out = tmp_path / "advice.jsonl"
+    code, _, err = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2", "-o", str(out))
+    assert code == 2 and "a worker process ended abruptly" in err and "out of memory" in err, err
+    assert not out.exists() and list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_facts_jsonl_workers_of_a_finished_batch_exit_on_their_own(run_cli, tmp_path, monkeypatch):
+    """Every task done, the workers are told to exit and waited for: none is ended with a signal
+    (which a worker could miss, and the pool then wait for it forever)."""
+    path = tmp_path / "facts.jsonl"
+    path.write_text(_lines() * 10)
+    monkeypatch.setattr("kbopt.batch.CHUNK", 4)
+    exits = _worker_exits_after_shutdown(monkeypatch)
     code, _, _ = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2", "-o", str(tmp_path / "out.jsonl"))
     assert code == 2 and len((tmp_path / "out.jsonl").read_text().splitlines()) == 40
     assert exits == [0, 0]
@@ -327,9 +372,9 @@ def test_facts_jsonl_workers_hand_their_lines_over_in_files_left_behind_by_none(
         original(block, out)
     original = batch._copy_block
     monkeypatch.setattr(batch, "_copy_block", interrupted)
-    # Stopped midway, the workers skip what is left and exit before the pool is terminated:
-    # terminating a worker still running can leave the pool's lock held and the process hung.
-    exits = _worker_exits_when_terminated(monkeypatch)
+    # Stopped midway, the workers skip what is left and exit on their own, none killed:
+    # a worker killed while it hands its result back can leave a lock of the pool held.
+    exits = _worker_exits_after_shutdown(monkeypatch)
     code, _, err = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2", "-o", str(tmp_path / "three.jsonl"))
     assert code == 130 and "nothing was written" in err
     assert not (tmp_path / "three.jsonl").exists() and list((tmp_path / "tmp").iterdir()) == []
