@@ -163,7 +163,7 @@ def _collect_options(group) -> None:
     group.add_argument("--time-unit", choices=("s", "ms", "us"), default="s", help="generic traces' time columns (default s)")
     group.add_argument("--long-threshold", type=int, default=2048, metavar="TOKENS",
                        help="a request longer than this counts toward workload.long_seq_fraction (default 2048)")
-    group.add_argument("--window", type=_finite_seconds, default=60.0, metavar="S",
+    group.add_argument("--window", type=float, default=60.0, metavar="S",
                        help="window for the peak arrival rate (default 60)")
     group.add_argument("--model", metavar="NAME_OR_FILE", help="a model from the catalog, or a Hugging Face config.json")
 

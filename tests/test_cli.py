@@ -245,7 +245,6 @@ def test_text_summary_then_strategies_and_proofs_only_with_explain(run_cli):
 
 
 @pytest.mark.parametrize("args", [("collect", "--duration", "nan"), ("collect", "--interval", "inf"),
-                                  ("collect", "--window", "nan"),
                                   ("fleet", "--prometheus", "http://127.0.0.1:9", "--timeout", "nan")])
 def test_a_number_of_seconds_that_is_not_finite_is_refused_naming_its_option(capsys, args):
     """`nan` and `inf` parse as floats: a sampling loop would never reach a NaN duration, and a
