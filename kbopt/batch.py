@@ -15,13 +15,12 @@ import signal
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from kbopt.engine.pack.rule import Pack
 from kbopt.errors import KboptError
 from kbopt.gctuning import tune_for_many_advices
-from kbopt.output import replaced_binary, terminations_interrupt
+from kbopt.output import terminations_interrupt, written_binary
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -259,17 +258,14 @@ def input_lines(path: str) -> Iterator[str]:
 
 @contextmanager
 def streamed_output(output: str | None) -> Iterator[IO[bytes]]:
-    """Standard output, or a file written all or nothing like kbopt.output.write_output, but
-    line by line: a temporary file beside the target, renamed into place when all went well.
-    Binary: the lines arrive as UTF-8 bytes."""
+    """Standard output, or what -o names by kbopt.output.write_output's rules, written line by
+    line: a file all or nothing (a temporary file beside it, renamed into place when all went
+    well), a FIFO written through. Binary: the lines arrive as UTF-8 bytes."""
     if output is None or output == "-":
         sys.stdout.flush()             # what was written as text goes first
         stdout = sys.stdout.buffer
         yield stdout
         stdout.flush()
         return
-    target = Path(output)
-    if target.is_dir():
-        raise KboptError(f"-o {output}: is a directory; give a file name")
-    with replaced_binary(target, output) as handle:
+    with written_binary(output) as handle:
         yield handle

@@ -69,13 +69,8 @@ def write_output(text: str, output: str | None) -> None:
 
 
 def _write_file(text: str, output: str) -> None:
-    target = Path(output)
-    if target.is_dir():
-        raise KboptError(f"-o {output}: is a directory; give a file name")
-    if target.is_symlink():
-        target = target.resolve(strict=True)   # replace the file the link points to, keep the link
-    if target.exists() and not target.is_file():
-        # A FIFO, device or socket: write through it, since it cannot be replaced atomically.
+    target, through = _destination(output)
+    if through:
         try:
             with open(target, "w", encoding="utf-8") as handle:
                 handle.write(text)
@@ -84,6 +79,37 @@ def _write_file(text: str, output: str) -> None:
         return
     with replaced(target, output) as handle:
         handle.write(text)
+
+
+def _destination(output: str) -> tuple[Path, bool]:
+    """The file `-o output` writes, and whether it is written through rather than replaced: a
+    FIFO, device or socket cannot be replaced atomically (and its reader waits on it). Through a
+    symlink, the file it points to is replaced and the link kept."""
+    target = Path(output)
+    if target.is_dir():
+        raise KboptError(f"-o {output}: is a directory; give a file name")
+    if target.is_symlink():
+        target = target.resolve(strict=True)
+    return target, target.exists() and not target.is_file()
+
+
+@contextmanager
+def written_binary(output: str) -> Iterator[IO[bytes]]:
+    """A binary handle on what `-o output` names, by write_output's rules, for output written
+    as it is made (`kbopt advise --facts-jsonl`): a file is replaced all or nothing, a FIFO,
+    device or socket written through."""
+    try:
+        target, through = _destination(output)
+        handle = open(target, "wb") if through else None   # noqa: SIM115 (closed below)
+    except (OSError, RuntimeError) as error:      # Path.resolve raises RuntimeError on a symlink loop before 3.13
+        reason = getattr(error, "strerror", None) or str(error)
+        raise KboptError(f"-o {output}: cannot write there: {reason}") from None
+    if handle is None:
+        with replaced_binary(target, output) as replacing:
+            yield replacing
+        return
+    with terminations_interrupt(), handle:
+        yield handle
 
 
 @contextmanager

@@ -386,6 +386,30 @@ def test_facts_jsonl_workers_hand_their_lines_over_in_files_left_behind_by_none(
     assert code == 2 and "cannot make a folder in" in err and "--jobs 1" in err
 
 
+def test_facts_jsonl_output_through_a_fifo_or_a_symlink_as_write_output_does(run_cli, tmp_path):
+    """-o a FIFO is written through (its reader gets the lines; replaced by a file, it waited
+    forever), -o a symlink replaces the file it points to and keeps the link, as one advice's -o."""
+    import os
+    path = tmp_path / "facts.jsonl"
+    path.write_text(_lines())
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()), daemon=True)
+    reader.start()
+    code, _, _ = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "1", "-o", str(fifo))
+    reader.join(timeout=10)
+    assert code == 2 and not fifo.is_file() and len(received[0].splitlines()) == 4
+    real, link = tmp_path / "real.jsonl", tmp_path / "link.jsonl"
+    real.write_text("old\n")
+    link.symlink_to(real)
+    code, _, _ = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2", "-o", str(link))
+    assert code == 2 and link.is_symlink() and real.read_text() == received[0]
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    code, _, err = run_cli("advise", "--facts-jsonl", str(path), "-o", str(tmp_path / "loop"))
+    assert code == 2 and "cannot write there" in err
+
+
 def test_facts_jsonl_refuses_other_formats(run_cli, tmp_path):
     (tmp_path / "f.jsonl").write_text("{}\n")
     assert run_cli("advise", "--facts-jsonl", str(tmp_path / "f.jsonl"), "--format", "html")[0] == 2
