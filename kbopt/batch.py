@@ -107,6 +107,7 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
     # this process's threads (which hung holding the standard input's lock) and, stopping, waited
     # for the queue lock a killed worker held.
     with terminations_interrupt(), blocks as folder:
+        others = set(multiprocessing.active_children())     # a caller's own, never killed here
         pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker,
                                    initargs=((pack, evaluator, source, overrides, folder, stop),))
         try:
@@ -128,7 +129,7 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
                 _copy_block(block, out)
         except BrokenProcessPool:            # from a task's result, or from submitting one
             stop.set()
-            _stop_workers(pool)
+            _stop_workers(pool, others)
             raise KboptError(f"--facts-jsonl: a worker process ended abruptly after {count} lines of {source} were "
                              "advised (killed from outside, or out of memory?); run again, with fewer --jobs if "
                              "memory is short") from None
@@ -137,19 +138,20 @@ def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: s
             # left, finish the one at hand and exit. The wait is bounded: what is still running
             # after it is killed, so that this process can exit.
             stop.set()
-            _stop_workers(pool)
+            _stop_workers(pool, others)
             raise
 
 
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Shut a stopped batch's pool down within STOP_WAIT seconds, then kill what is left of it."""
+def _stop_workers(pool: ProcessPoolExecutor, others: set[Any]) -> None:
+    """Shut a stopped batch's pool down within STOP_WAIT seconds, then kill what is left of its
+    workers: the child processes that are not among `others`, those from before the pool."""
     import multiprocessing
     import threading
     stopping = threading.Thread(target=pool.shutdown, kwargs={"wait": True, "cancel_futures": True}, daemon=True)
     stopping.start()
     stopping.join(STOP_WAIT)
     if stopping.is_alive():
-        for worker in multiprocessing.active_children():     # kbopt starts no other processes
+        for worker in set(multiprocessing.active_children()) - others:
             worker.kill()
         stopping.join(STOP_WAIT)
 

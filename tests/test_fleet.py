@@ -315,6 +315,49 @@ def test_facts_jsonl_a_worker_killed_midway_is_an_error_not_a_wait(run_cli, tmp_
     assert not out.exists() and list((tmp_path / "tmp").iterdir()) == []
 
 
+def test_facts_jsonl_stopped_workers_that_outlast_the_wait_are_killed_and_no_other_process(run_cli, tmp_path, monkeypatch):
+    """A stopped batch whose pool does not shut down within STOP_WAIT has its workers killed, so
+    that kbopt can exit; a child process its caller started before the batch is left alone."""
+    import multiprocessing
+    import signal
+    from concurrent.futures import ProcessPoolExecutor
+
+    from kbopt import batch
+    if batch._start_method() != "fork":
+        pytest.skip("this process runs other threads")
+    bystander = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    bystander.start()
+    released = threading.Event()
+    workers: list = []
+    shutdown = ProcessPoolExecutor.shutdown
+
+    def stuck(pool, wait=True, *, cancel_futures=False):
+        workers.extend((pool._processes or {}).values())
+        if cancel_futures:               # the stopping shutdown never returns in time
+            released.wait(30)
+        shutdown(pool, wait=wait, cancel_futures=cancel_futures)
+
+    def interrupted(block, out):
+        raise KeyboardInterrupt
+    path = tmp_path / "facts.jsonl"
+    path.write_text(_lines() * 10)
+    monkeypatch.setattr("kbopt.batch.CHUNK", 4)
+    monkeypatch.setattr(batch, "STOP_WAIT", 0.5)
+    monkeypatch.setattr(ProcessPoolExecutor, "shutdown", stuck)
+    monkeypatch.setattr(batch, "_copy_block", interrupted)
+    try:
+        code, _, _ = run_cli("advise", "--facts-jsonl", str(path), "--jobs", "2")
+        assert code == 130 and len(workers) == 2
+        for worker in workers:
+            worker.join(5)
+        assert [worker.exitcode for worker in workers] == [-signal.SIGKILL] * 2
+        assert bystander.is_alive()
+    finally:
+        released.set()
+        bystander.kill()
+        bystander.join()
+
+
 def test_facts_jsonl_workers_of_a_finished_batch_exit_on_their_own(run_cli, tmp_path, monkeypatch):
     """Every task done, the workers are told to exit and waited for: none is ended with a signal
     (which a worker could miss, and the pool then wait for it forever)."""
