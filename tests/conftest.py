@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 import pytest
 
 # The compiled-pack cache of every kbopt the tests start (in process or not) lives in a folder of
-# this run's own: never the user's ~/.cache, and never an entry from another checkout.
+# this run's own: never the user's ~/.cache, and never an entry from another checkout. It is
+# removed when the run ends (pytest_unconfigure).
 os.environ["KBOPT_CACHE_DIR"] = tempfile.mkdtemp(prefix="kbopt-test-cache-")
 
 from kbopt.cli import main
@@ -35,3 +37,7 @@ def run_cli(capsys):
 def pytest_configure(config):
     config.addinivalue_line("markers",
                             "acceptance: reruns the whole suite on a copy of the tree (deselect with -m 'not acceptance')")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(os.environ["KBOPT_CACHE_DIR"], ignore_errors=True)
