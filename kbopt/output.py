@@ -59,13 +59,15 @@ def write_output(text: str, output: str | None) -> None:
     if output is None or output == "-":
         sys.stdout.write(text)
         return
-    if not output:
-        raise KboptError("-o: the file name is empty; give a path, or - for standard output")
     try:
         _write_file(text, output)
     except (OSError, RuntimeError) as error:      # Path.resolve raises RuntimeError on a symlink loop before 3.13
-        reason = getattr(error, "strerror", None) or str(error)
-        raise KboptError(f"-o {output}: cannot write there: {reason}") from None
+        raise _cannot_write(output, error) from None
+
+
+def _cannot_write(output: str, error: OSError | RuntimeError) -> KboptError:
+    reason = getattr(error, "strerror", None) or str(error)
+    return KboptError(f"-o {output}: cannot write there: {reason}")
 
 
 def _write_file(text: str, output: str) -> None:
@@ -85,6 +87,8 @@ def _destination(output: str) -> tuple[Path, bool]:
     """The file `-o output` writes, and whether it is written through rather than replaced: a
     FIFO, device or socket cannot be replaced atomically (and its reader waits on it). Through a
     symlink, the file it points to is replaced and the link kept."""
+    if not output:
+        raise KboptError("-o: the file name is empty; give a path, or - for standard output")
     target = Path(output)
     if target.is_dir():
         raise KboptError(f"-o {output}: is a directory; give a file name")
@@ -101,9 +105,8 @@ def written_binary(output: str) -> Iterator[IO[bytes]]:
     try:
         target, through = _destination(output)
         handle = open(target, "wb") if through else None   # noqa: SIM115 (closed below)
-    except (OSError, RuntimeError) as error:      # Path.resolve raises RuntimeError on a symlink loop before 3.13
-        reason = getattr(error, "strerror", None) or str(error)
-        raise KboptError(f"-o {output}: cannot write there: {reason}") from None
+    except (OSError, RuntimeError) as error:
+        raise _cannot_write(output, error) from None
     if handle is None:
         with replaced_binary(target, output) as replacing:
             yield replacing

@@ -451,6 +451,8 @@ def test_facts_jsonl_output_through_a_fifo_or_a_symlink_as_write_output_does(run
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     code, _, err = run_cli("advise", "--facts-jsonl", str(path), "-o", str(tmp_path / "loop"))
     assert code == 2 and "cannot write there" in err
+    code, _, err = run_cli("advise", "--facts-jsonl", str(path), "-o", "")
+    assert code == 2 and "-o: the file name is empty" in err
 
 
 def test_facts_jsonl_refuses_other_formats(run_cli, tmp_path):
