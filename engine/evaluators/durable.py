@@ -32,6 +32,7 @@ from typing import Any, NamedTuple, NoReturn, TypeAlias, TypedDict, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
 from kbopt.engine.evaluators.reference import fast_derives, schedule
+from kbopt.engine.evaluators.reference import reads as all_reads
 from kbopt.engine.lang.compiled import Firing, compile_firings
 from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
@@ -193,7 +194,8 @@ def rule_levels(pack: Pack) -> tuple[dict[str, int], dict[str, frozenset[str]]]:
     for component in schedule(pack):
         members = {rule.id for rule in component}
         reads = {rule.id: set(facts_of(rule.fire_condition)) for rule in component}
-        level_of_component = max((level[producer] + 1 for paths in reads.values() for path in paths
+        # ordered by every fact a rule reads, a coalesce()'s alternatives too, as the reference's schedule
+        level_of_component = max((level[producer] + 1 for rule in component for path in all_reads(rule)
                                   for producer in pack.producers.get(path, ()) if producer not in members), default=0)
         for rule in component:
             level[rule.id] = level_of_component

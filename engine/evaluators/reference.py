@@ -43,10 +43,13 @@ class Chain:
 
 def schedule(pack: Pack) -> tuple[tuple[Rule, ...], ...]:
     """The pack's rules grouped into components (rules that feed each other in a cycle), each
-    after every component that produces a fact it reads; within a component, pack order."""
+    after every component that produces a fact it reads (`reads`); within a component, pack order."""
     consumers: dict[str, list[str]] = {}
     for rule in pack.rules:
-        for path in dict.fromkeys(facts_of(rule.fire_condition)):
+        # every fact the rule reads, the alternatives of a coalesce() included: a derived
+        # alternative must be decided before the rule computes, or which one it takes would
+        # follow the pack's order rather than the facts
+        for path in reads(rule):
             for producer in pack.producers.get(path, ()):
                 consumers.setdefault(producer, []).append(rule.id)
     rules = pack.by_id()

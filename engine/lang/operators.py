@@ -90,6 +90,15 @@ def _round(x: float, n: float = 0) -> float:
     return round(x, int(n)) if n else round(x)
 
 
+def _pow(x: float, y: float) -> float:
+    try:
+        return math.pow(x, y)
+    except ValueError:
+        # outside the reals (a negative base to a fractional power, zero to a negative one): no
+        # value, as an overflow has none; the evaluators then say it could not be computed
+        raise OverflowError(f"pow({x}, {y}) has no real value") from None
+
+
 def _pow2ceil(x: float) -> int:
     x = max(1, math.ceil(x))
     return 1 << (x - 1).bit_length()
@@ -130,6 +139,7 @@ _TABLE: tuple[Operator, ...] = (
     Function("floor", math.floor, "round down to an integer"),
     Function("ceil", math.ceil, "round up to an integer"),
     Function("pow2ceil", _pow2ceil, "smallest power of two >= x"),
+    Function("pow", _pow, "x raised to the power y (the chance of missing in y independent draws, for MoE)", least=2, most=2),
     Function("edges", _edges, "bucket edges: powers of two >= each value below the last, then the last", most=None),
     Function("dtype_bytes", _dtype_bytes, "bytes per element of a dtype (kb/vocabulary.yaml)"),
     Function("coalesce", None, "first argument whose facts are known", most=None),
