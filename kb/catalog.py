@@ -32,6 +32,7 @@ class Gpu:
     fp8_tensor_cores: bool
     fp4_tensor_cores: bool
     source: str
+    fp4_tflops: float = 0.0            # dense FP4 (NVFP4) tensor math; 0 before Blackwell
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,41 @@ def strategies() -> dict[str, Strategy]:
             variant_in_place_when=dict(raw.get("variant_in_place_when") or {}),
         )
     return out
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """How far one metric of the performance model was off on benchmarks/validation
+    (kb/model_errors.yaml): the band an estimate of that metric is shown with."""
+    metric: str
+    rows: int
+    median_abs_error: float
+    worst_error: float
+    optimistic_share: float
+    loso_median_abs_error: float | None = None
+
+    def text(self) -> str:
+        """`±8% (36 rows; 10% with its source left out)`: the median error, how many rows, and the
+        leave-one-source-out median, the figure that holds for a deployment unlike the rows."""
+        held = f"; {self.loso_median_abs_error:.0%} with its source left out" if self.loso_median_abs_error is not None else ""
+        return f"±{self.median_abs_error:.0%} ({self.rows} rows{held})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "rows": self.rows, "median_abs_error": self.median_abs_error,
+                "worst_error": self.worst_error, "optimistic_share": self.optimistic_share,
+                "loso_median_abs_error": self.loso_median_abs_error}
+
+
+@lru_cache(maxsize=1)
+def error_bands() -> dict[str, ErrorBand]:
+    """kb/model_errors.yaml by metric (step, tput, ttft, kv_pool, gain); empty before it is written."""
+    if not package_dir("kbopt.kb").joinpath("model_errors.yaml").is_file():
+        return {}
+    raw = _load("model_errors.yaml")
+    return {metric: ErrorBand(metric, int(m["rows"]), float(m["median_abs_error"]), float(m["worst_error"]),
+                              float(m["optimistic_share"]),
+                              float(m["loso_median_abs_error"]) if m.get("loso_median_abs_error") is not None else None)
+            for metric, m in (raw.get("metrics") or {}).items()}
 
 
 @lru_cache(maxsize=1)

@@ -320,7 +320,8 @@ def enrich_from_catalog(values: dict[str, Any], provenance: dict[str, Provenance
                         ("hardware.memory_total_gib", gpu.memory_gib),
                         ("hardware.bandwidth_gbps", gpu.bandwidth_gbps),
                         ("hardware.fp16_tflops", gpu.fp16_tflops),
-                        ("hardware.fp8_tflops", gpu.fp8_tflops)):
+                        ("hardware.fp8_tflops", gpu.fp8_tflops),
+                        ("hardware.fp4_tflops", gpu.fp4_tflops)):
         if path not in values:
             values[path] = value
             provenance[path] = Provenance(f"catalog:{gpu.id}", "catalog", note=gpu.source)

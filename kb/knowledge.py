@@ -9,9 +9,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from kbopt.kb.catalog import Gpu, Strategy, gpus, load_negligible_change, strategies
+from kbopt.kb.catalog import ErrorBand, Gpu, Strategy, error_bands, gpus, load_negligible_change, strategies
 from kbopt.kb.engines import EngineCatalog, load_engine_catalog
 from kbopt.kb.sources import Catalog as SourceCatalog
 from kbopt.kb.sources import load_catalog
@@ -26,6 +26,12 @@ class KnowledgeBase:
     sources: SourceCatalog
     engines: EngineCatalog          # each engine's settings for each strategy (kb/engines.yaml)
     negligible_change: float        # a what-if that moves no estimate by this share is not advised
+    error_bands: Mapping[str, ErrorBand] = field(default_factory=dict)   # the model's measured error, by metric
+
+    def error_band(self, path: str) -> ErrorBand | None:
+        """The measured error of the metric an estimate is validated as (vocabulary `validated_by`)."""
+        spec = self.vocabulary.facts.get(path)
+        return self.error_bands.get(spec.validated_by) if spec is not None and spec.validated_by else None
 
     def match_gpu(self, name: str) -> Gpu | None:
         """The catalog entry whose pattern matches an NVML/DCGM device name, if any (each name
@@ -58,7 +64,8 @@ def builtin_knowledge() -> KnowledgeBase:
     global _builtin
     if _builtin is None:
         _builtin = KnowledgeBase(vocabulary=load_vocabulary(), strategies=strategies(), gpus=gpus(), sources=load_catalog(),
-                                 engines=load_engine_catalog(), negligible_change=load_negligible_change())
+                                 engines=load_engine_catalog(), negligible_change=load_negligible_change(),
+                                 error_bands=error_bands())
     return _builtin
 
 

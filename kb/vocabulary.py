@@ -27,6 +27,7 @@ class FactSpec:
     derived: bool = False
     quality_of: str | None = None  # set on the pseudo-fact `quality.<path>`: the fact it qualifies
     estimate: bool = False         # a derived quantity of the performance model, reported under advice "estimates"
+    validated_by: str | None = None  # the metric of kb/model_errors.yaml it is checked as (its error band)
 
     @property
     def section(self) -> str:
@@ -108,6 +109,7 @@ def _spec(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
         exclusive_min=bool(raw.get("exclusive_min", False)),
         derived=derived,
         estimate=bool(raw.get("estimate", False)),
+        validated_by=raw.get("validated_by"),
     )
 
 

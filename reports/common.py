@@ -131,8 +131,8 @@ def bottleneck_evidence(advice: Advice, most: int = 6) -> list[tuple[Firing, Che
 
 
 # The metrics a reader asks about first, in that order; the rest follow by how much they move.
-HEADLINE = ("decode_tokens_per_s", "decode_step_expected_ms", "ttft_floor_ms", "kv_pool_tokens",
-            "kv_pool_sequences", "weights_overflow_gib", "decode_step_floor_ms")
+HEADLINE = ("decode_tokens_per_s", "itl_expected_ms", "ttft_expected_ms", "decode_step_expected_ms", "kv_pool_tokens",
+            "kv_pool_sequences", "weights_overflow_gib", "ttft_floor_ms", "decode_step_floor_ms")
 
 
 def headline(gains: Iterable[Gain], most: int = 3) -> list[Gain]:
@@ -140,6 +140,10 @@ def headline(gains: Iterable[Gain], most: int = 3) -> list[Gain]:
     def rank(gain: Gain) -> tuple[int, float, str]:
         first = HEADLINE.index(gain.metric) if gain.metric in HEADLINE else len(HEADLINE)
         return first, -abs(gain.change), gain.metric
+    gains = list(gains)
+    # without prefills sharing the steps the client's ITL is the decode step: say it once
+    itl = {(g.before, g.after) for g in gains if g.metric == "itl_expected_ms"}
+    gains = [g for g in gains if not (g.metric == "decode_step_expected_ms" and (g.before, g.after) in itl)]
     return sorted(gains, key=rank)[:most]
 
 
@@ -151,8 +155,8 @@ def estimate_text(estimate: Estimate) -> str:
 def model_evidence(advice: Advice) -> list[Estimate]:
     """The estimates that say where the deployment stands, for the summary (headline order)."""
     return [advice.estimates[name] for name in
-            ("decode_step_expected_ms", "decode_step_floor_ms", "arithmetic_intensity", "ridge_point",
-             "kv_pool_tokens", "weights_overflow_gib") if name in advice.estimates]
+            ("itl_expected_ms", "ttft_expected_ms", "decode_tokens_per_s", "decode_step_expected_ms", "decode_step_floor_ms",
+             "arithmetic_intensity", "ridge_point", "kv_pool_tokens", "weights_overflow_gib") if name in advice.estimates]
 
 
 def gains_text(gains: Iterable[Gain]) -> str:

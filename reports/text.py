@@ -144,8 +144,9 @@ def render_text(advice: Advice, explain: bool = False) -> str:
         lines.append(f"Estimates ({len(advice.estimates)})")
         for estimate in advice.estimates.values():
             defaults = f", assumed: {', '.join(estimate.defaults)}" if estimate.defaults else ""
+            band = f"; measured error {estimate.band.text()}" if estimate.band is not None else ""
             lines.extend(_wrap(f"{estimate.name} = {shown(estimate.value)}{' ' + estimate.unit if estimate.unit else ''}"
-                               f"  [{estimate.confidence}{defaults}; {estimate.rule}]", "  "))
+                               f"  [{estimate.confidence}{defaults}{band}; {estimate.rule}]", "  "))
     lines.append("")
     lines.append("Facts")
     for path, value in advice.facts.items():

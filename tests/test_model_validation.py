@@ -53,22 +53,15 @@ def test_fp8_kv_decode_gain_within_2_5_points(pack, context):
     assert 0 <= predicted_gain - measured_gain < 0.025                          # +0.8 to +2.1 points, never under
 
 
-@pytest.mark.parametrize("context", sorted(MEASURED_DECODE_TOKENS_PER_S))
-@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
-def test_decode_tokens_per_s_at_the_default_efficiency_within_6_percent(pack, context, kv_dtype):
-    predicted = _derived(pack, _qwen(kv_dtype, context))["derived.decode_tokens_per_s"]
-    measured = MEASURED_DECODE_TOKENS_PER_S[context][kv_dtype == "fp8"]
-    assert abs(predicted / measured - 1) < 0.06
-
-
-def test_the_default_efficiency_is_what_the_table_implies(pack):
-    # Calibrating on each BF16 row gives 0.80-0.83 of the L4's 300 GB/s.
-    ratios = []
+def test_the_default_efficiency_is_near_what_the_table_implies(pack):
+    # Calibrating on each BF16 row, after the step's fixed cost: 0.83-0.86 of the L4's 300 GB/s,
+    # a little above the default 0.8 (benchmarks/validation has these rows among its others).
+    efficiencies = []
     for context, (tokens_per_s, _) in MEASURED_DECODE_TOKENS_PER_S.items():
         document = _qwen("bf16", context)
         document["workload"]["itl_mean_ms"] = 1000 / tokens_per_s
-        ratios.append(_derived(pack, document)["derived.achieved_bandwidth_ratio"])
-    assert min(ratios) > 0.79 and max(ratios) < 0.84
+        efficiencies.append(_derived(pack, document)["derived.bandwidth_efficiency"])
+    assert min(efficiencies) > 0.8 and max(efficiencies) < 0.88
 
 
 @pytest.mark.parametrize(("model", "expected"), [
@@ -92,3 +85,50 @@ def test_mla_is_not_sized_as_multi_head_attention(pack):
 def test_the_kv_pool_measured_on_the_l4_gives_the_doc_bytes_per_token(pack):
     # 11.47 GiB for 83,488 tokens is 147,516 B a token; the shape gives 147,456 (0.04% apart).
     assert abs(11.47 * 2**30 / 83_488 / 147_456 - 1) < 0.001
+
+
+# --- benchmarks/validation: every public row, each metric held to the error kb/model_errors.yaml documents
+
+def _validate():
+    """benchmarks/validate.py as a module (benchmarks/ is no package); loaded once."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    if "kbopt_validate" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("kbopt_validate", Path(__file__).resolve().parents[1] / "benchmarks" / "validate.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["kbopt_validate"] = module          # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules["kbopt_validate"]
+
+
+def test_no_metric_is_worse_than_its_documented_error():
+    import yaml
+    validate = _validate()
+    documented = yaml.safe_load(validate.ERRORS_FILE.read_text(encoding="utf-8"))["metrics"]
+    found = {s.metric: s for s in validate.summarize(validate.errors(validate.Model(), validate.load_rows()))}
+    assert set(found) == set(documented)
+    for metric, figures in documented.items():
+        now = found[metric]
+        assert now.rows >= figures["rows"], f"{metric}: rows were dropped"
+        # 0.2 points of slack for float noise; a real regression is larger
+        assert now.median_abs <= figures["median_abs_error"] + 0.002, \
+            f"{metric}: median |error| {now.median_abs:.1%} is worse than the documented {figures['median_abs_error']:.1%}"
+
+
+def test_every_row_cites_its_source_and_validates():
+    validate = _validate()
+    import json
+    for path in sorted(validate.ROWS.rglob("*.json")):
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        assert raw.get("source") and raw.get("source_ref") and raw.get("row") is not None, path.name
+        assert set(raw["compare"]) <= set(validate.METRICS) | {"gain_fp8"}, path.name
+        facts_from_document(raw["facts"], path.name)         # raises on a fact the vocabulary refuses
+    assert len({r.source_id for r in validate.load_rows()}) >= 10
+
+
+def test_docs_show_the_documented_errors():
+    import yaml
+    validate = _validate()
+    documented = yaml.safe_load(validate.ERRORS_FILE.read_text(encoding="utf-8"))
+    assert validate.documented_table(documented) in validate.MODEL_DOC.read_text(encoding="utf-8")

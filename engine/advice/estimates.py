@@ -23,6 +23,7 @@ from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Lookup, Missing, eva
 from kbopt.engine.lang.nodes import Arith, Call, Const, Fact, IfElse, ListOf, Value, facts_of, unique_facts
 from kbopt.engine.lang.operators import FUNCTIONS
 from kbopt.engine.pack.rule import Derive, Pack
+from kbopt.kb.catalog import ErrorBand
 from kbopt.kb.vocabulary import QUALITY_PREFIX
 
 Confidence = Literal["low", "medium", "high"]
@@ -240,6 +241,7 @@ class Estimate(NamedTuple):
     confidence: Confidence
     inputs: dict[str, Any]         # fact path -> value its derive expression read
     defaults: tuple[str, ...] = ()  # what made it low: facts fallen back past, `default_*` parameters
+    band: ErrorBand | None = None  # how far the model was off for this metric on benchmarks/validation
 
     @property
     def path(self) -> str:
@@ -248,7 +250,8 @@ class Estimate(NamedTuple):
     def to_dict(self) -> dict[str, Any]:
         return {"value": self.value, "unit": self.unit, "rule": self.rule,
                 "confidence": self.confidence, "inputs": self.inputs,
-                **({"defaults": list(self.defaults)} if self.defaults else {})}
+                **({"defaults": list(self.defaults)} if self.defaults else {}),
+                **({"error_band": self.band.to_dict()} if self.band is not None else {})}
 
 
 def model_lookup(inputs: Mapping[str, Any], derived: Mapping[str, tuple[Any, str]]) -> Lookup:
@@ -359,10 +362,12 @@ class Model:
                 continue
             spec = self.pack.kb.vocabulary.facts[path]
             level, defaults = self.confidence(path)
+            rule = self.rule_of(path)
+            # the band measures the built-in rules: a custom pack's rule for the same fact has none
+            band = self.pack.kb.error_band(path) if self.pack.by_id()[rule].pack == "builtin" else None
             out[path.removeprefix(DERIVED)] = Estimate(
                 name=path.removeprefix(DERIVED), value=self.derivation.derived[path][0], unit=spec.unit,
-                rule=self.rule_of(path), confidence=level, inputs=dict(self.trace_of(path).read),
-                defaults=defaults)
+                rule=rule, confidence=level, inputs=dict(self.trace_of(path).read), defaults=defaults, band=band)
         self._estimates = out
         return out
 

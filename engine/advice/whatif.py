@@ -73,6 +73,7 @@ class Gain(NamedTuple):
 # the KV cache holds); the others (ridge point, bytes per token, weights per GPU) describe it.
 PERFORMANCE_METRICS = frozenset({
     "decode_step_floor_ms", "decode_step_expected_ms", "decode_tokens_per_s", "ttft_floor_ms",
+    "itl_expected_ms", "ttft_expected_ms", "prefill_ms",
     "kv_pool_tokens", "kv_pool_sequences", "max_batch_kv", "max_batch_itl"})
 
 

@@ -1,0 +1,132 @@
+"""The serving model's terms beyond the pure roofline, each against hand arithmetic on a realistic
+deployment (docs/model.md, "Terms"). The hand figures are written out here from the formulas'
+sources, not read back from the rules: a rule that drifts from its formula fails."""
+from __future__ import annotations
+
+import pytest
+
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.kb.facts import facts_from_document
+
+GIB = 2**30
+
+
+def _derived(pack, document):
+    return advise(facts_from_document({"kbopt": "facts/1", **document}, "terms"), pack, available_evaluators()[0]).derived
+
+
+def _close(found, hand, within=0.05):
+    assert found == pytest.approx(hand, rel=within), (found, hand)
+
+
+LLAMA3_8B = {"params_billion": 8.03, "num_layers": 32, "num_kv_heads": 8, "head_dim": 128, "num_attention_heads": 32,
+             "hidden_size": 4096, "vocab_size": 128256}
+LLAMA3_70B = {"params_billion": 70.6, "num_layers": 80, "num_kv_heads": 8, "head_dim": 128, "num_attention_heads": 64,
+              "hidden_size": 8192, "vocab_size": 128256}
+
+
+def test_awq_int4_weights_keep_16_bit_embeddings_and_group_scales(pack):
+    # Qwen2.5-72B AWQ: 72.7B x (4 bits + a 16-bit scale per 128) + embedding and lm_head (152,064 x 8,192, twice) in 16-bit.
+    model = {"params_billion": 72.7, "weight_dtype": "int4", "vocab_size": 152064, "hidden_size": 8192}
+    embeddings = 2 * 152064 * 8192
+    hand = (72.7e9 * (4 + 16 / 128) / 8 + embeddings * (2 - 0.5)) / GIB
+    _close(_derived(pack, {"model": model})["derived.weight_gib"], hand)
+    # almost 5 GB more than parameters x half a byte: 3.7 GB of 16-bit embeddings, 1.1 GB of scales
+    assert hand * GIB - 72.7e9 * 0.5 > 4.5e9
+
+
+def test_kv_bytes_per_token_per_gpu_gqa_mla_and_tp(pack):
+    # Llama-3-70B at TP4: 2 (K and V) x 80 layers x 8/4 heads x 128 x 2 bytes = 81,920 B on each GPU
+    d = _derived(pack, {"model": {**LLAMA3_70B, "weight_dtype": "bf16", "kv_cache_dtype": "bf16"},
+                        "serving": {"tensor_parallel_size": 4}})
+    assert d["derived.kv_bytes_per_token_per_gpu"] == 2 * 80 * 2 * 128 * 2
+    # DeepSeek-V3's MLA latent: 61 x (512 + 64) x 2 = 70,272 B, the same on every GPU of TP8
+    mla = {"params_billion": 671, "active_params_billion": 37, "num_layers": 61, "num_attention_heads": 128, "head_dim": 128,
+           "num_kv_heads": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "weight_dtype": "fp8", "kv_cache_dtype": "bf16"}
+    d = _derived(pack, {"model": mla, "serving": {"tensor_parallel_size": 8}})
+    assert d["derived.kv_bytes_per_token_per_gpu"] == 61 * (512 + 64) * 2
+
+
+def test_sliding_window_layers_keep_only_their_window(pack):
+    # Gemma-3-27B: 62 layers, 52 of them windowed at 1,024 tokens; at 16k prompt + 512 out the mean
+    # context is 16,256: full layers keep it all, windowed ones 1,024 -> (10 x 16,256 + 52 x 1,024) / 62.
+    model = {"params_billion": 27.4, "num_layers": 62, "num_kv_heads": 16, "head_dim": 128, "weight_dtype": "bf16",
+             "sliding_window": 1024, "sliding_window_layers": 52}
+    d = _derived(pack, {"model": model, "workload": {"prompt_len_mean": 16000, "output_len_mean": 512}})
+    hand = (10 * 16256 + 52 * 1024) / 62
+    _close(d["derived.kv_context_tokens_mean"], hand, 1e-9)
+    assert d["derived.context_tokens_mean"] / d["derived.kv_context_tokens_mean"] > 4.5    # 4.7x less read
+
+
+def test_moe_step_reads_the_experts_its_tokens_touch(pack):
+    # Mixtral 8x7B (2 of 8 experts), 8 running requests, BF16, TP2: routed parameters (46.7 - 12.9) / (1 - 2/8);
+    # each expert is missed by all 8 tokens with probability (6/8)^8.
+    routed = (46.7 - 12.9) / (1 - 2 / 8)
+    read = 46.7 - routed * (6 / 8) ** 8
+    model = {"params_billion": 46.7, "active_params_billion": 12.9, "num_experts": 8, "experts_per_token": 2,
+             "weight_dtype": "bf16", "num_layers": 32, "num_kv_heads": 8, "head_dim": 128}
+    d = _derived(pack, {"model": model, "workload": {"requests_running_mean": 8}, "serving": {"tensor_parallel_size": 2}})
+    _close(d["derived.active_weight_bytes_per_gpu"], read * 1e9 * 2 / 2)
+    assert read / 12.9 > 3          # active parameters alone undercount the bytes of this step threefold
+    one = _derived(pack, {"model": model, "workload": {"requests_running_mean": 1}, "serving": {"tensor_parallel_size": 2}})
+    _close(one["derived.active_weight_bytes_per_gpu"], 12.9e9 * 2 / 2)
+
+
+def test_a_mig_slice_gets_its_share_of_bandwidth_and_sms(pack):
+    # A100-80GB 1g.10gb: one of eight memory slices (2,039 / 8 GB/s) and one of seven compute slices (312 / 7 TFLOP/s)
+    d = _derived(pack, {"hardware": {"gpu_name": "NVIDIA A100-SXM4-80GB", "gpu_count": 1, "mig_enabled": True,
+                                     "mig_memory_gib": 10, "mig_compute_slices": 1}, "model": {"weight_dtype": "bf16"}})
+    _close(d["derived.gpu_bandwidth_gbps"], 2039 / 8)
+    _close(d["derived.gpu_tflops"], 312 / 7)
+    assert d["derived.gpu_memory_gib"] == 10
+
+
+def test_the_step_pays_a_fixed_cost_that_grows_with_tensor_parallelism(pack):
+    # BLIS's trained terms and two NVLink all-reduces a layer: 70B on 4 H100s
+    d = _derived(pack, {"hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 4, "interconnect": "nvlink"},
+                        "model": {**LLAMA3_70B, "weight_dtype": "bf16"}, "serving": {"tensor_parallel_size": 4}})
+    _close(d["derived.step_overhead_ms"], 0.126 + 0.032 * 80 + 2 * 80 * 0.012, 1e-9)
+    pcie = _derived(pack, {"hardware": {"gpu_name": "NVIDIA L40S", "gpu_count": 4, "interconnect": "pcie"},
+                           "model": {**LLAMA3_70B, "weight_dtype": "bf16"}, "serving": {"tensor_parallel_size": 4}})
+    assert pcie["derived.step_overhead_ms"] > d["derived.step_overhead_ms"] + 4
+
+
+def test_fp8_weights_halve_the_bytes_but_not_the_step(pack):
+    # Llama-3-8B on an H100 at batch 1: the byte term halves, the fixed cost does not, so the step
+    # gains well under 2x (TensorRT-LLM measured 1.4-1.5x at batch 1-8).
+    base = {"hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1},
+            "workload": {"requests_running_mean": 1, "prompt_len_mean": 1024, "output_len_mean": 128}}
+    bf16 = _derived(pack, {**base, "model": {**LLAMA3_8B, "weight_dtype": "bf16"}})
+    fp8 = _derived(pack, {**base, "model": {**LLAMA3_8B, "weight_dtype": "fp8"}})
+    assert bf16["derived.decode_bytes_ms"] / fp8["derived.decode_bytes_ms"] > 1.8
+    assert 1.3 < bf16["derived.decode_step_expected_ms"] / fp8["derived.decode_step_expected_ms"] < 1.75
+
+
+def test_prefill_shares_the_steps_of_continuous_batching(pack):
+    # 32 running requests, 2,048 in / 256 out: each step carries 32/256 of a prefill's math
+    document = {"hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1},
+                "model": {**LLAMA3_8B, "weight_dtype": "bf16"},
+                "workload": {"requests_running_mean": 32, "prompt_len_mean": 2048, "output_len_mean": 256}}
+    d = _derived(pack, document)
+    flops = 2 * 8.03e9 * 2048 + 2 * 32 * 32 * 128 * 2048**2
+    prefill = flops / (989e12 * 0.55) * 1000          # compute_efficiency 0.55 of the H100's 989 TFLOP/s
+    _close(d["derived.prefill_compute_ms"], prefill, 1e-6)
+    _close(d["derived.itl_expected_ms"], d["derived.decode_step_expected_ms"] + 32 * prefill / 256, 1e-9)
+    _close(d["derived.decode_tokens_per_s"], 32 * 1000 / d["derived.itl_expected_ms"], 1e-9)
+    static = _derived(pack, {**document, "workload": {**document["workload"], "batching": "static"}})
+    assert static["derived.itl_expected_ms"] == static["derived.decode_step_expected_ms"]
+
+
+def test_the_running_batch_is_capped_by_what_the_kv_pool_holds(pack):
+    # Qwen3-4B on an L4 under vLLM: 82,512 tokens of KV; at 1,024 in and 200 out the mean context is
+    # 1,124 tokens, so 73 run and the other 439 clients wait for a slot (and their first token).
+    document = {"hardware": {"gpu_name": "NVIDIA L4", "gpu_count": 1},
+                "model": {"params_billion": 4.02, "weight_dtype": "bf16", "num_layers": 36, "num_kv_heads": 8, "head_dim": 128},
+                "workload": {"engine": "vllm", "concurrency_mean": 512, "prompt_len_mean": 1024, "output_len_mean": 200}}
+    d = _derived(pack, document)
+    assert d["derived.kv_pool_tokens"] == 82_512
+    assert d["derived.running_batch"] == 82_512 // 1124
+    few = _derived(pack, {**document, "workload": {**document["workload"], "concurrency_mean": 8}})
+    assert few["derived.running_batch"] == 8
+    assert d["derived.ttft_expected_ms"] > 10 * few["derived.ttft_expected_ms"]
