@@ -5,7 +5,7 @@
 
 Pages: docs/facts.md (kb/vocabulary.yaml, kb/gpus.yaml), docs/sources.md (kb/sources.yaml),
 docs/rule-format.md (the rule JSON Schema and kb/strategies.yaml), docs/engines.md
-(kb/engines.yaml). Everything else in docs/ is
+(kb/engines/*.yaml). Everything else in docs/ is
 written by hand.
 """
 from __future__ import annotations
@@ -158,7 +158,7 @@ def engines_page() -> str:
         title, url = titles.get(source_id, (source_id, None))
         return f"[{_cell(title)}]({url})" if url else _cell(title)
 
-    out = [HEADER.format(what="kb/engines.yaml") + "# Engine settings", "",
+    out = [HEADER.format(what="kb/engines/*.yaml") + "# Engine settings", "",
            "How each strategy and its parameters are set in each serving engine. Every strategy in the",
            "advice carries `settings` for the deployment's engine (`workload.engine`; all four when it is",
            "not given), for the version in `serving.engine_version` (the latest covered one when not",

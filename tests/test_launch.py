@@ -1,0 +1,254 @@
+"""The launch script is the whole deployment after the advice, and the engine would start it.
+
+One test, parametrized over every bundled example x the four engines x each version their
+profile covers: the script passes `bash -n`, repeats no flag, keeps the deployment's model and
+TP/PP, every flag validates against the engine's profile at that version, nothing the engine
+refuses there appears, and no batch cap sits below today's running batch without a reason. The
+other tests pin the pieces: option injection, version handling, checkpoints, sizing, refusals.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.advice.launch import build_launch
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.kb.engines import ENGINES, engine_catalog, version_text
+from kbopt.kb.facts import load_facts
+from kbopt.reports.emit import render_launch
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if p.suffix in (".json", ".yaml"))
+CASES = [(example, engine, version_text(version)) for example in EXAMPLES for engine in ENGINES
+         for version in engine_catalog().engines[engine].versions]
+HERE = Path(__file__).parent
+FACTS = HERE / "data" / "emit" / "vllm-8b-h100.json"
+
+
+def _script_args(script: str, engine: str) -> list[tuple[str, str | None]]:
+    """The arguments the script passes: the args=( ) array, the YAML file's keys (dotted), the
+    exported variables; read back with shlex, so what is checked is what bash would pass."""
+    lines = script.splitlines()
+    start, end = lines.index("args=("), len(lines) - 1 - lines[::-1].index(")")
+    words = shlex.split("\n".join(lines[start + 1:end]), comments=True)
+    out: list[tuple[str, str | None]] = []
+    for word in words:
+        if word.startswith("--"):
+            out.append((word, None))
+        else:
+            name, value = out[-1]
+            assert value is None, (name, value, word)
+            out[-1] = (name, word)
+    if "<<'YAML'" in script:
+        body = script.split("<<'YAML'\n", 1)[1].split("\nYAML\n", 1)[0]
+        import yaml
+        tree = yaml.safe_load(body)
+
+        def walk(node: dict, prefix: str) -> None:
+            for key, value in node.items():
+                if isinstance(value, dict) and prefix + key not in ("speculative_config", "cuda_graph_config"):
+                    walk(value, prefix + key + ".")
+                else:
+                    out.append((prefix + key, json.dumps(value) if isinstance(value, dict | list) or value is None
+                                else ("true" if value is True else "false" if value is False else str(value))))
+        walk(tree, "")
+    for line in lines:
+        if line.startswith("export "):
+            name, _, value = line.removeprefix("export ").split("  #")[0].partition("=")
+            out.append((name, shlex.split(value)[0]))
+    return out
+
+
+def _command(script: str) -> list[str]:
+    exec_line = next(line for line in script.splitlines() if line.startswith("exec "))
+    return shlex.split(exec_line)
+
+
+@pytest.mark.parametrize("example,engine,version", CASES, ids=[f"{e.name}-{g}-{v}" for e, g, v in CASES])
+def test_every_example_emits_a_script_each_engine_starts(pack, example, engine, version):
+    facts = load_facts(example, [f"workload.engine={engine}", f"serving.engine_version={version}"])
+    advice = advise(facts, pack, available_evaluators()[0])
+    launch = build_launch(advice, engine)
+    script = render_launch(launch, advice.bottleneck)
+    facts = advice.facts
+    spec = engine_catalog().engines[engine]
+    target_version = launch.target.version
+    assert version_text(target_version) == version
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    args = _script_args(script, engine)
+    names = [name for name, _ in args]
+    assert len(names) == len(set(names)), [n for n in names if names.count(n) > 1]
+    # every flag is the profile's at this version, typed right, and nothing it refuses is there
+    assert spec.problems(target_version, args) == [], script
+    for name, value in args:
+        assert str(spec.by_name[name].problem(value) or "") == ""
+    # the deployment's model and layout are kept
+    model = facts.get("model.name")
+    if model:
+        assert f"MODEL_DEFAULT={shlex.quote(str(model))}" in script
+    command = _command(script)
+    assert command[0] == "exec" and "$MODEL" in script.splitlines()[-1]
+    layout = {"vllm": ("--tensor-parallel-size", "--pipeline-parallel-size"), "sglang": ("--tp-size", "--pp-size"),
+              "trtllm": ("--tp_size", "--pp_size"), "tgi": ("--num-shard", None)}[engine]
+    by_name = {arg.name: arg for arg in launch.args}
+    for fact, flag in zip(("serving.tensor_parallel_size", "serving.pipeline_parallel_size"), layout, strict=True):
+        if facts.get(fact) is not None and flag is not None:
+            # today's layout, unless a strategy reshapes it (and then the rule is named, today's value shown)
+            arg = by_name[flag]
+            assert arg.value == str(facts.get(fact)) or (arg.today == str(facts.get(fact)) and arg.status == "change"
+                                                         and not arg.rule.startswith("today")), (fact, script)
+    # the config file of TensorRT-LLM is passed the way that version reads it
+    if engine == "trtllm" and "<<'YAML'" in script:
+        assert "--extra_llm_api_options" in command and "--config" not in command
+    # no batch cap below today's running batch without the reason beside it
+    cap = next((c.name for c in spec.deployment if c.fact == "serving.max_num_seqs"), None)
+    running = max([float(facts[f]) for f in ("workload.requests_running_mean", "workload.concurrency_peak") if f in facts],
+                  default=None)
+    for line in script.splitlines():
+        words = line.split("  #")[0].split()
+        if cap and running is not None and words[:1] == [cap] and int(words[1]) < running:
+            assert "below today's running batch" in line, line
+
+
+@pytest.mark.parametrize("name", ["-trust-remote-code", "--config=/etc/passwd", "llama\nexec rm", "llama\x1b[31m", " -x"])
+def test_a_model_name_that_would_be_an_option_is_refused(run_cli, tmp_path, name):
+    document = json.loads(FACTS.read_text())
+    document["model"]["name"] = name
+    facts = tmp_path / "hostile.json"
+    facts.write_text(json.dumps(document))
+    for engine in ENGINES:
+        code, out, err = run_cli("advise", "--facts", str(facts), "--emit", engine)
+        assert code == 2 and out == "" and "model.name" in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_the_70b_tp4_deployment_relaunches_on_tp4_with_its_model(run_cli):
+    code, out, _ = run_cli("advise", "--facts", str(ROOT / "examples" / "vllm-70b-4xh100.json"), "--emit", "vllm")
+    assert code == 0
+    assert "MODEL_DEFAULT=llama-3-70b" in out
+    assert "  --tensor-parallel-size 4 " in out and out.count("--tensor-parallel-size 4") == 1
+
+
+def _advice(pack, **overrides):
+    facts = load_facts(FACTS, [f"{k}={v}" for k, v in overrides.items()])
+    return advise(facts, pack, available_evaluators()[0])
+
+
+def test_an_unknown_version_uses_the_nearest_with_a_warning_and_one_below_the_floor_is_refused(pack):
+    from kbopt.errors import KboptError
+    script = render_launch(build_launch(advice := _advice(pack, **{"serving.engine_version": "0.13.1"}), "vllm"),
+                           advice.bottleneck)
+    assert "# warning: vLLM (V1 engine) 0.13.1 is not covered: written for 0.12.0" in script
+    with pytest.raises(KboptError, match=r"serving.engine_version 0.8.0 is below .* \(0.10.0"):
+        build_launch(_advice(pack, **{"serving.engine_version": "0.8.0"}), "vllm")
+    with pytest.raises(KboptError, match="not an engine"):
+        build_launch(_advice(pack), "llamacpp")
+
+
+def test_the_deployment_is_carried_whole_and_each_value_once(pack):
+    advice = _advice(pack, **{"serving.tensor_parallel_size": 2, "serving.pipeline_parallel_size": 2,
+                              "serving.max_model_len": 32768, "serving.memory_fraction": 0.85,
+                              "serving.kv_block_size": 32, "serving.quantization": "int4_awq",
+                              "model.weight_dtype": "int4"})
+    argv = dict(build_launch(advice, "vllm").argv())
+    assert argv["--tensor-parallel-size"] == "2" and argv["--pipeline-parallel-size"] == "2"
+    assert argv["--max-model-len"] == "32768" and argv["--block-size"] == "32"
+    assert argv["--quantization"] == "awq_marlin"          # the AWQ checkpoint deployed today
+    other = dict(build_launch(advice, "sglang").argv())
+    assert other["--context-length"] == "32768" and "--mem-fraction-static" not in other   # vLLM's denominator
+    assert dict(build_launch(advice, "tgi").argv())["--max-total-tokens"] == "32768"
+
+
+def test_a_change_that_needs_another_checkpoint_says_how_and_sets_no_method(pack):
+    advice = _advice(pack, **{"constraints.allowed_precisions": '["int4"]'})
+    for engine in ENGINES:
+        launch = build_launch(advice, engine)
+        argv = dict(launch.argv())
+        assert argv.get("--quantization") not in ("awq_marlin", "gptq_marlin", "awq", "gptq"), engine
+        assert argv.get("--quantize") not in ("awq", "gptq"), engine
+        if any(s.key == "quantization[int4]" for s in advice.strategies):
+            assert any("llm-compressor" in note and "MODEL" in note for note in launch.notes), engine
+
+
+def test_online_fp8_only_over_a_16_bit_checkpoint(pack):
+    sixteen = build_launch(_advice(pack), "vllm")
+    if any(s.key == "quantization[fp8]" and s.status == "change" for s in _advice(pack).strategies):
+        assert dict(sixteen.argv()).get("--quantization") == "fp8"
+    awq = build_launch(_advice(pack, **{"serving.quantization": "int4_awq", "model.weight_dtype": "int4"}), "vllm")
+    assert dict(awq.argv()).get("--quantization") != "fp8"
+
+
+def test_refused_settings_never_reach_the_script():
+    """The profile's refusals, each with a case it refuses and one it takes."""
+    catalog = engine_catalog()
+    vllm, sglang, trtllm = catalog.engines["vllm"], catalog.engines["sglang"], catalog.engines["trtllm"]
+    assert vllm.problems((0, 11, 0), [("--max-num-partial-prefills", "2")])
+    assert not vllm.problems((0, 11, 0), [("--max-num-partial-prefills", "1")])
+    assert vllm.problems((0, 12, 0), [("--speculative-config", '{"method": "draft_model"}')])
+    assert not vllm.problems((0, 12, 0), [("--speculative-config", '{"method": "ngram"}')])
+    assert vllm.problems((0, 12, 0), [("--kv-offloading-size", "64")])
+    assert not vllm.problems((0, 12, 0), [("--kv-offloading-size", "64"), ("--kv-offloading-backend", "native")])
+    assert vllm.problems((0, 11, 0), [("--kv-offloading-size", "64"), ("--kv-offloading-backend", "native")])
+    assert vllm.problems((0, 12, 0), [("--enable-chunked-prefill", None)])
+    assert sglang.problems((0, 5, 0), [("--hicache-ratio", "1.0")])
+    assert not sglang.problems((0, 5, 0), [("--hicache-ratio", "1.5")])
+    assert sglang.problems((0, 5, 0), [("--kv-cache-dtype", "fp8")])
+    assert trtllm.problems((1, 1, 0), [("--config", "x.yaml")]) and trtllm.problems((1, 1, 0), [("--enable_chunked_prefill", None)])
+    assert trtllm.problems((1, 1, 0), [("speculative_config", '{"decoding_type": "Draft_Target"}')])
+
+
+def test_strategy_settings_that_the_engine_refuses_are_not_written(pack):
+    from kbopt.engine.advice.settings import settings_for, targets
+    facts = {"workload.engine": "vllm", "serving.engine_version": "0.12.0", "serving.tensor_parallel_size": 4}
+    target = targets(facts)[0]
+    chunk = settings_for(target, "chunked_prefill", "chunked_prefill",
+                         {"max_num_batched_tokens": 2048, "max_num_partial_prefills": 2}, facts, {})
+    assert not any("--max-num-partial-prefills" in s.text or s.text == "--enable-chunked-prefill" for s in chunk)
+    spec = settings_for(target, "speculative_decoding", "speculative_decoding",
+                        {"method": "draft_model", "num_speculative_tokens": 3}, facts, {})
+    assert [s.kind for s in spec] == ["note"]
+    offload = settings_for(target, "kv_offload", "kv_offload", {"host_cache_gib": 16}, facts, {})
+    assert offload[0].text == "--kv-offloading-size 64 --kv-offloading-backend native"   # 16 GiB x TP4
+    small = settings_for(targets({"workload.engine": "sglang"})[0], "kv_offload", "kv_offload", {"host_cache_gib": 8},
+                         {}, {"derived.kv_pool_gib_per_gpu": 40.0})
+    assert not any(s.name == "--hicache-ratio" for s in small) and any("above 1.0" in s.text for s in small)
+    tgi = settings_for(targets({"workload.engine": "tgi"})[0], "memory_budget", "memory_budget", {"max_num_seqs": 64}, {}, {})
+    assert tgi[0].text == "--max-batch-size 64"
+
+
+def test_a_cap_below_todays_running_batch_is_raised_or_says_why(pack):
+    facts = load_facts(ROOT / "examples" / "capacity-a100-chat.json", ["workload.requests_running_mean=400"])
+    advice = advise(facts, pack, available_evaluators()[0])
+    seen = 0
+    for engine in ENGINES:
+        launch = build_launch(advice, engine)
+        cap = next(c.name for c in launch.spec.deployment if c.fact == "serving.max_num_seqs")
+        for arg in launch.args:
+            if arg.name == cap:
+                seen += 1
+                assert int(arg.value or 0) >= 400 or "below today's running batch" in arg.why, (engine, arg)
+                assert arg.why, arg          # raised or kept below: either way the script says why
+    assert seen >= 3
+
+
+def test_caps_are_sized_on_the_pool_after_the_plan(pack):
+    """FP8 weights and FP8 KV grow the L4's KV pool: the cap follows the pool after the plan, not today's."""
+    advice = advise(load_facts(ROOT / "examples" / "l4-8b-bf16-vllm.json"), pack, available_evaluators()[0])
+    before, after = next((g.before, g.after) for g in advice.plan.expected if g.metric == "kv_pool_sequences")
+    assert after > before
+    cap = dict(build_launch(advice, "vllm").argv())["--max-num-seqs"]
+    assert int(cap) == int(after)
+
+
+def test_the_trtllm_yaml_goes_through_extra_llm_api_options_before_1_2(pack):
+    advice = _advice(pack, **{"workload.engine": "trtllm", "serving.engine_version": "1.1.0", "serving.chunked_prefill": True})
+    script = render_launch(build_launch(advice, "trtllm"), advice.bottleneck)
+    assert "--extra_llm_api_options" in _command(script) and "--config" not in _command(script)
+    assert "enable_chunked_prefill: true" in script and "--enable_chunked_prefill" not in script
