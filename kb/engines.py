@@ -121,6 +121,9 @@ class Refusal:
     min: Version | None = None
     max: Version | None = None
 
+    def range_text(self) -> str:
+        return _range_text(self.min, self.max)
+
     def refuses(self, value: str | None, names: set[str]) -> bool:
         """Whether the flag given `value`, beside the flags `names`, is what this refusal names."""
         if self.noop:

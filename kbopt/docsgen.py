@@ -162,9 +162,18 @@ def engines_page() -> str:
            "How each strategy and its parameters are set in each serving engine. Every strategy in the",
            "advice carries `settings` for the deployment's engine (`workload.engine`; all four when it is",
            "not given), for the version in `serving.engine_version` (the latest covered one when not",
-           "given). `kbopt advise --emit vllm|sglang|trtllm|tgi` prints them as a ready launch script,",
-           "each line commented with the rule that set it, `# unchanged` where the facts' `serving.*`",
-           "values already equal the new ones ([usage](usage.md)).", "",
+           "given; a version no profile covers is written for as the nearest covered one, with a warning;",
+           "below an engine's floor `--emit` stops with a message). `kbopt advise --emit vllm|sglang|trtllm|tgi`",
+           "prints the deployment after the advice as a launch script ([usage](usage.md)): today's settings",
+           "(the `serving.*` facts, carried by each profile's `deployment` entries) with the advice's changes",
+           "merged in, one value per flag, each line commented with today's value and the rule that set it.",
+           "Every flag is checked against the engine's profile at the version: its type, the versions that",
+           "have it, and the combinations the engine refuses (below), which are left out with the reason.",
+           "A quantization change that needs another checkpoint is a comment on how to make one, not a flag.",
+           "",
+           "One file per engine, `kb/engines/<engine>.yaml`, holds all of it: versions, flags with types and",
+           "citations (`file@version`), refusals, the deployment facts and the strategy settings. Adding an",
+           "engine version touches that file and its flag list in `tests/data/engine_flags/`.", "",
            "The memory fraction is converted, never copied: the strategy's `memory_fraction` is read as a",
            "share of the whole device memory (vLLM's `gpu_memory_utilization`); the KV pool it leaves",
            "after the weights, activations and memory outside PyTorch is what each engine is given, in",
@@ -174,6 +183,17 @@ def engines_page() -> str:
     for engine in engines.engines.values():
         out.append(f"| {engine.id}: {_cell(engine.title)} | {', '.join(version_text(v) for v in engine.versions)} | "
                    f"`{engine.command}` | {_cell('; '.join(engine.notes))} | {cite(engine.source)} |")
+    out += ["", "## What each engine refuses", "",
+            "Never emitted: the script leaves the setting out and says why.", "",
+            "| engine | flag | refused | versions | why | source |", "|---|---|---|---|---|---|"]
+    for engine in engines.engines.values():
+        for refusal in engine.refuses:
+            what = ("always (changes nothing)" if refusal.noop else f"without `{refusal.without}`" if refusal.without
+                    else f"above {refusal.above:g}" if refusal.above is not None
+                    else f"at or below {refusal.at_most:g}" if refusal.at_most is not None
+                    else ", ".join(f"{k} {'/'.join(v)}" for k, v in refusal.json_values) or "/".join(refusal.values))
+            out.append(f"| {engine.id} | `{refusal.flag}` | {_cell(what)} | {refusal.range_text()} |"
+                       f" {_cell(refusal.why)} | `{_cell(refusal.source)}` |")
     out += ["", "## Settings", "",
             "`{value}` is the strategy's parameter (or the engine's own conversion of it). A note means the",
             "engine has no such setting.", "",

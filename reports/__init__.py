@@ -1,6 +1,7 @@
 """Renderers that only format an Advice value."""
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the renderers import the engine's types; at run time only the chosen renderer is imported
@@ -14,7 +15,13 @@ def render(advice: Advice, fmt: str, comparison: Comparison | None = None, expla
     """Format an Advice; `comparison` (a what-if) is shown by the html and md formats; `explain`
     adds the text format's proof chains and the rest of the record (the other formats hold it always)."""
     if fmt == "json":
-        return advice.to_json()
+        from kbopt.engine.advice.launch import launch_dict
+        launch = launch_dict(advice)
+        if launch is None:
+            return advice.to_json()
+        document = advice.to_dict()
+        document["launch"] = launch      # the deployed engine's settings, today -> proposed
+        return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt == "md":
         from kbopt.reports.markdown import render_markdown
         return render_markdown(advice, comparison)

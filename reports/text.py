@@ -91,6 +91,26 @@ def _strategy(advice: Advice, number: int, strategy: StrategyAdvice, explain: bo
     return lines
 
 
+def _launch(advice: Advice) -> list[str]:
+    """The deployed engine's settings that change, today -> proposed, each with the rule that set it."""
+    from kbopt.engine.advice.launch import deployed_launch
+    launch = deployed_launch(advice)
+    if launch is None:
+        return []
+    engine = str(advice.facts.get("workload.engine"))
+    if isinstance(launch, str):
+        return ["", *_wrap(f"Launch ({engine}): not written: {launch}", "")]
+    changes = launch.changes()
+    out = ["", f"Launch ({engine} {'.'.join(map(str, launch.target.version))}): {len(changes)} setting(s) change, "
+                f"{len(launch.args) - len(changes)} carried unchanged; `--emit {engine}` prints the script"]
+    for arg in changes:
+        out.extend(_wrap(f"{arg.name}: {arg.today_text} -> {arg.value_text}  [{arg.rule}]"
+                         + (f" ({arg.why})" if arg.why else ""), "  "))
+    for note in launch.dropped:
+        out.extend(_wrap(f"left out: {note}", "  "))
+    return out
+
+
 def render_text(advice: Advice, explain: bool = False) -> str:
     """The summary and the strategies; with `explain`, each strategy's proof chain and the rest of
     the record (the plan, rejections, what waits on facts, estimates, facts, rules fired)."""
@@ -109,6 +129,7 @@ def render_text(advice: Advice, explain: bool = False) -> str:
         lines.append("  none: no rule recommended a strategy on these facts")
     for number, strategy in enumerate(advice.strategies, 1):
         lines.extend(_strategy(advice, number, strategy, explain))
+    lines.extend(_launch(advice))
     if not explain:
         if advice.rejected:
             lines.append("")

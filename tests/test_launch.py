@@ -157,9 +157,15 @@ def test_the_deployment_is_carried_whole_and_each_value_once(pack):
                               "serving.max_model_len": 32768, "serving.memory_fraction": 0.85,
                               "serving.kv_block_size": 32, "serving.quantization": "int4_awq",
                               "model.weight_dtype": "int4"})
-    argv = dict(build_launch(advice, "vllm").argv())
+    launch = build_launch(advice, "vllm")
+    argv = dict(launch.argv())
     assert argv["--tensor-parallel-size"] == "2" and argv["--pipeline-parallel-size"] == "2"
-    assert argv["--max-model-len"] == "32768" and argv["--block-size"] == "32"
+    assert argv["--max-model-len"] == "32768"
+    block = next(a for a in launch.args if a.name == "--block-size")   # today's 32, or a rule's value shown as a change
+    assert block.today == "32" and (block.value == "32" or (block.status == "change" and not block.rule.startswith("today")))
+    paged = next((s for s in advice.strategies if s.id == "paged_kv_cache"), None)
+    if paged is not None and block.value != "32":
+        assert paged.status == "change"       # in place, but its page size changes: not a keep
     assert argv["--quantization"] == "awq_marlin"          # the AWQ checkpoint deployed today
     other = dict(build_launch(advice, "sglang").argv())
     assert other["--context-length"] == "32768" and "--mem-fraction-static" not in other   # vLLM's denominator
@@ -252,3 +258,33 @@ def test_the_trtllm_yaml_goes_through_extra_llm_api_options_before_1_2(pack):
     script = render_launch(build_launch(advice, "trtllm"), advice.bottleneck)
     assert "--extra_llm_api_options" in _command(script) and "--config" not in _command(script)
     assert "enable_chunked_prefill: true" in script and "--enable_chunked_prefill" not in script
+
+
+def test_the_profile_flags_are_the_flags_read_from_each_engines_source():
+    """tests/data/engine_flags/<engine>-<version>.txt list the arguments read from each engine's
+    source: the profile's flags at that version are exactly those."""
+    for engine in engine_catalog().engines.values():
+        for version in engine.versions:
+            path = HERE / "data" / "engine_flags" / f"{engine.id}-{version_text(version)}.txt"
+            listed = {line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
+            profiled = {flag.name for flag in engine.flags if flag.holds_at(version)}
+            assert profiled == listed, (engine.id, version, profiled ^ listed)
+
+
+def test_the_advice_shows_each_setting_today_and_proposed_with_its_rule(run_cli):
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--format", "json")
+    launch = json.loads(out)["launch"]
+    assert code == 0 and launch["engine"] == "vllm" and launch["version"] == "0.11.0"
+    by_name = {s["setting"]: s for s in launch["settings"]}
+    assert by_name["--max-num-seqs"]["today"] == "128" and by_name["--max-num-seqs"]["rule"] == "today: serving.max_num_seqs"
+    assert by_name["--quantization"] == {"setting": "--quantization", "kind": "cli", "today": None, "proposed": "fp8",
+                                         "status": "new", "rule": "S-QUANT-FP8 (quantization[fp8])"}
+    code, text, _ = run_cli("advise", "--facts", str(FACTS))
+    assert "Launch (vllm 0.11.0):" in text and "--quantization: (not set) -> fp8  [S-QUANT-FP8 (quantization[fp8])]" in text
+
+
+def test_a_strategy_in_place_whose_parameters_change_is_a_change(pack):
+    same = {s.id: s.status for s in _advice(pack).strategies}
+    assert same.get("paged_kv_cache") == "keep"                     # paged, 16-token blocks, as today
+    other = {s.id: s for s in _advice(pack, **{"serving.kv_block_size": 64}).strategies}
+    assert other["paged_kv_cache"].status == "change"              # paged today, but with 64-token blocks

@@ -328,3 +328,32 @@ def _own_problem(spec: Engine, target: Target, name: str, value: str | None, arg
     others = [(n, v) for n, v in argv if n != name]
     before = set(spec.problems(target.version, others))
     return [p for p in spec.problems(target.version, others + [(name, value)]) if p not in before]
+
+
+def deployed_launch(advice: Advice) -> Launch | str | None:
+    """The launch for the facts' own engine (workload.engine): a Launch, the one-paragraph reason
+    none can be written (a version below the floor, a model id that would be an option), or None
+    when the facts name no engine kbopt has a profile for."""
+    engine = advice.facts.get("workload.engine")
+    if engine not in ENGINES:
+        return None
+    try:
+        return build_launch(advice, str(engine))
+    except KboptError as error:
+        return str(error)
+
+
+def launch_dict(advice: Advice) -> dict[str, Any] | None:
+    """The deployed engine's settings as today -> proposed, for the JSON advice."""
+    launch = deployed_launch(advice)
+    if launch is None:
+        return None
+    engine = str(advice.facts.get("workload.engine"))
+    if isinstance(launch, str):
+        return {"engine": engine, "error": launch}
+    return {"engine": engine, "version": version_text(launch.target.version),
+            "settings": [{"setting": a.name, "kind": a.kind,
+                          "today": (True if a.today is None else a.today) if a.set_today else None,
+                          "proposed": True if a.value is None else a.value,
+                          "status": a.status, "rule": a.rule, **({"why": a.why} if a.why else {})} for a in launch.args],
+            "notes": list(launch.notes), "left_out": list(launch.dropped)}

@@ -66,6 +66,7 @@ class Setting(NamedTuple):
     unchanged: bool = False
     needs: tuple[str, ...] = ()
     source: str = ""
+    differs: bool = False  # the deployed engine runs this setting today with another value (serving.* facts)
 
     @property
     def line(self) -> str:
@@ -167,8 +168,22 @@ def _setting(target: Target, entry: Entry, values: dict[str, Any], facts: Mappin
         text = text.replace("{" + name + "}", quoted[name])
     unchanged = bool(entry.unchanged) and target.deployed and all(
         _same(facts.get(path), values.get("value") if want == "{value}" else want) for path, want in entry.unchanged)
+    differs = target.deployed and any(
+        facts.get(path) is not None and not _same(facts.get(path), values.get("value") if want == "{value}" else want)
+        for path, want in entry.unchanged)
     return Setting(target.engine, entry.kind, entry.name, text, quoted.get("value", ""), unchanged,
-                   entry.needs, entry.source)
+                   entry.needs, entry.source, differs)
+
+
+def differs_from_today(strategy: str, key: str, params: Mapping[str, Any], facts: Mapping[str, Any],
+                       derived: Mapping[str, Any]) -> bool:
+    """Whether a strategy in place today sets, in the deployed engine, a value other than the one
+    its serving.* facts say it runs: then applying it is a change, not a keep."""
+    deployed = facts.get("workload.engine")
+    if deployed not in ENGINES:
+        return False
+    target = targets(facts, str(deployed))[0]
+    return any(s.differs for s in settings_for(target, strategy, key, params, facts, derived))
 
 
 def _same(have: Any, want: Any) -> bool:
