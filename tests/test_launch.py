@@ -89,6 +89,8 @@ def test_every_example_emits_a_script_each_engine_starts(pack, example, engine, 
     assert spec.problems(target_version, args) == [], script
     for name, value in args:
         assert str(spec.by_name[name].problem(value) or "") == ""
+    # no placeholder in a line that runs (a draft model the advice cannot name is a comment)
+    assert not [line for line in script.splitlines() if "DRAFT_MODEL" in line.split("#")[0]], script
     # the deployment's model and layout are kept
     model = facts.get("model.name")
     if model:
@@ -288,3 +290,22 @@ def test_a_strategy_in_place_whose_parameters_change_is_a_change(pack):
     assert same.get("paged_kv_cache") == "keep"                     # paged, 16-token blocks, as today
     other = {s.id: s for s in _advice(pack, **{"serving.kv_block_size": 64}).strategies}
     assert other["paged_kv_cache"].status == "change"              # paged today, but with 64-token blocks
+
+
+def test_a_setting_the_engine_refuses_is_left_out_with_its_reason():
+    """The last guard: whatever the settings and the carried deployment hold, an argument the
+    profile refuses at the version is left out, and so is one a left-out argument made refused."""
+    from kbopt.engine.advice.launch import Arg, _checked
+    from kbopt.engine.advice.settings import Target
+    spec = engine_catalog().engines["vllm"]
+    args = [Arg("--tensor-parallel-size", "cli", "4", "4", "today", set_today=True),
+            Arg("--max-num-partial-prefills", "cli", "2", None, "R-ONE (chunked_prefill)"),
+            Arg("--kv-offloading-backend", "cli", "native", None, "R-TWO (kv_offload)"),
+            Arg("--kv-offloading-size", "cli", "64", None, "R-TWO (kv_offload)")]
+    kept, dropped = _checked(spec, Target("vllm", (0, 11, 0), True, True), args)
+    assert [a.name for a in kept] == ["--tensor-parallel-size"]
+    assert any(d.startswith("--max-num-partial-prefills 2 (R-ONE (chunked_prefill))") and "the V1 engine refuses" in d
+               for d in dropped)
+    assert any(d.startswith("--kv-offloading-size 64") and ">= 0.12.0" in d for d in dropped)
+    kept, dropped = _checked(spec, Target("vllm", (0, 12, 0), True, True), args[:1] + args[2:])
+    assert [a.name for a in kept] == ["--tensor-parallel-size", "--kv-offloading-backend", "--kv-offloading-size"] and not dropped

@@ -28,6 +28,7 @@ from kbopt.kb.engines import ENGINES, Carry, Engine, version_text
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 SIXTEEN_BIT = ("bf16", "fp16", "fp32")
 CAP_FACT = "serving.max_num_seqs"      # the deployment entry of this fact names the engine's batch cap
+PLACEHOLDER = "DRAFT_MODEL"            # a draft model the advice cannot name: never in an executable line
 
 
 @dataclass(frozen=True)
@@ -271,6 +272,7 @@ def build_launch(advice: Advice, engine: str) -> Launch:
     for arg in _carried(spec, target, facts, notes):
         args.setdefault(arg.name, arg)
     set_by: dict[str, str] = {}
+    placeholders: list[str] = []
     cap_name = next((c.name for c in spec.deployment if c.fact == CAP_FACT), None)
     for strategy in advice.strategies:
         if strategy.status == "keep":
@@ -284,14 +286,18 @@ def build_launch(advice: Advice, engine: str) -> Launch:
             if setting.kind == "note":
                 notes.append(f"{rule}: {setting.text}")
                 continue
-            for kind, name, value in _parse(setting):
+            if PLACEHOLDER in setting.text:
+                placeholders.append(f"{setting.text} ({rule}): it names no draft model; put the draft checkpoint's id "
+                                    f"or path in place of {PLACEHOLDER} and add it")
+                continue
+            for index, (kind, name, value) in enumerate(_parse(setting)):
                 if name in set_by:
                     if args[name].value != value:
                         notes.append(f"{rule} also sets {name} {clean(value or '')}: the value of {set_by[name]} "
                                      "(earlier in the advice) is kept")
                     continue
                 today = args[name].today if name in args else None
-                arg = Arg(name, kind, value, today, rule, setting.needs, set_today=name in args)
+                arg = Arg(name, kind, value, today, rule, setting.needs if index == 0 else (), set_today=name in args)
                 if name == cap_name:
                     arg = _sized_cap(arg, advice, facts)
                 args[name], set_by[name] = arg, rule
@@ -300,7 +306,7 @@ def build_launch(advice: Advice, engine: str) -> Launch:
     if engine == "trtllm":
         args.setdefault("--backend", Arg("--backend", "cli", "pytorch", None, "kbopt: the PyTorch backend these settings are for"))
     kept, dropped = _checked(spec, target, list(args.values()))
-    return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(dropped))
+    return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped))
 
 
 def _first_flag(spec: Engine) -> str:
@@ -318,7 +324,7 @@ def _checked(spec: Engine, target: Target, args: list[Arg]) -> tuple[list[Arg], 
             return args, dropped
         for arg in args:
             if arg.name in bad:
-                dropped.append(f"{arg.name}{'' if arg.value is None else ' ' + clean(arg.value)} ({arg.rule}) left out: "
+                dropped.append(f"{arg.name}{'' if arg.value is None else ' ' + clean(arg.value)} ({arg.rule}): "
                                + "; ".join(_own_problem(spec, target, arg.name, arg.value, argv)))
         args = [a for a in args if a.name not in bad]
 
