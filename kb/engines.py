@@ -174,6 +174,9 @@ class Engine:
     flags: tuple[Flag, ...] = ()
     refuses: tuple[Refusal, ...] = ()
     deployment: tuple[Carry, ...] = ()
+    invoked_as: tuple[str, ...] = ()   # how a launch command of this engine starts (kbopt advise --launch)
+    model_flags: tuple[str, ...] = ()  # options that name the model besides the positional
+    unknown_flag: str = "unrecognized argument {flag}"   # the engine's own message for an argument it lacks
 
     @property
     def latest(self) -> Version:
@@ -344,7 +347,9 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
     engine = Engine(engine_id, raw["title"], versions, raw["command"], raw["source"], tuple(raw.get("notes") or ()),
                     _version(raw.get("floor"), where), raw.get("model", "positional"), flags,
                     tuple(_refusal(item, where) for item in raw.get("refuses") or ()),
-                    tuple(_carry(item) for item in raw.get("deployment") or ()))
+                    tuple(_carry(item) for item in raw.get("deployment") or ()),
+                    tuple(raw.get("invoked_as") or ()), tuple(raw.get("model_flags") or ()),
+                    str(raw.get("unknown_flag") or "unrecognized argument {flag}"))
     entries = tuple(_entry(engine_id, item, where) for item in raw.get("settings") or ())
     known = {flag.name for flag in flags}
     for name in [n for e in entries for n in e.names] + [c.name for c in engine.deployment]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.launch import Arg, Launch, build_launch
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.settings import clean
@@ -63,8 +64,8 @@ def _yaml(entries: list[tuple[str, str, str]]) -> list[str]:
     return _pad(lines)
 
 
-def render_emit(advice: Advice, engine: str) -> str:
-    return render_launch(build_launch(advice, engine), advice.bottleneck)
+def render_emit(advice: Advice, engine: str, command: Command | None = None) -> str:
+    return render_launch(build_launch(advice, engine, command), advice.bottleneck)
 
 
 def render_launch(launch: Launch, bottleneck: str) -> str:

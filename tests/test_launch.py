@@ -309,3 +309,84 @@ def test_a_setting_the_engine_refuses_is_left_out_with_its_reason():
     assert any(d.startswith("--kv-offloading-size 64") and ">= 0.12.0" in d for d in dropped)
     kept, dropped = _checked(spec, Target("vllm", (0, 12, 0), True, True), args[:1] + args[2:])
     assert [a.name for a in kept] == ["--tensor-parallel-size", "--kv-offloading-backend", "--kv-offloading-size"] and not dropped
+
+
+COMMANDS = {
+    "vllm": "vllm serve org/model-7b --tensor-parallel-size 2 --max-model-len 8192 --enable-lora --max-loras 4 "
+            "--gpu-memory-utilization 0.9 --served-model-name api --enable-expert-parallel",
+    "sglang": "python -m sglang.launch_server --model-path org/model-7b --tp-size 2 --context-length 8192 "
+              "--mem-fraction-static 0.85 --disable-radix-cache --grammar-backend xgrammar",
+    "trtllm": "trtllm-serve org/model-7b --tp_size 2 --max_batch_size 64 --backend pytorch --host 0.0.0.0",
+    "tgi": "PREFIX_CACHING=0 text-generation-launcher --model-id org/model-7b --num-shard 2 --max-total-tokens 8192 "
+           "--max-batch-size 32 --lora-adapters a,b",
+}
+
+
+def _relaunched(script: str) -> str:
+    """The command the script runs, as one line: its exports, the engine, the model and the args."""
+    lines = script.splitlines()
+    exports = [line.removeprefix("export ").split("  #")[0].strip() for line in lines if line.startswith("export ")]
+    model = shlex.split(next(line for line in lines if line.startswith("MODEL_DEFAULT=")).split("=", 1)[1])[0]
+    exec_words = shlex.split(next(line for line in lines if line.startswith("exec ")))[1:]
+    words = [model if w == "$MODEL" else w for w in exec_words if w != "${args[@]}"]
+    start, end = lines.index("args=("), len(lines) - 1 - lines[::-1].index(")")
+    words += shlex.split("\n".join(lines[start + 1:end]), comments=True)
+    return " ".join([*exports, *map(shlex.quote, words)])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_launch_command_read_in_and_emitted_back_unchanged_is_the_same_command(pack, engine):
+    from dataclasses import replace
+
+    from kbopt.engine.advice.command import read_command
+    command = read_command(COMMANDS[engine])
+    assert command.engine == engine and command.model == "org/model-7b"
+    latest = version_text(engine_catalog().engines[engine].latest)
+    facts = load_facts(FACTS, [*command.overrides(), f"serving.engine_version={latest}"])
+    advice = replace(advise(facts, pack, available_evaluators()[0]), strategies=())     # no change to apply
+    script = render_launch(build_launch(advice, engine, command), advice.bottleneck)
+    assert "# changes: none" in script
+    again = read_command(_relaunched(script))
+    assert (again.engine, again.model, again.args) == (command.engine, command.model, command.args)
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_a_launch_command_states_the_serving_facts_and_carries_what_kbopt_does_not_model(run_cli):
+    from kbopt.engine.advice.command import read_command
+    command = read_command("vllm serve org/m --tensor-parallel-size=4 --quantization awq_marlin --kv-cache-dtype fp8 "
+                           "--max-model-len 32768 --no-enable-prefix-caching --enable-lora --max-loras 4 --enforce-eager")
+    assert dict(command.facts) == {"workload.engine": "vllm", "model.name": "org/m", "serving.tensor_parallel_size": 4,
+                                   "serving.quantization": "int4_awq", "model.kv_cache_dtype": "fp8",
+                                   "serving.max_model_len": 32768, "serving.prefix_caching": False,
+                                   "serving.cuda_graphs": False}
+    assert command.unmodelled == ("--enable-lora", "--max-loras")
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", "vllm serve org/m --tensor-parallel-size 4 "
+                           "--enable-lora --max-loras 4", "--emit", "vllm")
+    assert code == 0 and "MODEL_DEFAULT=org/m" in out
+    assert "  --max-loras 4 " in out and "not modelled: carried as given" in out
+    assert "carried as given from today's command, not checked by kbopt's profile: --enable-lora, --max-loras" in out
+
+
+@pytest.mark.parametrize("command,message", [
+    ("vllm serve m --tensor-paralel-size 4",
+     "vllm serve: error: unrecognized arguments: --tensor-paralel-size (did you mean --tensor-parallel-size?)"),
+    ("trtllm-serve m --tp-size 4", "Error: No such option: --tp-size (did you mean --tp_size?)"),
+    ("text-generation-launcher --model-id m --num-shards 2", "error: unexpected argument '--num-shards' found"),
+    ("python -m sglang.launch_server --model-path m --tp-sizes 2", "unrecognized arguments: --tp-sizes"),
+    ("vllm serve m --tensor-parallel-size four", "--tensor-parallel-size takes an integer, not 'four'"),
+    ("text-generation-launcher --model-id m --num-shard 2 --num-shard 4", "given more than once"),
+    ("llama-server -m x", "not the launch command of an engine"),
+    ("trtllm-serve m --tp_size 2", "--launch is a trtllm command, but the facts say workload.engine = vllm"),
+    ("vllm serve 'm", "not a shell command line"),
+])
+def test_a_launch_command_the_engine_would_refuse_is_named_as_the_engine_would(run_cli, command, message):
+    code, out, err = run_cli("advise", "--facts", str(FACTS), "--launch", command, "--emit", "vllm")
+    assert code == 2 and out == "" and message in err and "Traceback" not in err
+
+
+def test_a_launch_command_from_a_file(run_cli, tmp_path):
+    path = tmp_path / "launch.sh"
+    path.write_text("#!/bin/sh\nexec vllm serve org/m \\\n  --tensor-parallel-size 2 \\\n  --max-model-len 4096\n")
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", f"@{path}", "--emit", "vllm")
+    assert code == 0 and "  --tensor-parallel-size 2 " in out and "  --max-model-len 4096 " in out

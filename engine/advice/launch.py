@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.model import Advice, StrategyAdvice
 from kbopt.engine.advice.settings import Setting, Target, clean, settings_for, targets, variant_of
 from kbopt.errors import KboptError
@@ -42,6 +43,7 @@ class Arg:
     needs: tuple[str, ...] = ()
     why: str = ""                      # a stated reason beside the value (a cap kept below today's batch)
     set_today: bool = False            # today's server has it (with the value `today`)
+    verbatim: bool = False             # from today's command, not in the profile: carried as given, unchecked
 
     @property
     def status(self) -> str:
@@ -252,8 +254,21 @@ def _check_pool_fits(advice: Advice) -> None:
                              "give it more GPUs (serving.tensor_parallel_size) or smaller weights")
 
 
-def build_launch(advice: Advice, engine: str) -> Launch:
-    """The deployment after the advice as `engine`'s launch: every setting once, checked."""
+def _from_command(spec: Engine, command: Command) -> list[Arg]:
+    """Today's command, flag for flag: the profile's flags with their kind, the rest as given."""
+    out = []
+    for name, value in command.args:
+        flag = spec.by_name.get(name)
+        kind = "env" if name in dict(command.env) else flag.kind if flag is not None else "cli"
+        modelled = name in command.modelled
+        out.append(Arg(name, kind, value, value, "today: --launch" if modelled else "today: --launch (not modelled: carried as given)",
+                       set_today=True, verbatim=not modelled))
+    return out
+
+
+def build_launch(advice: Advice, engine: str, command: Command | None = None) -> Launch:
+    """The deployment after the advice as `engine`'s launch: every setting once, checked.
+    `command`: today's launch command (--launch); for its own engine it is carried flag for flag."""
     if engine not in ENGINES:
         raise KboptError(f"--emit {engine}: not an engine kbopt has a profile for ({', '.join(ENGINES)})")
     facts = advice.facts
@@ -269,8 +284,17 @@ def build_launch(advice: Advice, engine: str) -> Launch:
     model = checked_model(facts.get("model.name"))
     notes: list[str] = []
     args: dict[str, Arg] = {}
-    for arg in _carried(spec, target, facts, notes):
-        args.setdefault(arg.name, arg)
+    if command is not None and command.engine == engine:
+        for arg in _from_command(spec, command):
+            args.setdefault(arg.name, arg)
+        if command.unmodelled:
+            notes.append(f"carried as given from today's command, not checked by kbopt's profile: {', '.join(command.unmodelled)}")
+    else:
+        if command is not None:
+            notes.append(f"today's command is for {command.engine}: its settings are carried through the facts they state; "
+                         f"flags kbopt does not model ({', '.join(command.unmodelled) or 'none'}) are not")
+        for arg in _carried(spec, target, facts, notes):
+            args.setdefault(arg.name, arg)
     set_by: dict[str, str] = {}
     placeholders: list[str] = []
     cap_name = next((c.name for c in spec.deployment if c.fact == CAP_FACT), None)
@@ -305,6 +329,12 @@ def build_launch(advice: Advice, engine: str) -> Launch:
         _check_pool_fits(advice)
     if engine == "trtllm":
         args.setdefault("--backend", Arg("--backend", "cli", "pytorch", None, "kbopt: the PyTorch backend these settings are for"))
+    if any(a.kind == "yaml" for a in args.values()):
+        for option in ("--extra_llm_api_options", "--config"):
+            if option in args and args[option].set_today:
+                notes.append(f"today's {option} {clean(args[option].value or '')} is not read by kbopt: copy its keys "
+                             "into the YAML file this script writes (the engine takes one file)")
+                del args[option]
     kept, dropped = _checked(spec, target, list(args.values()))
     return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped))
 
@@ -318,7 +348,7 @@ def _checked(spec: Engine, target: Target, args: list[Arg]) -> tuple[list[Arg], 
     Dropping one can make another refused (a size without its backend): repeated until none is."""
     dropped: list[str] = []
     while True:
-        argv = [(a.name, a.value) for a in args]
+        argv = [(a.name, a.value) for a in args if not a.verbatim]
         bad = {name for name, value in argv if _own_problem(spec, target, name, value, argv)}
         if not bad:
             return args, dropped
