@@ -390,3 +390,9 @@ def test_a_launch_command_from_a_file(run_cli, tmp_path):
     path.write_text("#!/bin/sh\nexec vllm serve org/m \\\n  --tensor-parallel-size 2 \\\n  --max-model-len 4096\n")
     code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", f"@{path}", "--emit", "vllm")
     assert code == 0 and "  --tensor-parallel-size 2 " in out and "  --max-model-len 4096 " in out
+
+
+def test_a_deployment_that_leaves_no_kv_cache_is_refused_not_given_a_cap_of_one(run_cli):
+    """70B in 16 bits on one 24 GB GPU: the weights alone overflow it, whatever the model's figures."""
+    code, out, err = run_cli("advise", "--facts", str(HERE / "data" / "emit" / "vllm-70b-a10g-no-room.json"), "--emit", "vllm")
+    assert code == 2 and out == "" and "does not fit" in err and "derived.kv_pool" in err and "Traceback" not in err

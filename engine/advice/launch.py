@@ -249,9 +249,10 @@ def _check_pool_fits(advice: Advice) -> None:
     for metric in ("kv_pool_gib_per_gpu", "kv_pool_tokens"):
         _, after = _plan_metric(advice, metric)
         if after is not None and after <= 0:
-            raise KboptError(f"the deployment after the advice does not fit: derived.{metric} is {after:.3g} after the "
-                             "plan (the weights and activations leave no KV cache), so no batch cap can be printed; "
-                             "give it more GPUs (serving.tensor_parallel_size) or smaller weights")
+            raise KboptError(f"the deployment does not fit: derived.{metric} is {after:.3g} with the advice's changes the "
+                             "performance model evaluates (the weights and activations leave no KV cache), so no batch "
+                             "cap (serving.max_num_seqs) can be printed; give it more GPUs (serving.tensor_parallel_size "
+                             "within hardware.gpu_count) or smaller weights, then ask again")
 
 
 def _from_command(spec: Engine, command: Command) -> list[Arg]:
@@ -325,7 +326,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                 if name == cap_name:
                     arg = _sized_cap(arg, advice, facts)
                 args[name], set_by[name] = arg, rule
-    if cap_name is not None:
+    if cap_name is not None and cap_name in args:
         _check_pool_fits(advice)
     if engine == "trtllm":
         args.setdefault("--backend", Arg("--backend", "cli", "pytorch", None, "kbopt: the PyTorch backend these settings are for"))
