@@ -71,6 +71,7 @@ def _environment():
 
 
 def render_html(advice: Advice, comparison: Comparison | None = None) -> str:
+    from kbopt.engine.advice.launch import deployed_launch
     template = _environment().get_template("report.html.j2")
     roof, memory = roofline(advice), memory_bar(advice)
     return template.render(
@@ -89,4 +90,5 @@ def render_html(advice: Advice, comparison: Comparison | None = None) -> str:
         evidence=bottleneck_evidence(advice),
         picture=layout(advice),
         made_by={p: f.rule for f in advice.fired for p in f.derived},
+        launch=deployed_launch(advice),
     )

@@ -396,3 +396,10 @@ def test_a_deployment_that_leaves_no_kv_cache_is_refused_not_given_a_cap_of_one(
     """70B in 16 bits on one 24 GB GPU: the weights alone overflow it, whatever the model's figures."""
     code, out, err = run_cli("advise", "--facts", str(HERE / "data" / "emit" / "vllm-70b-a10g-no-room.json"), "--emit", "vllm")
     assert code == 2 and out == "" and "does not fit" in err and "derived.kv_pool" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("fmt,marker", [("md", "## Launch (`vllm` 0.11.0): today → proposed"), ("html", 'id="launch"')])
+def test_markdown_and_html_show_the_launch_changes(run_cli, fmt, marker):
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--format", fmt)
+    assert code == 0 and marker in out
+    assert "--quantization" in out and "S-QUANT-FP8" in out and "(not set)" in out
