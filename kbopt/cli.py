@@ -14,6 +14,7 @@ from kbopt.engine.pack.packs import configured_packs, load_checked_pack
 from kbopt.errors import KboptError, RuleError, bounded
 from kbopt.gctuning import many_advices
 from kbopt.kb.catalog import LAYERS
+from kbopt.kb.engines import ENGINES
 from kbopt.output import write_output
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -43,9 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     advise.add_argument("--format", choices=("text", "json", "md", "html"), default="text",
                         help="output format (default text); html and md also show a --set what-if")
     advise.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
-    advise.add_argument("--emit", choices=("vllm", "sglang", "trtllm", "tgi"), metavar="ENGINE",
-                        help="print a ready launch script for this engine (vllm, sglang, trtllm, tgi) instead of the "
-                             "report: each setting commented with the rule that set it (docs/engines.md)")
+    advise.add_argument("--emit", choices=ENGINES, metavar="ENGINE",
+                        help=f"print the deployment after the advice as a launch script for this engine ({', '.join(ENGINES)}) "
+                             "instead of the report: today's settings with the advice's changes, each line commented with "
+                             "today's value and the rule that set it, checked against the engine's profile (docs/engines.md)")
     advise.add_argument("--launch", metavar="COMMAND|@FILE",
                         help="today's launch command (e.g. \"vllm serve MODEL --tensor-parallel-size 4\"), or @FILE holding "
                              "it: its flags become serving.* facts (before --set), and --emit relaunches it flag for flag "
