@@ -258,7 +258,7 @@ def _advise(args) -> int:
             from kbopt.engine.advice.compare import compare
             comparison = compare(advise(read(command.overrides() if command else []), pack, evaluator), advice, name,
                                  "with --set")
-        write_output(render(advice, args.format, comparison, args.explain), args.output)
+        write_output(render(advice, args.format, comparison, args.explain, command), args.output)
     return EXIT_OK
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.whatif import Gain, number
@@ -48,7 +49,7 @@ def _sources(cited) -> str:
     return ", ".join(one(entry) for entry in cited)
 
 
-def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str:
+def render_markdown(advice: Advice, comparison: Comparison | None = None, command: Command | None = None) -> str:
     out = [f"# kbopt advice: {advice.bottleneck.replace('_', ' ')}", ""]
     if advice.bottleneck_rule:
         out.append(f"**Bottleneck:** `{advice.bottleneck}`, because:")
@@ -83,7 +84,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
     if advice.plan:
         out += ["", f"## Plan: {' + '.join(_code(k) for k in advice.plan.strategies)}, evaluated together", ""]
         out += _gains(advice.plan.expected)
-    out += _launch(advice)
+    out += _launch(advice, command)
     out += ["", f"## Rejected ({len(advice.rejected)})", ""]
     out += [f"- {_code(rejection_label(r.id, r.params))}: {_cell(r.reason)} ({', '.join(_code(b) for b in r.because)})"
             for r in advice.rejected] or ["None."]
@@ -116,10 +117,10 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
     return "\n".join(out)
 
 
-def _launch(advice: Advice) -> list[str]:
+def _launch(advice: Advice, command: Command | None = None) -> list[str]:
     """The deployed engine's settings, today -> proposed, with the rule that set each."""
     from kbopt.engine.advice.launch import deployed_launch
-    launch = deployed_launch(advice)
+    launch = deployed_launch(advice, command)
     if launch is None:
         return []
     engine = str(advice.facts.get("workload.engine"))

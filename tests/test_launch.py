@@ -403,3 +403,13 @@ def test_markdown_and_html_show_the_launch_changes(run_cli, fmt, marker):
     code, out, _ = run_cli("advise", "--facts", str(FACTS), "--format", fmt)
     assert code == 0 and marker in out
     assert "--quantization" in out and "S-QUANT-FP8" in out and "(not set)" in out
+
+
+def test_every_report_reads_the_launch_command_too(run_cli):
+    command = "vllm serve org/m --tensor-parallel-size 1 --enable-lora"
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", command, "--format", "json")
+    settings = {s["setting"]: s for s in json.loads(out)["launch"]["settings"]}
+    assert code == 0 and settings["--enable-lora"]["rule"] == "today: --launch (not modelled: carried as given)"
+    for fmt in ("text", "md", "html"):
+        code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", command, "--format", fmt)
+        assert code == 0 and "--enable-lora" in out, fmt

@@ -367,7 +367,7 @@ def _own_problem(spec: Engine, target: Target, name: str, value: str | None, arg
     return [p for p in spec.problems(target.version, others + [(name, value)]) if p not in before]
 
 
-def deployed_launch(advice: Advice) -> Launch | str | None:
+def deployed_launch(advice: Advice, command: Command | None = None) -> Launch | str | None:
     """The launch for the facts' own engine (workload.engine): a Launch, the one-paragraph reason
     none can be written (a version below the floor, a model id that would be an option), or None
     when the facts name no engine kbopt has a profile for."""
@@ -375,14 +375,14 @@ def deployed_launch(advice: Advice) -> Launch | str | None:
     if engine not in ENGINES:
         return None
     try:
-        return build_launch(advice, str(engine))
+        return build_launch(advice, str(engine), command)
     except KboptError as error:
         return str(error)
 
 
-def launch_dict(advice: Advice) -> dict[str, Any] | None:
+def launch_dict(advice: Advice, command: Command | None = None) -> dict[str, Any] | None:
     """The deployed engine's settings as today -> proposed, for the JSON advice."""
-    launch = deployed_launch(advice)
+    launch = deployed_launch(advice, command)
     if launch is None:
         return None
     engine = str(advice.facts.get("workload.engine"))
