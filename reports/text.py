@@ -75,7 +75,7 @@ def _summary(advice: Advice) -> list[str]:
 def _strategy(advice: Advice, number: int, strategy: StrategyAdvice, explain: bool) -> list[str]:
     keep = "  (keep: already in place)" if strategy.status == "keep" else ""
     lines = [f"  {number}. {strategy.id} [{strategy.layer}]  {params_text(strategy.params)}".rstrip() + keep]
-    # kb/engines.yaml's lines when the facts name the engine (JSON and --emit give all four otherwise)
+    # kb/engines/<engine>.yaml's lines when the facts name the engine (JSON and --emit give all four otherwise)
     for engine, settings in strategy.settings.items() if len(strategy.settings) == 1 else ():
         lines.extend(_wrap(f"{engine}: {'; '.join(settings) or 'no setting'}", "     "))
     if strategy.gain and strategy.status != "keep":

@@ -242,7 +242,7 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
     if entry.value == "queue_limit":
         # admission_control may be a yes/no: only a number is a queue limit.
         return ({"value": raw}, "") if _number(raw) and raw > 0 else (None, "admission_control: no limit given")
-    raise ValueError(f"kb/engines.yaml: unknown value computation {entry.value!r}")
+    raise ValueError(f"kb/engines/{engine}.yaml: unknown value computation {entry.value!r}")
 
 
 def _number(value: Any) -> TypeGuard[float]:
