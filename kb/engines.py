@@ -117,6 +117,7 @@ class Refusal:
     values: tuple[str, ...] = ()       # these values are refused
     json_values: tuple[tuple[str, tuple[str, ...]], ...] = ()   # these values of a key inside a JSON value
     without: str | None = None         # refused unless this flag is set too
+    beside: str | None = None          # refused when this flag is set too
     noop: bool = False                 # accepted, changes nothing: never emitted
     min: Version | None = None
     max: Version | None = None
@@ -130,6 +131,8 @@ class Refusal:
             return True
         if self.without is not None:
             return self.without not in names
+        if self.beside is not None:
+            return self.beside in names
         if self.values:
             return value in self.values
         if self.json_values:
@@ -254,6 +257,7 @@ class Entry:
     max: Version | None = None
     unchanged: tuple[tuple[str, Any], ...] = ()
     needs: tuple[str, ...] = ()
+    removes: tuple[str, ...] = ()      # flags of today's server this setting replaces (--no-enable-prefix-caching)
 
     def holds_at(self, version: Version) -> bool:
         return _in_range(version, self.min, self.max)
@@ -308,7 +312,8 @@ def _entry(engine: str, raw: dict[str, Any], where: str) -> Entry:
         kind=raw["kind"], source=raw["source"], set=raw.get("set", ""), variant=raw.get("variant"),
         when=tuple(sorted((raw.get("when") or {}).items())), param=raw.get("param"), value=raw.get("value"),
         min=_version(raw.get("min"), where), max=_version(raw.get("max"), where),
-        unchanged=tuple(sorted((raw.get("unchanged") or {}).items())), needs=tuple(raw.get("needs") or ()))
+        unchanged=tuple(sorted((raw.get("unchanged") or {}).items())), needs=tuple(raw.get("needs") or ()),
+        removes=tuple(raw.get("removes") or ()))
 
 
 def _flag(name: str, raw: dict[str, Any], where: str) -> Flag:
@@ -324,7 +329,8 @@ def _refusal(raw: dict[str, Any], where: str) -> Refusal:
     return Refusal(raw["flag"], raw["why"], raw["source"], raw.get("above"), raw.get("at_most"),
                    tuple(str(v) for v in raw.get("values") or ()),
                    tuple((key, tuple(values)) for key, values in sorted((raw.get("json_values") or {}).items())),
-                   raw.get("without"), bool(raw.get("noop")), _version(raw.get("min"), where), _version(raw.get("max"), where))
+                   raw.get("without"), raw.get("beside"), bool(raw.get("noop")), _version(raw.get("min"), where),
+                   _version(raw.get("max"), where))
 
 
 def _carry(raw: dict[str, Any]) -> Carry:
@@ -352,7 +358,7 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                     str(raw.get("unknown_flag") or "unrecognized argument {flag}"))
     entries = tuple(_entry(engine_id, item, where) for item in raw.get("settings") or ())
     known = {flag.name for flag in flags}
-    for name in [n for e in entries for n in e.names] + [c.name for c in engine.deployment]:
+    for name in [n for e in entries for n in (*e.names, *e.removes)] + [c.name for c in engine.deployment]:
         if name not in known:
             raise ValueError(f"{where}: {name} is set but not in the profile's flags")
     return engine, entries

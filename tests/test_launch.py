@@ -420,3 +420,19 @@ def test_every_report_reads_the_launch_command_too(run_cli):
     for fmt in ("text", "md", "html"):
         code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", command, "--format", fmt)
         assert code == 0 and "--enable-lora" in out, fmt
+
+
+@pytest.mark.parametrize("engine,flag", [("vllm", "--no-enable-prefix-caching"), ("sglang", "--disable-radix-cache")])
+def test_turning_prefix_caching_on_removes_the_flag_that_turned_it_off(pack, engine, flag):
+    advice = _advice(pack, **{"workload.engine": engine, "serving.engine_version": version_text(
+        engine_catalog().engines[engine].latest), "serving.prefix_caching": False, "workload.prefix_cache_hit_ratio": 0.0})
+    launch = build_launch(advice, engine)
+    names = [a.name for a in launch.args]
+    if any(s.id == "prefix_caching" and s.status == "change" for s in advice.strategies):
+        assert flag not in names and [a.name for a in launch.removed] == [flag]
+        assert launch.removed[0].status == "removed" and launch.removed[0].today_text == "(on)"
+        script = render_launch(launch, advice.bottleneck)
+        assert f"#   {flag}: (on) -> (removed)" in script
+    else:
+        assert flag in names
+    assert not engine_catalog().engines[engine].problems(launch.target.version, launch.argv())

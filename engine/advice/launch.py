@@ -48,6 +48,8 @@ class Arg:
     @property
     def status(self) -> str:
         """unchanged: today's value; change: another value than today's; new: not set today."""
+        if self.rule.startswith("removed"):
+            return "removed"
         if not self.set_today:
             return "new"
         return "unchanged" if self.today == self.value else "change"
@@ -58,7 +60,7 @@ class Arg:
 
     @property
     def value_text(self) -> str:
-        return "(on)" if self.value is None else self.value
+        return "(removed)" if self.status == "removed" else "(on)" if self.value is None else self.value
 
 
 @dataclass(frozen=True)
@@ -68,13 +70,14 @@ class Launch:
     args: tuple[Arg, ...]
     notes: tuple[str, ...] = ()        # strategies with no setting here, checkpoints to make, what was left out
     dropped: tuple[str, ...] = field(default=())   # settings left out because the engine refuses them
+    removed: tuple[Arg, ...] = ()      # today's settings a change replaces (--no-enable-prefix-caching)
 
     @property
     def spec(self) -> Engine:
         return self.target.spec
 
     def changes(self) -> tuple[Arg, ...]:
-        return tuple(arg for arg in self.args if arg.status != "unchanged")
+        return tuple(arg for arg in self.args if arg.status != "unchanged") + self.removed
 
     def argv(self) -> list[tuple[str, str | None]]:
         return [(arg.name, arg.value) for arg in self.args]
@@ -299,6 +302,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     set_by: dict[str, str] = {}
     placeholders: list[str] = []
     cap_name = next((c.name for c in spec.deployment if c.fact == CAP_FACT), None)
+    removed: list[Arg] = []
     for strategy in advice.strategies:
         if strategy.status == "keep":
             continue            # in place today: its settings are today's, carried above or the engine's default
@@ -308,6 +312,10 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
             notes.append(checkpoint)
             continue
         for setting in settings_for(target, strategy.id, strategy.key, strategy.params, facts, advice.derived):
+            for name in setting.removes:
+                if name in args and args[name].set_today and name not in set_by:
+                    old = args.pop(name)
+                    removed.append(Arg(name, old.kind, None, old.today, f"removed by {rule}", set_today=True))
             if setting.kind == "note":
                 notes.append(f"{rule}: {setting.text}")
                 continue
@@ -337,7 +345,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                              "into the YAML file this script writes (the engine takes one file)")
                 del args[option]
     kept, dropped = _checked(spec, target, list(args.values()))
-    return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped))
+    return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed))
 
 
 def _first_flag(spec: Engine) -> str:
@@ -391,6 +399,7 @@ def launch_dict(advice: Advice, command: Command | None = None) -> dict[str, Any
     return {"engine": engine, "version": version_text(launch.target.version),
             "settings": [{"setting": a.name, "kind": a.kind,
                           "today": (True if a.today is None else a.today) if a.set_today else None,
-                          "proposed": True if a.value is None else a.value,
-                          "status": a.status, "rule": a.rule, **({"why": a.why} if a.why else {})} for a in launch.args],
+                          "proposed": None if a.status == "removed" else True if a.value is None else a.value,
+                          "status": a.status, "rule": a.rule, **({"why": a.why} if a.why else {})}
+                         for a in (*launch.args, *launch.removed)],
             "notes": list(launch.notes), "left_out": list(launch.dropped)}

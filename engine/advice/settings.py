@@ -67,6 +67,7 @@ class Setting(NamedTuple):
     needs: tuple[str, ...] = ()
     source: str = ""
     differs: bool = False  # the deployed engine runs this setting today with another value (serving.* facts)
+    removes: tuple[str, ...] = ()   # flags of today's server it replaces
 
     @property
     def line(self) -> str:
@@ -145,7 +146,8 @@ def _slot(target: Target, entries: list[Entry], params: Mapping[str, Any], facts
             out_of_range.append(entry)
             continue
         if entry.kind == "note":
-            return [Setting(target.engine, "note", "", clean(entry.set), needs=entry.needs, source=entry.source)]
+            return [Setting(target.engine, "note", "", clean(entry.set), needs=entry.needs, source=entry.source,
+                            removes=entry.removes)]
         values, problem = _values(entry, target.engine, params, facts, derived)
         if values is None:
             problems.append(problem)
@@ -172,7 +174,7 @@ def _setting(target: Target, entry: Entry, values: dict[str, Any], facts: Mappin
         facts.get(path) is not None and not _same(facts.get(path), values.get("value") if want == "{value}" else want)
         for path, want in entry.unchanged)
     return Setting(target.engine, entry.kind, entry.name, text, quoted.get("value", ""), unchanged,
-                   entry.needs, entry.source, differs)
+                   entry.needs, entry.source, differs, entry.removes)
 
 
 def differs_from_today(strategy: str, key: str, params: Mapping[str, Any], facts: Mapping[str, Any],
