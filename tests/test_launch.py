@@ -436,3 +436,76 @@ def test_turning_prefix_caching_on_removes_the_flag_that_turned_it_off(pack, eng
     else:
         assert flag in names
     assert not engine_catalog().engines[engine].problems(launch.target.version, launch.argv())
+
+
+# Properties over hostile input (issue 28, item 1): whatever the model id or today's command, the
+# script is either refused with exit 2 or passes `bash -n` with no value of the facts read as an
+# option or a command.
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PROPERTY = settings(derandomize=True, deadline=None, database=None, max_examples=120,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+_BASE: dict = {}
+
+
+def _base_advice(pack):
+    if "advice" not in _BASE:
+        _BASE["advice"] = _advice(pack)
+    return _BASE["advice"]
+
+
+@PROPERTY
+@given(name=st.text(st.characters(codec="utf-8"), min_size=1, max_size=40), engine=st.sampled_from(ENGINES))
+def test_any_model_id_is_refused_or_stays_one_inert_word(pack, name, engine):
+    from dataclasses import replace
+
+    from kbopt.errors import KboptError
+    advice = _base_advice(pack)
+    advice = replace(advice, facts={**advice.facts, "model.name": name})
+    try:
+        script = render_launch(build_launch(advice, engine), advice.bottleneck)
+    except KboptError as error:
+        assert "model.name" in str(error) and (name.startswith("-") or name != name.strip()
+                                               or any(ord(c) < 32 or ord(c) == 127 for c in name))
+        return
+    assert not name.startswith("-")
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+        prologue = "\n".join(line for line in script.splitlines() if line.startswith("MODEL"))
+        shown = subprocess.run(["bash", "-c", prologue + '\nprintf %s "$MODEL"'], text=True, capture_output=True,
+                               env={"PATH": "/usr/bin:/bin"})
+        assert shown.stdout == name
+
+
+_WORDS = st.sampled_from(["--tensor-parallel-size", "--tp-size", "--tp_size", "--num-shard", "--max-model-len", "4",
+                          "--enable-lora", "--served-model-name", "x;y", "$(id)", "'q'", "--quantization", "fp8",
+                          "--kv-cache-dtype=fp8", "--enforce-eager", "-x", "a b", "--max-num-seqs", "0", "--foo"])
+
+
+@PROPERTY
+@given(start=st.sampled_from(["vllm serve org/m", "python -m sglang.launch_server --model-path org/m",
+                              "trtllm-serve org/m", "text-generation-launcher --model-id org/m"]),
+       words=st.lists(_WORDS, max_size=8))
+def test_any_launch_command_is_refused_or_relaunched_flag_for_flag(pack, start, words):
+    from dataclasses import replace
+
+    from kbopt.engine.advice.command import read_command
+    from kbopt.errors import KboptError
+    text = start + " " + " ".join(shlex.quote(w) for w in words)
+    try:
+        command = read_command(text)
+        facts = load_facts(FACTS, [*command.overrides(), "serving.engine_version="
+                                   + version_text(engine_catalog().engines[command.engine].latest)])
+    except KboptError:
+        return
+    advice = replace(advise(facts, pack, available_evaluators()[0]), strategies=())
+    try:
+        script = render_launch(build_launch(advice, command.engine, command), advice.bottleneck)
+    except KboptError as error:
+        assert "does not fit" in str(error) or "model.name" in str(error)
+        return
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    again = read_command(_relaunched(script))
+    assert again.args == command.args

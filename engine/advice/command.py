@@ -117,6 +117,9 @@ def read_command(text: str, version: str | None = None) -> Command:
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated and spec.id == "tgi":
         raise KboptError(f"--launch: {repeated[0]} is given more than once: TGI's launcher refuses a repeated argument")
+    if repeated:
+        raise KboptError(f"--launch: {repeated[0]} is given more than once ({spec.title} keeps one of them silently): "
+                         "give each flag once, with the value the server should run with")
     facts = _facts(spec, args, model)
     return Command(spec.id, model, tuple(args), tuple(env), frozenset(modelled), tuple(facts))
 

@@ -336,7 +336,8 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                 args[name], set_by[name] = arg, rule
     if cap_name is not None and cap_name in args:
         _check_pool_fits(advice)
-    if engine == "trtllm":
+    if engine == "trtllm" and (command is None or command.engine != engine):
+        # stated, where kbopt writes the command: the settings are the PyTorch backend's (today's command keeps its own)
         args.setdefault("--backend", Arg("--backend", "cli", "pytorch", None, "kbopt: the PyTorch backend these settings are for"))
     if any(a.kind == "yaml" for a in args.values()):
         for option in ("--extra_llm_api_options", "--config"):
