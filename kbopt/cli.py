@@ -224,8 +224,9 @@ def _advise(args) -> int:
     from kbopt.reports import render
     pack = load_checked_pack(args.rules)        # broken rules fail before a long collection
     if args.facts_jsonl is not None:
-        if args.launch is not None:
-            raise KboptError("--launch describes one deployment: use it with --facts or --collect, not --facts-jsonl")
+        if args.launch is not None or args.emit:
+            raise KboptError(f"{'--launch' if args.launch is not None else '--emit'} is for one deployment: use it with "
+                             "--facts or --collect, not --facts-jsonl")
         return _advise_jsonl(args, pack)
     if args.collect:
         document, name = _collected_document(args), "collected facts"

@@ -509,3 +509,11 @@ def test_any_launch_command_is_refused_or_relaunched_flag_for_flag(pack, start, 
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     again = read_command(_relaunched(script))
     assert again.args == command.args
+
+
+@pytest.mark.parametrize("option", [["--emit", "vllm"], ["--launch", "vllm serve m"]])
+def test_one_deployments_options_are_refused_with_facts_jsonl(run_cli, tmp_path, option):
+    lines = tmp_path / "facts.jsonl"
+    lines.write_text(json.dumps(json.loads(FACTS.read_text())) + "\n")
+    code, out, err = run_cli("advise", "--facts-jsonl", str(lines), *option)
+    assert code == 2 and out == "" and option[0] in err and "--facts-jsonl" in err
