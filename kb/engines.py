@@ -72,6 +72,9 @@ class Flag:
     def holds_at(self, version: Version) -> bool:
         return _in_range(version, self.min, self.max)
 
+    def range_text(self) -> str:
+        return _range_text(self.min, self.max)
+
     def problem(self, value: str | None) -> str | None:
         """Why `value` (as the engine would read it; None for a bare switch) is not a value of
         this flag, or None when it is."""

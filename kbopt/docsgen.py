@@ -186,6 +186,17 @@ def engines_page() -> str:
     for engine in engines.engines.values():
         out.append(f"| {engine.id}: {_cell(engine.title)} | {', '.join(version_text(v) for v in engine.versions)} | "
                    f"`{engine.command}` | {_cell('; '.join(engine.notes))} | {cite(engine.source)} |")
+    out += ["", "## Flags by version", "",
+            "Every argument kbopt emits or reads, as each engine's source has it (a name without `--` is a key",
+            "of TensorRT-LLM's YAML file, or an environment variable in capitals).", "",
+            "| engine | flag | value | versions | source |", "|---|---|---|---|---|"]
+    for engine in engines.engines.values():
+        for flag in engine.flags:
+            value = f"one of {', '.join(flag.choices)}" if flag.type == "choice" else flag.type
+            bounds = ([f">= {flag.at_least:g}"] if flag.at_least is not None else []) + (
+                [f"<= {flag.at_most:g}"] if flag.at_most is not None else [])
+            value += f" ({', '.join(bounds)})" if bounds else ""
+            out.append(f"| {engine.id} | `{_cell(flag.name)}` | {_cell(value)} | {flag.range_text()} | `{_cell(flag.source)}` |")
     out += ["", "## What each engine refuses", "",
             "Never emitted: the script leaves the setting out and says why.", "",
             "| engine | flag | refused | versions | why | source |", "|---|---|---|---|---|---|"]
