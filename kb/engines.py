@@ -1,12 +1,15 @@
-"""The engine settings catalog (kb/engines.yaml) as typed, frozen values.
+"""The engine profiles (kb/engines/<engine>.yaml) as typed, frozen values.
 
-Each entry says how one strategy (and one of its parameters) is set in one engine, for which
-versions the name holds, what it needs and where that was read. engine/advice/settings.py turns
-the entries into the lines of advice; the test of known flags checks every name against the
-engines' argument lists.
+One file per serving engine holds what kbopt knows of it: the versions whose arguments were read,
+each flag (or YAML key, or environment variable) with its value type and the versions that have
+it, the combinations the engine refuses, the facts that describe today's server and the setting
+that carries each, and how each strategy and its parameters are set. engine/advice/settings.py
+turns the entries into the lines of advice, engine/advice/launch.py into a whole launch command,
+and every line either writes is checked here against the profile at the deployment's version.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -16,7 +19,8 @@ from kbopt.kb.packaged import package_dir
 
 Kind = Literal["cli", "yaml", "env", "note"]
 KINDS: tuple[Kind, ...] = ("cli", "yaml", "env", "note")
-ENGINES = ("vllm", "sglang", "trtllm", "tgi")
+ENGINES = ("vllm", "sglang", "trtllm", "tgi")        # the order every report lists them in
+TYPES = ("int", "float", "str", "flag", "bool", "json", "choice")
 Version = tuple[int, ...]
 
 _VERSION = re.compile(r"^v?(\d{1,4})(?:\.(\d{1,4}))?(?:\.(\d{1,4}))?")
@@ -37,6 +41,132 @@ def version_text(version: Version) -> str:
     return ".".join(str(part) for part in version)
 
 
+def _in_range(version: Version, low: Version | None, high: Version | None) -> bool:
+    return (low is None or version >= low) and (high is None or version <= high)
+
+
+def _range_text(low: Version | None, high: Version | None) -> str:
+    parts = ([f">= {version_text(low)}"] if low else []) + ([f"<= {version_text(high)}"] if high else [])
+    return ", ".join(parts) or "all covered"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One argument of the engine: a command-line flag, a key of TensorRT-LLM's YAML file, or an
+    environment variable (TGI's PREFIX_CACHING), with its value type and the versions that have it."""
+    name: str
+    type: str                          # int | float | str | flag (a bare switch) | bool | json | choice
+    source: str                        # file@version[:line] where it was read
+    choices: tuple[str, ...] = ()
+    min: Version | None = None
+    max: Version | None = None
+    at_least: float | None = None
+    at_most: float | None = None
+
+    @property
+    def kind(self) -> Kind:
+        if self.name.startswith("-"):
+            return "cli"
+        return "env" if self.name.isupper() else "yaml"
+
+    def holds_at(self, version: Version) -> bool:
+        return _in_range(version, self.min, self.max)
+
+    def range_text(self) -> str:
+        return _range_text(self.min, self.max)
+
+    def problem(self, value: str | None) -> str | None:
+        """Why `value` (as the engine would read it; None for a bare switch) is not a value of
+        this flag, or None when it is."""
+        if self.type == "flag":
+            return None if value is None else f"{self.name} is a switch and takes no value (got {value!r})"
+        if value is None:
+            return f"{self.name} needs a value ({self.type})"
+        number: float | None = None
+        if self.type == "int":
+            if not re.fullmatch(r"-?\d+", value):
+                return f"{self.name} takes an integer, not {value!r}"
+            number = int(value)
+        elif self.type == "float":
+            try:
+                number = float(value)
+            except ValueError:
+                return f"{self.name} takes a number, not {value!r}"
+        elif self.type == "bool" and value not in ("true", "false"):
+            return f"{self.name} takes true or false, not {value!r}"
+        elif self.type == "json":
+            try:
+                json.loads(value)
+            except ValueError:
+                return f"{self.name} takes JSON, not {value!r}"
+        elif self.type == "choice" and value not in self.choices:
+            return f"{self.name} takes one of {', '.join(self.choices)}, not {value!r}"
+        if number is not None and ((self.at_least is not None and number < self.at_least)
+                                   or (self.at_most is not None and number > self.at_most)):
+            low = "" if self.at_least is None else f" >= {self.at_least:g}"
+            high = "" if self.at_most is None else f" <= {self.at_most:g}"
+            return f"{self.name} takes a value{low}{' and' if low and high else ''}{high}, not {value}"
+        return None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A setting, or a combination, the engine refuses at start (or ignores: `noop`)."""
+    flag: str
+    why: str
+    source: str
+    above: float | None = None         # a number above this is refused
+    at_most: float | None = None       # a number at or below this is refused
+    values: tuple[str, ...] = ()       # these values are refused
+    json_values: tuple[tuple[str, tuple[str, ...]], ...] = ()   # these values of a key inside a JSON value
+    without: str | None = None         # refused unless this flag is set too
+    beside: str | None = None          # refused when this flag is set too
+    noop: bool = False                 # accepted, changes nothing: never emitted
+    min: Version | None = None
+    max: Version | None = None
+
+    def range_text(self) -> str:
+        return _range_text(self.min, self.max)
+
+    def refuses(self, value: str | None, names: set[str]) -> bool:
+        """Whether the flag given `value`, beside the flags `names`, is what this refusal names."""
+        if self.noop:
+            return True
+        if self.without is not None:
+            return self.without not in names
+        if self.beside is not None:
+            return self.beside in names
+        if self.values:
+            return value in self.values
+        if self.json_values:
+            try:
+                parsed = json.loads(value or "")
+            except ValueError:
+                return False
+            return isinstance(parsed, dict) and any(parsed.get(key) in refused for key, refused in self.json_values)
+        try:
+            number = float(value or "")
+        except ValueError:
+            return False
+        return (self.above is not None and number > self.above) or (self.at_most is not None and number <= self.at_most)
+
+
+@dataclass(frozen=True)
+class Carry:
+    """A fact describing today's server and the setting that carries it into a launch command."""
+    fact: str
+    set: str                           # the line, {value} the fact's value (or its mapped value)
+    kind: Kind = "cli"
+    when: Any = None                   # only for this value of the fact (None: any)
+    mapping: tuple[tuple[str, str], ...] = ()   # the fact's enum values -> the engine's spelling
+    value: str | None = None           # a computation of engine/advice/launch.py (expert_size)
+    deployed_only: bool = False        # only when the facts are this engine's own settings
+
+    @property
+    def name(self) -> str:
+        return _line_name(self.kind, self.set)
+
+
 @dataclass(frozen=True)
 class Engine:
     id: str
@@ -45,10 +175,73 @@ class Engine:
     command: str                       # how a server is started, before the model
     source: str
     notes: tuple[str, ...] = ()        # what holds for every setting of the engine
+    floor: Version | None = None       # the oldest version any setting is known to hold at
+    model: str = "positional"          # positional: the model is an argument; option: the command ends in its flag
+    flags: tuple[Flag, ...] = ()
+    refuses: tuple[Refusal, ...] = ()
+    deployment: tuple[Carry, ...] = ()
+    invoked_as: tuple[str, ...] = ()   # how a launch command of this engine starts (kbopt advise --launch)
+    model_flags: tuple[str, ...] = ()  # options that name the model besides the positional
+    unknown_flag: str = "unrecognized argument {flag}"   # the engine's own message for an argument it lacks
 
     @property
     def latest(self) -> Version:
         return self.versions[-1]
+
+    @cached_property
+    def by_name(self) -> dict[str, Flag]:
+        return {flag.name: flag for flag in self.flags}
+
+    def nearest(self, version: Version) -> Version:
+        """The covered version nearest `version` (the later of two as near; compared by release order)."""
+        return min(self.versions, key=lambda known: (_distance(known, version), -self.versions.index(known)))
+
+    def flag_at(self, name: str, version: Version) -> Flag | None:
+        flag = self.by_name.get(name)
+        return flag if flag is not None and flag.holds_at(version) else None
+
+    def problems(self, version: Version, args: list[tuple[str, str | None]]) -> list[str]:
+        """What the engine at `version` would refuse in `args` (name, value: None for a switch, in
+        order): an unknown name, a value of the wrong type, a flag given twice, a refused
+        combination. Empty when it would start."""
+        out: list[str] = []
+        names = [name for name, _ in args]
+        seen: set[str] = set()
+        for name, value in args:
+            if name in seen:
+                out.append(f"{name} is given more than once")
+            seen.add(name)
+            flag = self.by_name.get(name)
+            if flag is None:
+                out.append(f"{name} is not an argument of {self.title}")
+                continue
+            if not flag.holds_at(version):
+                out.append(f"{name} holds for {self.title} {_range_text(flag.min, flag.max)}, not {version_text(version)}")
+            problem = flag.problem(value)
+            if problem:
+                out.append(problem)
+            for refusal in self.refuses:
+                if refusal.flag == name and _in_range(version, refusal.min, refusal.max) and refusal.refuses(value, set(names)):
+                    out.append(f"{name}{'' if value is None else ' ' + value}: {refusal.why}")
+        return out
+
+
+def _distance(a: Version, b: Version) -> int:
+    """How far apart two versions are in release order (major, minor and patch as digits of one number)."""
+    def order(v: Version) -> int:
+        padded = (v + (0, 0, 0))[:3]
+        return padded[0] * 10**8 + padded[1] * 10**4 + padded[2]
+    return abs(order(a) - order(b))
+
+
+def _line_name(kind: str, line: str) -> str:
+    if kind == "cli":
+        return line.split()[0]
+    if kind == "yaml":
+        return line.split(":", 1)[0].strip()
+    if kind == "env":
+        return line.split("=", 1)[0]
+    return ""
 
 
 @dataclass(frozen=True)
@@ -67,25 +260,25 @@ class Entry:
     max: Version | None = None
     unchanged: tuple[tuple[str, Any], ...] = ()
     needs: tuple[str, ...] = ()
+    removes: tuple[str, ...] = ()      # flags of today's server this setting replaces (--no-enable-prefix-caching)
 
     def holds_at(self, version: Version) -> bool:
-        return (self.min is None or version >= self.min) and (self.max is None or version <= self.max)
+        return _in_range(version, self.min, self.max)
 
     @property
     def name(self) -> str:
         """The argument the line sets: a flag, a dotted YAML key or an environment variable."""
+        return _line_name(self.kind, self.set)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every argument the line sets (a command-line line may set several flags)."""
         if self.kind == "cli":
-            return self.set.split()[0]
-        if self.kind == "yaml":
-            return self.set.split(":", 1)[0].strip()
-        if self.kind == "env":
-            return self.set.split("=", 1)[0]
-        return ""
+            return tuple(word for word in self.set.split() if word.startswith("--"))
+        return (self.name,) if self.name else ()
 
     def range_text(self) -> str:
-        low = f">= {version_text(self.min)}" if self.min else ""
-        high = f"<= {version_text(self.max)}" if self.max else ""
-        return ", ".join(part for part in (low, high) if part) or "all covered"
+        return _range_text(self.min, self.max)
 
 
 @dataclass(frozen=True)
@@ -105,26 +298,73 @@ class EngineCatalog:
         return {key: tuple(entries) for key, entries in grouped.items()}
 
 
-def _version(raw: object) -> Version | None:
+def _version(raw: object, where: str) -> Version | None:
     if raw is None:
         return None
     parsed = parse_version(str(raw))
     if parsed is None:
-        raise ValueError(f"kb/engines.yaml: unreadable version {raw!r}")
+        raise ValueError(f"{where}: unreadable version {raw!r}")
     return parsed
 
 
-def _entries(raw: dict[str, Any]) -> list[Entry]:
-    engines = ENGINES if raw["engine"] == "all" else (raw["engine"],)
+def _entry(engine: str, raw: dict[str, Any], where: str) -> Entry:
     if raw["kind"] not in KINDS:
-        raise ValueError(f"kb/engines.yaml: kind {raw['kind']!r} of {raw['strategy']} is not one of {KINDS}")
-    return [Entry(
+        raise ValueError(f"{where}: kind {raw['kind']!r} of {raw['strategy']} is not one of {KINDS}")
+    return Entry(
         engine=engine, strategy=raw["strategy"], slot=str(raw.get("slot") or raw.get("param") or "-"),
         kind=raw["kind"], source=raw["source"], set=raw.get("set", ""), variant=raw.get("variant"),
         when=tuple(sorted((raw.get("when") or {}).items())), param=raw.get("param"), value=raw.get("value"),
-        min=_version(raw.get("min")), max=_version(raw.get("max")),
-        unchanged=tuple(sorted((raw.get("unchanged") or {}).items())), needs=tuple(raw.get("needs") or ()))
-        for engine in engines]
+        min=_version(raw.get("min"), where), max=_version(raw.get("max"), where),
+        unchanged=tuple(sorted((raw.get("unchanged") or {}).items())), needs=tuple(raw.get("needs") or ()),
+        removes=tuple(raw.get("removes") or ()))
+
+
+def _flag(name: str, raw: dict[str, Any], where: str) -> Flag:
+    if raw.get("type") not in TYPES:
+        raise ValueError(f"{where}: flag {name}: type {raw.get('type')!r} is not one of {TYPES}")
+    if (raw["type"] == "choice") != bool(raw.get("choices")):
+        raise ValueError(f"{where}: flag {name}: `choices` go with type choice, and only with it")
+    return Flag(name, raw["type"], str(raw["source"]), tuple(str(c) for c in raw.get("choices") or ()),
+                _version(raw.get("min"), where), _version(raw.get("max"), where), raw.get("at_least"), raw.get("at_most"))
+
+
+def _refusal(raw: dict[str, Any], where: str) -> Refusal:
+    return Refusal(raw["flag"], raw["why"], raw["source"], raw.get("above"), raw.get("at_most"),
+                   tuple(str(v) for v in raw.get("values") or ()),
+                   tuple((key, tuple(values)) for key, values in sorted((raw.get("json_values") or {}).items())),
+                   raw.get("without"), raw.get("beside"), bool(raw.get("noop")), _version(raw.get("min"), where),
+                   _version(raw.get("max"), where))
+
+
+def _carry(raw: dict[str, Any]) -> Carry:
+    mapping = raw.get("value")
+    return Carry(raw["fact"], raw["set"], raw.get("kind", "cli"), raw.get("when"),
+                 tuple(sorted(mapping.items())) if isinstance(mapping, dict) else (),
+                 mapping if isinstance(mapping, str) else None, bool(raw.get("deployed_only")))
+
+
+def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
+    """One engine's profile file, parsed and checked: every line its settings and deployment
+    entries write names a flag of its table."""
+    from kbopt.kb.yamlio import read_yaml
+    where = f"kb/engines/{engine_id}.yaml"
+    raw = read_yaml(text)
+    if raw.get("engine") != engine_id:
+        raise ValueError(f"{where}: `engine` says {raw.get('engine')!r}, the file name {engine_id!r}")
+    versions = tuple(v for v in (_version(text, where) for text in raw["versions"]) if v is not None)
+    flags = tuple(_flag(name, spec, where) for name, spec in (raw.get("flags") or {}).items())
+    engine = Engine(engine_id, raw["title"], versions, raw["command"], raw["source"], tuple(raw.get("notes") or ()),
+                    _version(raw.get("floor"), where), raw.get("model", "positional"), flags,
+                    tuple(_refusal(item, where) for item in raw.get("refuses") or ()),
+                    tuple(_carry(item) for item in raw.get("deployment") or ()),
+                    tuple(raw.get("invoked_as") or ()), tuple(raw.get("model_flags") or ()),
+                    str(raw.get("unknown_flag") or "unrecognized argument {flag}"))
+    entries = tuple(_entry(engine_id, item, where) for item in raw.get("settings") or ())
+    known = {flag.name for flag in flags}
+    for name in [n for e in entries for n in (*e.names, *e.removes)] + [c.name for c in engine.deployment]:
+        if name not in known:
+            raise ValueError(f"{where}: {name} is set but not in the profile's flags")
+    return engine, entries
 
 
 def engine_catalog() -> EngineCatalog:
@@ -133,15 +373,19 @@ def engine_catalog() -> EngineCatalog:
     return builtin_knowledge().engines
 
 
+def profile_files() -> list[str]:
+    """The profile files' names under kb/engines/, one per engine, in ENGINES order."""
+    return [f"engines/{engine}.yaml" for engine in ENGINES]
+
+
 @lru_cache(maxsize=1)
 def load_engine_catalog() -> EngineCatalog:
-    """kb/engines.yaml, read and parsed."""
-    from kbopt.kb.yamlio import read_yaml
-    raw = read_yaml(package_dir("kbopt.kb").joinpath("engines.yaml").read_text(encoding="utf-8"))
-    engines = {}
-    for engine_id, spec in raw["engines"].items():
-        versions = tuple(v for v in (_version(text) for text in spec["versions"]) if v is not None)
-        engines[engine_id] = Engine(engine_id, spec["title"], versions, spec["command"], spec["source"],
-                                    tuple(spec.get("notes") or ()))
-    entries = tuple(entry for item in raw["settings"] for entry in _entries(item))
-    return EngineCatalog(engines, entries)
+    """kb/engines/*.yaml, read and parsed."""
+    kb = package_dir("kbopt.kb")
+    engines: dict[str, Engine] = {}
+    entries: list[Entry] = []
+    for engine_id in ENGINES:
+        engine, own = load_profile(engine_id, kb.joinpath("engines", f"{engine_id}.yaml").read_text(encoding="utf-8"))
+        engines[engine_id] = engine
+        entries.extend(own)
+    return EngineCatalog(engines, tuple(entries))

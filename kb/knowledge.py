@@ -24,7 +24,7 @@ class KnowledgeBase:
     strategies: Mapping[str, Strategy]
     gpus: tuple[Gpu, ...]
     sources: SourceCatalog
-    engines: EngineCatalog          # each engine's settings for each strategy (kb/engines.yaml)
+    engines: EngineCatalog          # each engine's settings for each strategy (kb/engines/<engine>.yaml)
     negligible_change: float        # a what-if that moves no estimate by this share is not advised
     error_bands: Mapping[str, ErrorBand] = field(default_factory=dict)   # the model's measured error, by metric
 

@@ -14,6 +14,7 @@ from kbopt.engine.pack.packs import configured_packs, load_checked_pack
 from kbopt.errors import KboptError, RuleError, bounded
 from kbopt.gctuning import many_advices
 from kbopt.kb.catalog import LAYERS
+from kbopt.kb.engines import ENGINES
 from kbopt.output import write_output
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -43,9 +44,14 @@ def _parser() -> argparse.ArgumentParser:
     advise.add_argument("--format", choices=("text", "json", "md", "html"), default="text",
                         help="output format (default text); html and md also show a --set what-if")
     advise.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
-    advise.add_argument("--emit", choices=("vllm", "sglang", "trtllm", "tgi"), metavar="ENGINE",
-                        help="print a ready launch script for this engine (vllm, sglang, trtllm, tgi) instead of the "
-                             "report: each setting commented with the rule that set it (docs/engines.md)")
+    advise.add_argument("--emit", choices=ENGINES, metavar="ENGINE",
+                        help=f"print the deployment after the advice as a launch script for this engine ({', '.join(ENGINES)}) "
+                             "instead of the report: today's settings with the advice's changes, each line commented with "
+                             "today's value and the rule that set it, checked against the engine's profile (docs/engines.md)")
+    advise.add_argument("--launch", metavar="COMMAND|@FILE",
+                        help="today's launch command (e.g. \"vllm serve MODEL --tensor-parallel-size 4\"), or @FILE holding "
+                             "it: its flags become serving.* facts (before --set), and --emit relaunches it flag for flag "
+                             "with the advice applied; flags kbopt does not model are carried as given")
     advise.add_argument("--explain", action="store_true",
                         help="text: add each strategy's proof chain, the rejections, what waits on facts, the "
                              "estimates, facts and rules fired (default: the summary and the strategies)")
@@ -218,6 +224,9 @@ def _advise(args) -> int:
     from kbopt.reports import render
     pack = load_checked_pack(args.rules)        # broken rules fail before a long collection
     if args.facts_jsonl is not None:
+        if args.launch is not None or args.emit:
+            raise KboptError(f"{'--launch' if args.launch is not None else '--emit'} is for one deployment: use it with "
+                             "--facts or --collect, not --facts-jsonl")
         return _advise_jsonl(args, pack)
     if args.collect:
         document, name = _collected_document(args), "collected facts"
@@ -225,20 +234,32 @@ def _advise(args) -> int:
     else:
         name = Path(args.facts).name
         read = lambda overrides: load_facts(args.facts, overrides)   # noqa: E731
-    facts = read(args.overrides)        # bad input is reported before anything else is said
+    command = None
+    if args.launch is not None:
+        from kbopt.engine.advice.command import read_command
+        given = read(args.overrides).values
+        stated = given.get("serving.engine_version")    # the version its flags are read at
+        command = read_command(args.launch, stated if isinstance(stated, str) else None)
+        if (given.get("workload.engine") not in (None, "other", command.engine) and stated is not None
+                and not any(o.startswith("serving.engine_version=") for o in args.overrides)):
+            raise KboptError(f"--launch is a {command.engine} command, but the facts say workload.engine = "
+                             f"{given.get('workload.engine')} with serving.engine_version = {stated}, a version of that "
+                             f"engine: give {command.engine}'s with --set serving.engine_version=VERSION")
+    facts = read((command.overrides() if command else []) + args.overrides)   # bad input before anything is said
     evaluator = _evaluator(args.engine)
     # Even one advice set off collections that walked the whole loaded pack (kbopt.gctuning).
     with many_advices():
         advice = advise(facts, pack, evaluator)
         if args.emit:
             from kbopt.reports.emit import render_emit
-            write_output(render_emit(advice, args.emit), args.output)
+            write_output(render_emit(advice, args.emit, command), args.output)
             return EXIT_OK
         comparison = None
         if args.overrides and args.format in ("html", "md"):
             from kbopt.engine.advice.compare import compare
-            comparison = compare(advise(read([]), pack, evaluator), advice, name, "with --set")
-        write_output(render(advice, args.format, comparison, args.explain), args.output)
+            comparison = compare(advise(read(command.overrides() if command else []), pack, evaluator), advice, name,
+                                 "with --set")
+        write_output(render(advice, args.format, comparison, args.explain, command), args.output)
     return EXIT_OK
 
 

@@ -5,7 +5,7 @@
 
 Pages: docs/facts.md (kb/vocabulary.yaml, kb/gpus.yaml), docs/sources.md (kb/sources.yaml),
 docs/rule-format.md (the rule JSON Schema and kb/strategies.yaml), docs/engines.md
-(kb/engines.yaml). Everything else in docs/ is
+(kb/engines/*.yaml). Everything else in docs/ is
 written by hand.
 """
 from __future__ import annotations
@@ -158,13 +158,25 @@ def engines_page() -> str:
         title, url = titles.get(source_id, (source_id, None))
         return f"[{_cell(title)}]({url})" if url else _cell(title)
 
-    out = [HEADER.format(what="kb/engines.yaml") + "# Engine settings", "",
+    out = [HEADER.format(what="kb/engines/*.yaml") + "# Engine settings", "",
            "How each strategy and its parameters are set in each serving engine. Every strategy in the",
            "advice carries `settings` for the deployment's engine (`workload.engine`; all four when it is",
            "not given), for the version in `serving.engine_version` (the latest covered one when not",
-           "given). `kbopt advise --emit vllm|sglang|trtllm|tgi` prints them as a ready launch script,",
-           "each line commented with the rule that set it, `# unchanged` where the facts' `serving.*`",
-           "values already equal the new ones ([usage](usage.md)).", "",
+           "given; a version no profile covers is written for as the nearest covered one, with a warning;",
+           "below an engine's floor `--emit` stops with a message). `kbopt advise --emit vllm|sglang|trtllm|tgi`",
+           "prints the deployment after the advice as a launch script ([usage](usage.md)): today's settings",
+           "(the `serving.*` facts, carried by each profile's `deployment` entries) with the advice's changes",
+           "merged in, one value per flag, each line commented with today's value and the rule that set it.",
+           "Every flag is checked against the engine's profile at the version: its type, the versions that",
+           "have it, and the combinations the engine refuses (below), which are left out with the reason.",
+           "A quantization change that needs another checkpoint is a comment on how to make one, not a flag.",
+           "`--launch \"COMMAND\"` reads today's command with the same profile: its modelled flags become",
+           "`serving.*` facts, the rest are carried as given, a misspelt one is refused with the engine's own",
+           "message, and `--emit` relaunches it flag for flag with the advice applied.",
+           "",
+           "One file per engine, `kb/engines/<engine>.yaml`, holds all of it: versions, flags with types and",
+           "citations (`file@version`), refusals, the deployment facts and the strategy settings. Adding an",
+           "engine version touches that file and its flag list in `tests/data/engine_flags/`.", "",
            "The memory fraction is converted, never copied: the strategy's `memory_fraction` is read as a",
            "share of the whole device memory (vLLM's `gpu_memory_utilization`); the KV pool it leaves",
            "after the weights, activations and memory outside PyTorch is what each engine is given, in",
@@ -174,6 +186,28 @@ def engines_page() -> str:
     for engine in engines.engines.values():
         out.append(f"| {engine.id}: {_cell(engine.title)} | {', '.join(version_text(v) for v in engine.versions)} | "
                    f"`{engine.command}` | {_cell('; '.join(engine.notes))} | {cite(engine.source)} |")
+    out += ["", "## Flags by version", "",
+            "Every argument kbopt emits or reads, as each engine's source has it (a name without `--` is a key",
+            "of TensorRT-LLM's YAML file, or an environment variable in capitals).", "",
+            "| engine | flag | value | versions | source |", "|---|---|---|---|---|"]
+    for engine in engines.engines.values():
+        for flag in engine.flags:
+            value = f"one of {', '.join(flag.choices)}" if flag.type == "choice" else flag.type
+            bounds = ([f">= {flag.at_least:g}"] if flag.at_least is not None else []) + (
+                [f"<= {flag.at_most:g}"] if flag.at_most is not None else [])
+            value += f" ({', '.join(bounds)})" if bounds else ""
+            out.append(f"| {engine.id} | `{_cell(flag.name)}` | {_cell(value)} | {flag.range_text()} | `{_cell(flag.source)}` |")
+    out += ["", "## What each engine refuses", "",
+            "Never emitted: the script leaves the setting out and says why.", "",
+            "| engine | flag | refused | versions | why | source |", "|---|---|---|---|---|---|"]
+    for engine in engines.engines.values():
+        for refusal in engine.refuses:
+            what = ("always (changes nothing)" if refusal.noop else f"without `{refusal.without}`" if refusal.without
+                    else f"above {refusal.above:g}" if refusal.above is not None
+                    else f"at or below {refusal.at_most:g}" if refusal.at_most is not None
+                    else ", ".join(f"{k} {'/'.join(v)}" for k, v in refusal.json_values) or "/".join(refusal.values))
+            out.append(f"| {engine.id} | `{refusal.flag}` | {_cell(what)} | {refusal.range_text()} |"
+                       f" {_cell(refusal.why)} | `{_cell(refusal.source)}` |")
     out += ["", "## Settings", "",
             "`{value}` is the strategy's parameter (or the engine's own conversion of it). A note means the",
             "engine has no such setting.", "",

@@ -1,34 +1,40 @@
-"""`kbopt advise --emit ENGINE`: the advice as a ready bash launch script for that engine.
+"""`kbopt advise --emit ENGINE`: the deployment after the advice as a ready bash launch script.
 
-vLLM, SGLang and TGI get a command line; TensorRT-LLM gets `trtllm-serve` plus the YAML config
-file it reads. The arguments sit in a bash array so that every line can carry a comment naming
-the rule that set it (a `\\`-continued command cannot hold comments); settings the deployment
-already runs (its serving.* facts equal the new value) are marked `# unchanged`. Every value is
-shell- or YAML-quoted by engine/advice/settings.py and comments are one clean line, so nothing
-from the facts can break out of the script.
+engine/advice/launch.py decides the launch (today's settings with the advice's changes merged
+in, one value per flag, checked against the engine's profile); this module only formats it.
+vLLM, SGLang and TGI get a command line; TensorRT-LLM gets `trtllm-serve` plus the YAML file of
+extra options it reads. The arguments sit in a bash array so that every line can carry a comment
+naming the rule that set it and today's value (a `\\`-continued command cannot hold comments).
+Every value is shell- or YAML-quoted here and comments are one clean line, so nothing from the
+facts can break out of the script.
 """
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
-from kbopt.engine.advice.model import Advice, StrategyAdvice
-from kbopt.engine.advice.settings import Setting, Target, clean, settings_for, targets
+from kbopt.engine.advice.command import Command
+from kbopt.engine.advice.launch import Arg, Launch, build_launch
+from kbopt.engine.advice.model import Advice
+from kbopt.engine.advice.settings import clean
+from kbopt.kb.engines import version_text
 
 YAML_FILE = "kbopt-trtllm.yaml"
 
 
-def _rule(strategy: StrategyAdvice) -> str:
-    rules = strategy.recommended_by or strategy.because
-    return clean(f"{rules[0] if rules else 'kbopt'} ({strategy.key or strategy.id})")
+def _comment(arg: Arg) -> str:
+    if arg.status == "unchanged":
+        text = f"unchanged; {arg.rule}"
+    elif arg.status == "change":
+        text = f"{arg.today_text} -> {arg.value_text}; {arg.rule}"
+    else:
+        text = f"new; {arg.rule}"
+    return "  # " + clean(text + (f"; {arg.why}" if arg.why else ""))
 
 
-def _comment(strategy: StrategyAdvice, setting: Setting) -> str:
-    return "  # " + ("unchanged; " if setting.unchanged else "") + _rule(strategy)
-
-
-def _needs(setting: Setting, indent: str) -> list[tuple[str, str]]:
+def _needs(arg: Arg, indent: str) -> list[tuple[str, str]]:
     """Preconditions as comment lines above the setting (bash allows them inside an array)."""
-    return [(f"{indent}# needs: {clean(n)}", "") for n in setting.needs]
+    return [(f"{indent}# needs: {clean(n)}", "") for n in arg.needs]
 
 
 def _pad(lines: list[tuple[str, str]]) -> list[str]:
@@ -58,52 +64,59 @@ def _yaml(entries: list[tuple[str, str, str]]) -> list[str]:
     return _pad(lines)
 
 
-def render_emit(advice: Advice, engine: str) -> str:
-    facts = {**advice.facts}
-    target: Target = targets(facts, engine)[0]
-    spec = target.spec
+def render_emit(advice: Advice, engine: str, command: Command | None = None) -> str:
+    return render_launch(build_launch(advice, engine, command), advice.bottleneck)
+
+
+def render_launch(launch: Launch, bottleneck: str) -> str:
+    target, spec = launch.target, launch.spec
     args: list[tuple[str, str]] = []
     env: list[tuple[str, str]] = []
     yaml: list[tuple[str, str, str]] = []
-    notes: list[str] = []
-    for strategy in advice.strategies:
-        for setting in settings_for(target, strategy.id, strategy.key, strategy.params, facts, advice.derived):
-            comment = _comment(strategy, setting)
-            if setting.kind == "note":
-                notes.append(f"# {_rule(strategy)}: {setting.text}")
-            elif setting.kind == "cli":
-                args += _needs(setting, "  ") + [("  " + setting.text, comment)]
-            elif setting.kind == "env":
-                env += _needs(setting, "") + [("export " + setting.text, comment)]
-            else:
-                yaml.append((setting.name, setting.text.split(":", 1)[1].strip(), comment))
-    model = str(facts.get("model.name") or "MODEL")
+    for arg in launch.args:
+        if arg.kind == "cli":
+            word = arg.name if arg.value is None else f"{arg.name} {shlex.quote(arg.value)}"
+            args += _needs(arg, "  ") + [("  " + word, _comment(arg))]
+        elif arg.kind == "env":
+            env += _needs(arg, "") + [(f"export {arg.name}={shlex.quote(arg.value or '')}", _comment(arg))]
+        else:
+            yaml.append((arg.name, arg.value or "null", _comment(arg)))
     out = ["#!/usr/bin/env bash",
-           f"# kbopt advise --emit {engine}: {clean(target.describe())}",
-           f"# bottleneck: {clean(advice.bottleneck)}; every line names the rule that set it",
+           f"# kbopt advise --emit {spec.id}: {clean(target.describe())}",
+           f"# bottleneck: {clean(bottleneck)}; the deployment after the advice: each line names the rule that set it, "
+           "or the fact it carries from today's server",
            *(f"# note: {clean(n)}" for n in spec.notes)]
+    if target.asked is not None:
+        out.append(f"# warning: {spec.title} {version_text(target.asked)} is not covered: written for "
+                   f"{version_text(target.version)}, the nearest covered version")
     if not target.deployed:
-        deployed = facts.get("workload.engine")
-        out.append("# the facts do not name this engine (workload.engine"
-                   + (f" = {clean(deployed)}" if deployed else " not given") + "): nothing is marked unchanged")
-    out += notes
+        out.append(f"# the facts do not name {spec.id} as the deployed engine (workload.engine): settings that only "
+                   "mean something in the deployed engine are not carried")
+    changes = launch.changes()
+    if changes:
+        out.append("# changes (today -> proposed):")
+        out += [f"#   {clean(a.name)}: {clean(a.today_text)} -> {clean(a.value_text)}  [{clean(a.rule)}]" for a in changes]
+    else:
+        out.append("# changes: none; this is today's deployment")
+    out += [f"# {clean(note)}" for note in launch.notes]
+    out += [f"# left out: {clean(note)}" for note in launch.dropped]
     out.append("set -euo pipefail")
-    out.append(f"MODEL=${{MODEL:-{_shell_word(model)}}}")
+    if launch.model is None:
+        out.append('MODEL=${MODEL:?"set MODEL to the model id or path (model.name is not in the facts)"}')
+    else:
+        out.append(f"MODEL_DEFAULT={shlex.quote(launch.model)}")
+        out.append('MODEL=${MODEL:-$MODEL_DEFAULT}')
     out += _pad(env)
     config = ""
-    if engine == "trtllm" and yaml:
+    if yaml:
         out.append(f"cat > {YAML_FILE} <<'YAML'")
         out += _yaml(yaml)
         out.append("YAML")
-        config = f" {'--config' if target.version >= (1, 1) else '--extra_llm_api_options'} {YAML_FILE}"
+        option = "--config" if spec.flag_at("--config", target.version) else "--extra_llm_api_options"
+        config = f" {option} {YAML_FILE}"
     out.append("args=(")
     out += _pad(args)
     out.append(")")
-    command = spec.command
-    out.append(f'exec {command} "$MODEL"{config} "${{args[@]}}"')
+    out.append(f'exec {spec.command} "$MODEL"{config} "${{args[@]}}"')
     return "\n".join(out) + "\n"
 
-
-def _shell_word(text: str) -> str:
-    import shlex
-    return shlex.quote(clean(text))

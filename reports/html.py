@@ -5,6 +5,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.explain import Check
 from kbopt.engine.advice.model import Advice
@@ -70,7 +71,8 @@ def _environment():
     return env
 
 
-def render_html(advice: Advice, comparison: Comparison | None = None) -> str:
+def render_html(advice: Advice, comparison: Comparison | None = None, command: Command | None = None) -> str:
+    from kbopt.engine.advice.launch import deployed_launch
     template = _environment().get_template("report.html.j2")
     roof, memory = roofline(advice), memory_bar(advice)
     return template.render(
@@ -89,4 +91,5 @@ def render_html(advice: Advice, comparison: Comparison | None = None) -> str:
         evidence=bottleneck_evidence(advice),
         picture=layout(advice),
         made_by={p: f.rule for f in advice.fired for p in f.derived},
+        launch=deployed_launch(advice, command),
     )

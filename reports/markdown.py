@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.whatif import Gain, number
@@ -48,7 +49,7 @@ def _sources(cited) -> str:
     return ", ".join(one(entry) for entry in cited)
 
 
-def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str:
+def render_markdown(advice: Advice, comparison: Comparison | None = None, command: Command | None = None) -> str:
     out = [f"# kbopt advice: {advice.bottleneck.replace('_', ' ')}", ""]
     if advice.bottleneck_rule:
         out.append(f"**Bottleneck:** `{advice.bottleneck}`, because:")
@@ -83,6 +84,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
     if advice.plan:
         out += ["", f"## Plan: {' + '.join(_code(k) for k in advice.plan.strategies)}, evaluated together", ""]
         out += _gains(advice.plan.expected)
+    out += _launch(advice, command)
     out += ["", f"## Rejected ({len(advice.rejected)})", ""]
     out += [f"- {_code(rejection_label(r.id, r.params))}: {_cell(r.reason)} ({', '.join(_code(b) for b in r.because)})"
             for r in advice.rejected] or ["None."]
@@ -113,6 +115,25 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None) -> str
             f"{'' if f.pack == 'builtin' else ' (pack ' + _cell(f.pack) + ')'} |" for f in advice.fired]
     out += ["", f"_Rule pack {advice.pack_version}._", ""]
     return "\n".join(out)
+
+
+def _launch(advice: Advice, command: Command | None = None) -> list[str]:
+    """The deployed engine's settings, today -> proposed, with the rule that set each."""
+    from kbopt.engine.advice.launch import deployed_launch
+    launch = deployed_launch(advice, command)
+    if launch is None:
+        return []
+    engine = str(advice.facts.get("workload.engine"))
+    if isinstance(launch, str):
+        return ["", f"## Launch ({_code(engine)})", "", f"Not written: {_cell(launch)}"]
+    version = ".".join(map(str, launch.target.version))
+    out = ["", f"## Launch ({_code(engine)} {version}): today → proposed", "",
+           f"`kbopt advise --emit {engine}` prints the script.", "",
+           "| setting | today | proposed | status | set by |", "|---|---|---|---|---|"]
+    out += [f"| {_code(a.name)} | {_cell(a.today_text)} | {_cell(a.value_text)} | {a.status} | "
+            f"{_cell(a.rule + (f' ({a.why})' if a.why else ''))} |" for a in launch.args]
+    out += [f"- left out: {_cell(note)}" for note in launch.dropped]
+    return out
 
 
 def _gains(gains: Iterable[Gain]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterable
 
+from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.model import Advice, StrategyAdvice
 from kbopt.engine.advice.whatif import number as shown  # `number` numbers the strategies below
 from kbopt.engine.lang.text import fmt
@@ -74,7 +75,7 @@ def _summary(advice: Advice) -> list[str]:
 def _strategy(advice: Advice, number: int, strategy: StrategyAdvice, explain: bool) -> list[str]:
     keep = "  (keep: already in place)" if strategy.status == "keep" else ""
     lines = [f"  {number}. {strategy.id} [{strategy.layer}]  {params_text(strategy.params)}".rstrip() + keep]
-    # kb/engines.yaml's lines when the facts name the engine (JSON and --emit give all four otherwise)
+    # kb/engines/<engine>.yaml's lines when the facts name the engine (JSON and --emit give all four otherwise)
     for engine, settings in strategy.settings.items() if len(strategy.settings) == 1 else ():
         lines.extend(_wrap(f"{engine}: {'; '.join(settings) or 'no setting'}", "     "))
     if strategy.gain and strategy.status != "keep":
@@ -91,7 +92,30 @@ def _strategy(advice: Advice, number: int, strategy: StrategyAdvice, explain: bo
     return lines
 
 
-def render_text(advice: Advice, explain: bool = False) -> str:
+def _launch(advice: Advice, command: Command | None = None) -> list[str]:
+    """The deployed engine's settings that change, today -> proposed, each with the rule that set it."""
+    from kbopt.engine.advice.launch import deployed_launch
+    launch = deployed_launch(advice, command)
+    if launch is None:
+        return []
+    engine = str(advice.facts.get("workload.engine"))
+    if isinstance(launch, str):
+        return ["", *_wrap(f"Launch ({engine}): not written: {launch}", "")]
+    changes = launch.changes()
+    out = ["", f"Launch ({engine} {'.'.join(map(str, launch.target.version))}): {len(changes)} setting(s) change, "
+                f"{len(launch.args) - len(changes)} carried unchanged; `--emit {engine}` prints the script"]
+    for arg in changes:
+        out.extend(_wrap(f"{arg.name}: {arg.today_text} -> {arg.value_text}  [{arg.rule}]"
+                         + (f" ({arg.why})" if arg.why else ""), "  "))
+    carried = [arg.name for arg in launch.args if arg.status == "unchanged"]
+    if carried:
+        out.extend(_wrap(f"carried unchanged: {', '.join(carried)}", "  "))
+    for note in launch.dropped:
+        out.extend(_wrap(f"left out: {note}", "  "))
+    return out
+
+
+def render_text(advice: Advice, explain: bool = False, command: Command | None = None) -> str:
     """The summary and the strategies; with `explain`, each strategy's proof chain and the rest of
     the record (the plan, rejections, what waits on facts, estimates, facts, rules fired)."""
     lines = [f"kbopt advice — bottleneck: {advice.bottleneck}"]
@@ -109,6 +133,7 @@ def render_text(advice: Advice, explain: bool = False) -> str:
         lines.append("  none: no rule recommended a strategy on these facts")
     for number, strategy in enumerate(advice.strategies, 1):
         lines.extend(_strategy(advice, number, strategy, explain))
+    lines.extend(_launch(advice, command))
     if not explain:
         if advice.rejected:
             lines.append("")

@@ -8,7 +8,7 @@ from typing import Any
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
-from kbopt.engine.advice.settings import settings_map, targets
+from kbopt.engine.advice.settings import differs_from_today, settings_map, targets
 from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
@@ -179,7 +179,10 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         out.append(StrategyAdvice(
             id=c.strategy, layer=catalog[c.strategy].layer, title=catalog[c.strategy].title, params=params,
             because=tuple(dict.fromkeys(because)), caveats=tuple(texts), gain=c.gain, weight=c.weight,
-            recommended_by=tuple(c.rules), key=key, status="keep" if key in kept else "change",
+            recommended_by=tuple(c.rules), key=key,
+            # in place, and with the values the deployment runs: a strategy in place whose parameters change is a change
+            status="keep" if key in kept and not differs_from_today(c.strategy, key, params, final.inputs, final.derived)
+            else "change",
             expected=outcomes[key].gains if key in outcomes else (),
             settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines)))
     out.sort(key=lambda s: s.status == "keep")     # actions first, then what stays (stable otherwise)

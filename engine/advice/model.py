@@ -36,7 +36,7 @@ class StrategyAdvice:
     recommended_by: tuple[str, ...] = ()   # the subset of `because` that recommended it
     key: str = ""                          # node in the conflict graph: `quantization[int8]`
     expected: tuple[Gain, ...] = ()        # what the performance model says applying it moves
-    # engine -> the lines that set it there (kb/engines.yaml); a note (no such setting) starts with "# "
+    # engine -> the lines that set it there (kb/engines/<engine>.yaml); a note (no such setting) starts with "# "
     settings: dict[str, tuple[str, ...]] = field(default_factory=dict)
     status: str = "change"                 # change: to apply; keep: already in place (not an action)
 

@@ -1,5 +1,5 @@
-"""A strategy's parameters in an engine's own settings (kb/engines.yaml), for the engine and
-version the facts name.
+"""A strategy's parameters in an engine's own settings (kb/engines/<engine>.yaml), for the engine
+and version the facts name.
 
 Values that mean different things in each engine are computed per engine from the model's
 estimates, never copied: the memory fraction has a different denominator in each (share of the
@@ -29,20 +29,30 @@ class Target:
     version: Version
     stated: bool           # the version came from serving.engine_version (else: the latest covered)
     deployed: bool         # the facts' workload.engine: serving.* facts are this engine's settings
+    asked: Version | None = None   # serving.engine_version when no covered version matches it
 
     @property
     def spec(self) -> Engine:
         return engine_catalog().engines[self.engine]
 
+    @property
+    def below_floor(self) -> bool:
+        floor = self.spec.floor
+        return floor is not None and self.version < floor
+
     def describe(self) -> str:
         text = f"{self.spec.title} {version_text(self.version)}"
         covered = self.spec.versions
+        if self.asked is not None:
+            return (f"{self.spec.title} {version_text(self.asked)} (not a version kb/engines/{self.engine}.yaml covers: "
+                    f"its settings are written as for the nearest covered one, {version_text(self.version)}; check them "
+                    f"against {version_text(self.asked)})")
         if self.stated and not covered[0][:2] <= self.version[:2] <= covered[-1][:2]:
-            return text + (f" (outside the versions kb/engines.yaml covers, {version_text(covered[0])} to "
+            return text + (f" (outside the versions kb/engines/{self.engine}.yaml covers, {version_text(covered[0])} to "
                            f"{version_text(covered[-1])}: a setting whose range excludes it is left out)")
         if self.stated:
             return text
-        return text + " (serving.engine_version not given: the latest version kb/engines.yaml covers)"
+        return text + f" (serving.engine_version not given: the latest version kb/engines/{self.engine}.yaml covers)"
 
 
 class Setting(NamedTuple):
@@ -56,6 +66,8 @@ class Setting(NamedTuple):
     unchanged: bool = False
     needs: tuple[str, ...] = ()
     source: str = ""
+    differs: bool = False  # the deployed engine runs this setting today with another value (serving.* facts)
+    removes: tuple[str, ...] = ()   # flags of today's server it replaces
 
     @property
     def line(self) -> str:
@@ -70,15 +82,23 @@ def clean(text: object) -> str:
 def targets(facts: Mapping[str, Any], engine: str | None = None) -> tuple[Target, ...]:
     """The engine the settings are for: `engine` when asked, else workload.engine; all four when
     neither names a covered engine. The version is serving.engine_version for the deployed
-    engine, else the latest covered."""
+    engine, else the latest covered; a stated version no profile covers is written for as the
+    nearest covered one (`asked` keeps it), unless it is below the engine's floor."""
     deployed = facts.get("workload.engine")
     chosen = (engine,) if engine else (deployed,) if deployed in ENGINES else ENGINES
     catalog = engine_catalog()
     out = []
     for name in chosen:
-        spec = catalog.engines[str(name)]
+        spec = catalog.engines.get(str(name))
+        if spec is None:
+            raise ValueError(f"no engine profile {name!r}: the engines are {', '.join(ENGINES)}")
         given = parse_version(facts.get("serving.engine_version")) if name == deployed else None
-        out.append(Target(spec.id, given or spec.latest, given is not None, name == deployed))
+        if given is None:
+            out.append(Target(spec.id, spec.latest, False, name == deployed))
+        elif given in spec.versions or (spec.floor is not None and given < spec.floor):
+            out.append(Target(spec.id, given, True, name == deployed))
+        else:
+            out.append(Target(spec.id, spec.nearest(given), True, name == deployed, given))
     return tuple(out)
 
 
@@ -126,7 +146,8 @@ def _slot(target: Target, entries: list[Entry], params: Mapping[str, Any], facts
             out_of_range.append(entry)
             continue
         if entry.kind == "note":
-            return [Setting(target.engine, "note", "", clean(entry.set), needs=entry.needs, source=entry.source)]
+            return [Setting(target.engine, "note", "", clean(entry.set), needs=entry.needs, source=entry.source,
+                            removes=entry.removes)]
         values, problem = _values(entry, target.engine, params, facts, derived)
         if values is None:
             problems.append(problem)
@@ -149,8 +170,22 @@ def _setting(target: Target, entry: Entry, values: dict[str, Any], facts: Mappin
         text = text.replace("{" + name + "}", quoted[name])
     unchanged = bool(entry.unchanged) and target.deployed and all(
         _same(facts.get(path), values.get("value") if want == "{value}" else want) for path, want in entry.unchanged)
+    differs = target.deployed and any(
+        facts.get(path) is not None and not _same(facts.get(path), values.get("value") if want == "{value}" else want)
+        for path, want in entry.unchanged)
     return Setting(target.engine, entry.kind, entry.name, text, quoted.get("value", ""), unchanged,
-                   entry.needs, entry.source)
+                   entry.needs, entry.source, differs, entry.removes)
+
+
+def differs_from_today(strategy: str, key: str, params: Mapping[str, Any], facts: Mapping[str, Any],
+                       derived: Mapping[str, Any]) -> bool:
+    """Whether a strategy in place today sets, in the deployed engine, a value other than the one
+    its serving.* facts say it runs: then applying it is a change, not a keep."""
+    deployed = facts.get("workload.engine")
+    if deployed not in ENGINES:
+        return False
+    target = targets(facts, str(deployed))[0]
+    return any(s.differs for s in settings_for(target, strategy, key, params, facts, derived))
 
 
 def _same(have: Any, want: Any) -> bool:
@@ -187,7 +222,20 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
         pool = derived.get("derived.kv_pool_gib_per_gpu")
         if not _number(raw) or not _number(pool) or pool <= 0:
             return None, "host_cache_gib: the GPU KV pool (derived.kv_pool_gib_per_gpu) is not known, so the host ratio is not set"
-        return {"value": round(raw / pool, 1)}, ""
+        ratio = round(raw / pool, 1)
+        if ratio <= 1.0:
+            return None, (f"host_cache_gib: {raw:g} GiB of host memory is not more than the GPU KV pool ({pool:.1f} GiB); "
+                          "SGLang needs --hicache-ratio above 1.0, so the default ratio (2) is kept")
+        return {"value": ratio}, ""
+    if entry.value == "offload_total":
+        # vLLM's --kv-offloading-size is the total over the TP x PP ranks (vllm/config/vllm.py@0.12.0:476-483).
+        if not _number(raw) or raw <= 0:
+            return None, "host_cache_gib is not a size: not set"
+        ranks = 1
+        for fact in ("serving.tensor_parallel_size", "serving.pipeline_parallel_size"):
+            size = facts.get(fact)
+            ranks *= int(size) if _number(size) and size >= 1 else 1
+        return {"value": round(raw * ranks, 1)}, ""
     if entry.value == "host_bytes":
         return ({"value": int(raw * 2**30)}, "") if _number(raw) and raw > 0 else (None, "host_cache_gib is not a size: not set")
     if entry.value == "expert_size":
@@ -196,7 +244,7 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
     if entry.value == "queue_limit":
         # admission_control may be a yes/no: only a number is a queue limit.
         return ({"value": raw}, "") if _number(raw) and raw > 0 else (None, "admission_control: no limit given")
-    raise ValueError(f"kb/engines.yaml: unknown value computation {entry.value!r}")
+    raise ValueError(f"kb/engines/{engine}.yaml: unknown value computation {entry.value!r}")
 
 
 def _number(value: Any) -> TypeGuard[float]:
@@ -211,15 +259,17 @@ def _speculative(engine: str, params: Mapping[str, Any]) -> tuple[dict[str, Any]
     if engine == "sglang":
         return {"value": tokens, "value_plus_one": tokens + 1}, ""
     if engine == "trtllm":
-        names = {"ngram": "NGram", "eagle": "Eagle3", "draft_model": "Draft_Target"}
-        config: dict[str, Any] = {"decoding_type": names.get(str(method), "Draft_Target"), "max_draft_len": tokens}
+        names = {"ngram": "NGram", "eagle": "Eagle3", "draft_model": "DraftTarget"}
+        config: dict[str, Any] = {"decoding_type": names.get(str(method), "DraftTarget"), "max_draft_len": tokens}
         if method == "ngram":
             config["max_matching_ngram_size"] = 4
         else:
             config["speculative_model_dir"] = "DRAFT_MODEL"
         return {"value": config}, ""
-    spec: dict[str, Any] = {"method": "ngram" if method == "ngram" else "eagle" if method == "eagle" else "draft_model",
-                            "num_speculative_tokens": tokens}
+    if method not in ("ngram", "eagle"):
+        # vLLM's V1 engine has no draft_model speculation (vllm/engine/arg_utils.py@0.12.0:1774).
+        return None, f"speculative_decoding: method {clean(method)} is not one vLLM's V1 engine runs (ngram, eagle); not set"
+    spec: dict[str, Any] = {"method": method, "num_speculative_tokens": tokens}
     if method == "ngram":
         spec["prompt_lookup_max"] = 4
     else:

@@ -25,11 +25,12 @@ from pathlib import Path
 from kbopt.diagnostics import Diagnostic
 from kbopt.engine.pack import files
 from kbopt.engine.pack.rule import Pack
+from kbopt.kb.engines import profile_files
 from kbopt.kb.knowledge import adopt
 from kbopt.kb.packaged import package_dir
 
 FORMAT = b"kbopt-pack-cache/1"
-KB_FILES = ("vocabulary.yaml", "strategies.yaml", "gpus.yaml", "sources.yaml", "models.yaml", "engines.yaml")
+KB_FILES = ("vocabulary.yaml", "strategies.yaml", "gpus.yaml", "sources.yaml", "models.yaml")
 CODE_PACKAGES = ("kbopt", "kbopt.engine", "kbopt.engine.lang", "kbopt.engine.pack", "kbopt.engine.evaluators",
                  "kbopt.engine.advice", "kbopt.engine.authoring", "kbopt.kb")
 
@@ -55,7 +56,7 @@ def pack_key(dirs: tuple[str, ...]) -> str | None:
                 stat = os.stat(str(module))
                 digest.update(f"{package}/{module.name}:{stat.st_size}:{stat.st_mtime_ns}\0".encode())
     kb = package_dir("kbopt.kb")
-    for name in KB_FILES:
+    for name in (*KB_FILES, *profile_files()):       # the engine profiles: kb/engines/<engine>.yaml
         digest.update(name.encode() + b"\0" + kb.joinpath(name).read_bytes() + b"\0")
     problems: list[Diagnostic] = []
     for pack in files.discover(dirs, problems):

@@ -1,0 +1,178 @@
+"""Today's launch command (`kbopt advise --launch "vllm serve MODEL --tensor-parallel-size 4 ..."`),
+read with the same engine profile the emitted script is checked against.
+
+The flags a profile's `deployment` entries carry become the serving.* facts they stand for; every
+flag, modelled or not, is kept in order with its text, so that the emitted script relaunches
+today's server flag for flag before the advice changes anything. A flag close to one the profile
+knows, or one the engine lacks at the version, is refused with the engine's own message.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kbopt.engine.advice.settings import clean
+from kbopt.errors import KboptError
+from kbopt.kb.engines import ENGINES, Carry, Engine, engine_catalog, parse_version, version_text
+
+MAX_COMMAND = 100_000        # characters: a launch command, not a file of anything
+
+
+@dataclass(frozen=True)
+class Command:
+    """A launch command as the engine would read it."""
+    engine: str
+    model: str | None
+    args: tuple[tuple[str, str | None], ...]      # every flag (or VAR for an environment assignment), in order
+    env: tuple[tuple[str, str], ...] = ()
+    modelled: frozenset[str] = frozenset()         # the flags the profile knows; the rest are carried as given
+    facts: tuple[tuple[str, Any], ...] = ()        # the serving.* (and model, workload.engine) facts they state
+
+    @property
+    def unmodelled(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.args if name not in self.modelled)
+
+    def overrides(self) -> list[str]:
+        """The facts as --set overrides (PATH=VALUE, the value JSON, which YAML reads back as it is)."""
+        return [f"{path}={json.dumps(value)}" for path, value in self.facts]
+
+
+def read_command(text: str, version: str | None = None) -> Command:
+    """`text` (or @FILE: the command in a file) as a Command; a one-paragraph error naming what is wrong."""
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise KboptError(f"--launch {text}: cannot read the file ({error.__class__.__name__}: {clean(error)})") from None
+    if len(text) > MAX_COMMAND:
+        raise KboptError(f"--launch: {len(text):,} characters is not a launch command (at most {MAX_COMMAND:,})")
+    try:
+        words = shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as error:
+        raise KboptError(f"--launch: not a shell command line ({error})") from None
+    while words and words[0] in ("exec", "env"):
+        words = words[1:]
+    env: list[tuple[str, str]] = []
+    while words and "=" in words[0] and not words[0].startswith("-") and words[0].split("=", 1)[0].isidentifier():
+        variable, assigned = words.pop(0).split("=", 1)
+        env.append((variable, assigned))
+    spec, rest = _engine(words)
+    given = parse_version(version) if version else None
+    at = given if given is not None and spec.floor is not None and given >= spec.floor else spec.latest
+    if given is not None and given not in spec.versions and spec.floor is not None and given >= spec.floor:
+        at = spec.nearest(given)
+    model: str | None = None
+    args: list[tuple[str, str | None]] = [(name, value) for name, value in env]
+    modelled = {name for name, _ in env if spec.by_name.get(name) is not None}
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        i += 1
+        if not word.startswith("-"):
+            if model is None:
+                model = word
+                continue
+            raise KboptError(f"--launch: {spec.unknown_flag.format(flag=word)} (a second positional argument after the "
+                             f"model {model!r})")
+        name, eq, inline = word.partition("=")
+        flag = spec.by_name.get(name)
+        if name in spec.model_flags:
+            if not eq and i >= len(rest):
+                raise KboptError(f"--launch: {name} needs the model id after it")
+            model = inline if eq else rest[i]
+            i += 0 if eq else 1
+            continue
+        if flag is None or not flag.holds_at(at):
+            close = difflib.get_close_matches(name, [f.name for f in spec.flags if f.kind == "cli"], n=1, cutoff=0.85)
+            if flag is not None or close:
+                hint = (f"; {name} holds for {spec.title} from {version_text(flag.min)}" if flag is not None and flag.min
+                        else f" (did you mean {close[0]}?)" if close else "")
+                raise KboptError(f"--launch: {spec.unknown_flag.format(flag=name)}{hint}; {spec.title} "
+                                 f"{version_text(at)} would not start")
+            # not modelled: carried as given; a following word that is no option is its value
+            value: str | None = inline if eq else None
+            if not eq and i < len(rest) and not rest[i].startswith("-"):
+                value, i = rest[i], i + 1
+            args.append((name, value))
+            continue
+        if flag.type == "flag":
+            if eq:
+                raise KboptError(f"--launch: {name} is a switch and takes no value (got {inline!r})")
+            args.append((name, None))
+        else:
+            if not eq and i >= len(rest):
+                raise KboptError(f"--launch: {name} needs a value ({flag.type})")
+            value = inline if eq else rest[i]
+            i += 0 if eq else 1
+            problem = flag.problem(value)
+            if problem:
+                raise KboptError(f"--launch: {problem}")
+            args.append((name, value))
+        modelled.add(name)
+    names = [name for name, _ in args]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated and spec.id == "tgi":
+        raise KboptError(f"--launch: {repeated[0]} is given more than once: TGI's launcher refuses a repeated argument")
+    if repeated:
+        raise KboptError(f"--launch: {repeated[0]} is given more than once ({spec.title} keeps one of them silently): "
+                         "give each flag once, with the value the server should run with")
+    facts = _facts(spec, args, model)
+    return Command(spec.id, model, tuple(args), tuple(env), frozenset(modelled), tuple(facts))
+
+
+def _engine(words: list[str]) -> tuple[Engine, list[str]]:
+    catalog = engine_catalog()
+    for engine in ENGINES:
+        spec = catalog.engines[engine]
+        for start in sorted(spec.invoked_as, key=lambda s: -len(s.split())):
+            prefix = start.split()
+            head = [Path(words[0]).name, *words[1:len(prefix)]] if words else []
+            if head == prefix:
+                return spec, words[len(prefix):]
+    shown = " ".join(words[:3]) or "(nothing)"
+    starts = "; ".join(s for e in ENGINES for s in catalog.engines[e].invoked_as)
+    raise KboptError(f"--launch: {clean(shown)!r} is not the launch command of an engine kbopt has a profile for "
+                     f"(a command starts with one of: {starts})")
+
+
+def _facts(spec: Engine, args: list[tuple[str, str | None]], model: str | None) -> list[tuple[str, Any]]:
+    """The facts the modelled flags state, through the profile's deployment entries read backwards."""
+    out: dict[str, Any] = {"workload.engine": spec.id}
+    if model is not None:
+        out["model.name"] = model
+    given = dict(args)
+    for carry in spec.deployment:
+        name = carry.name
+        if name not in given:
+            continue
+        fact = _fact(spec, carry, given[name])
+        if fact is not None:
+            out.setdefault(carry.fact, fact)
+    return sorted(out.items())
+
+
+def _fact(spec: Engine, carry: Carry, raw: str | None) -> Any:
+    template = carry.set.split("=", 1)[1] if carry.kind == "env" else carry.set.split(None, 1)[1] if " " in carry.set else None
+    if template is None:                       # a switch: present means the `when` value
+        return carry.when
+    if "{value}" not in template:              # a fixed value (`--kv-cache-dtype fp8`): this value means `when`
+        return carry.when if raw == template.strip() else None
+    if carry.value == "expert_size":
+        return True
+    if carry.mapping:
+        back = {engine_value: fact for fact, engine_value in carry.mapping}
+        return back.get(str(raw))
+    flag = spec.by_name[carry.name]
+    if raw is None:
+        return None
+    if flag.type == "int":
+        return int(raw)
+    if flag.type == "float":
+        return float(raw)
+    if flag.type == "bool":
+        return raw == "true"
+    return raw

@@ -1,0 +1,406 @@
+"""The deployment after the advice, as one engine's launch command: today's settings (the facts'
+serving.* values, carried by the engine profile's `deployment` entries) with every strategy's
+settings merged in, one value per flag, checked against the profile at the deployment's version.
+
+A Launch is a plain frozen value: reports/emit.py formats it as a bash script, and the advice's
+text and JSON show its changes (today -> proposed, with the rule that set each).
+
+What is never in it: a flag the engine refuses at that version (the profile's `refuses`), a
+flag given twice, a method flag over a checkpoint that does not have that format (the change is
+then a comment saying which checkpoint to make, and how), a batch cap below today's running batch
+without the reason, and a value from the facts that could be read as an option.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+from kbopt.engine.advice.command import Command
+from kbopt.engine.advice.model import Advice, StrategyAdvice
+from kbopt.engine.advice.settings import Setting, Target, clean, settings_for, targets, variant_of
+from kbopt.errors import KboptError
+from kbopt.kb.engines import ENGINES, Carry, Engine, version_text
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+SIXTEEN_BIT = ("bf16", "fp16", "fp32")
+CAP_FACT = "serving.max_num_seqs"      # the deployment entry of this fact names the engine's batch cap
+PLACEHOLDER = "DRAFT_MODEL"            # a draft model the advice cannot name: never in an executable line
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One setting of the launch: a flag, a key of TensorRT-LLM's YAML file, or a variable."""
+    name: str
+    kind: str                          # cli | yaml | env
+    value: str | None                  # as the engine reads it (unquoted); None: a switch
+    today: str | None                  # the value today's server runs with (None: a switch, or not set)
+    rule: str                          # what set it: a rule and its strategy, or the fact carried
+    needs: tuple[str, ...] = ()
+    why: str = ""                      # a stated reason beside the value (a cap kept below today's batch)
+    set_today: bool = False            # today's server has it (with the value `today`)
+    verbatim: bool = False             # from today's command, not in the profile: carried as given, unchecked
+
+    @property
+    def status(self) -> str:
+        """unchanged: today's value; change: another value than today's; new: not set today."""
+        if self.rule.startswith("removed"):
+            return "removed"
+        if not self.set_today:
+            return "new"
+        return "unchanged" if self.today == self.value else "change"
+
+    @property
+    def today_text(self) -> str:
+        return "(not set)" if not self.set_today else "(on)" if self.today is None else self.today
+
+    @property
+    def value_text(self) -> str:
+        return "(removed)" if self.status == "removed" else "(on)" if self.value is None else self.value
+
+
+@dataclass(frozen=True)
+class Launch:
+    target: Target
+    model: str | None                  # the facts' model.name; None: the script asks for MODEL
+    args: tuple[Arg, ...]
+    notes: tuple[str, ...] = ()        # strategies with no setting here, checkpoints to make, what was left out
+    dropped: tuple[str, ...] = field(default=())   # settings left out because the engine refuses them
+    removed: tuple[Arg, ...] = ()      # today's settings a change replaces (--no-enable-prefix-caching)
+
+    @property
+    def spec(self) -> Engine:
+        return self.target.spec
+
+    def changes(self) -> tuple[Arg, ...]:
+        return tuple(arg for arg in self.args if arg.status != "unchanged") + self.removed
+
+    def argv(self) -> list[tuple[str, str | None]]:
+        return [(arg.name, arg.value) for arg in self.args]
+
+
+def checked_model(name: Any) -> str | None:
+    """model.name as a launch command may take it, or a one-paragraph error naming the field."""
+    if name is None:
+        return None
+    text = str(name)
+    if _CONTROL.search(text):
+        raise KboptError(f"model.name {clean(text)!r} holds control characters (a newline, tab or escape): a launch "
+                         "script does not take it; give the model id as the engine should load it")
+    if text.strip() != text or not text:
+        raise KboptError(f"model.name {text!r} starts or ends with white space: give the model id as the engine should load it")
+    if text.startswith("-"):
+        raise KboptError(f"model.name {text!r} starts with '-': the engine would read it as an option, not as the model "
+                         "to serve; give the model id or a path (./{text} for a local folder)")
+    return text
+
+
+def _number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _parse(setting: Setting) -> list[tuple[str, str, str | None]]:
+    """A setting's line as (kind, name, value) items: a command-line line may set several flags."""
+    if setting.kind == "yaml":
+        return [("yaml", setting.name, setting.text.split(":", 1)[1].strip())]
+    if setting.kind == "env":
+        name, _, value = setting.text.partition("=")
+        return [("env", name, shlex.split(value)[0] if value else "")]
+    out: list[tuple[str, str, str | None]] = []
+    for word in shlex.split(setting.text):
+        if word.startswith("--"):
+            out.append(("cli", word, None))
+        elif out:
+            kind, flag, before = out[-1]
+            out[-1] = (kind, flag, word if before is None else before + " " + word)
+    return out
+
+
+def _fp8_checkpoint(facts: Mapping[str, Any]) -> bool:
+    """Today's FP8 weights come from a pre-quantized checkpoint (its id says FP8), not online quantization."""
+    return "fp8" in str(facts.get("model.name") or "").lower()
+
+
+def _sixteen_bit_checkpoint(facts: Mapping[str, Any]) -> bool:
+    quantization = facts.get("serving.quantization")
+    if quantization in (None, "none"):
+        return facts.get("model.weight_dtype") in (None, *SIXTEEN_BIT)
+    return quantization == "fp8" and not _fp8_checkpoint(facts)
+
+
+HOW_TO = {
+    "int4": ("an INT4 {method} checkpoint (W4A16) of the model: make it with llm-compressor (oneshot with AWQModifier or "
+             "GPTQModifier, scheme W4A16) or AutoAWQ, or use a published one"),
+    "nvfp4": "an NVFP4 checkpoint: make it with NVIDIA ModelOpt (hf_ptq.py --qformat nvfp4) or use a published nvidia/*-FP4 one",
+    "int8": "an INT8 W8A8 checkpoint: make it with llm-compressor (oneshot with SmoothQuant and GPTQModifier, scheme W8A8)",
+    "fp8": ("an FP8 checkpoint: make it with llm-compressor (oneshot, scheme FP8_DYNAMIC) or NVIDIA ModelOpt "
+            "(hf_ptq.py --qformat fp8), or use a published *-FP8 one"),
+}
+
+
+def _needs_checkpoint(engine: str, strategy: StrategyAdvice, facts: Mapping[str, Any]) -> str | None:
+    """How to make the checkpoint a quantization change needs, or None when the engine quantizes
+    today's checkpoint itself (online FP8 from 16 bits, TGI's EETQ, SGLang's torchao INT8)."""
+    if strategy.id != "quantization" or strategy.status == "keep":
+        return None
+    variant = variant_of(strategy.key) or str(strategy.params.get("scheme") or "")
+    params = strategy.params
+    online = _sixteen_bit_checkpoint(facts) and (
+        (variant == "fp8" and engine != "trtllm" and params.get("method") not in ("nvfp4", "fp8_checkpoint"))
+        or (variant == "int8" and params.get("mode") == "weight_only" and engine in ("sglang", "tgi")))
+    if online or variant in ("fp16", ""):
+        return None
+    kind = "nvfp4" if variant == "nvfp4" or params.get("method") == "nvfp4" else variant
+    if kind not in HOW_TO:
+        return None
+    how = HOW_TO[kind].format(method=str(params.get("method") or "AWQ").upper())
+    return (f"{strategy.key}: needs {how}; then run this script with MODEL set to that checkpoint (the engine reads "
+            f"its quantization config). Until then MODEL stays today's checkpoint and no quantization flag is set for it")
+
+
+def _carried(spec: Engine, target: Target, facts: Mapping[str, Any], notes: list[str]) -> list[Arg]:
+    out: list[Arg] = []
+    for carry in spec.deployment:
+        value = facts.get(carry.fact)
+        if value is None or (carry.when is not None and value != carry.when):
+            continue
+        if carry.deployed_only and not target.deployed:
+            notes.append(f"{carry.fact} = {clean(value)} is {clean(facts.get('workload.engine') or 'another engine')}'s "
+                         f"setting, in its own denominator: not carried to {spec.title}")
+            continue
+        if carry.mapping:
+            mapped = dict(carry.mapping).get(str(value))
+            if mapped is None:
+                continue
+            if carry.fact == "serving.quantization" and mapped == "fp8" and _fp8_checkpoint(facts):
+                notes.append(f"serving.quantization = fp8 with an FP8 checkpoint ({clean(facts.get('model.name'))}): "
+                             "the engine reads its quantization config, no flag")
+                continue
+            value = mapped
+        if carry.value == "expert_size":
+            value = facts.get("serving.tensor_parallel_size") or 1
+        out.extend(_carry_args(carry, value))
+    return out
+
+
+def _carry_args(carry: Carry, value: Any) -> list[Arg]:
+    rule = f"today: {carry.fact}"
+    yaml_scalar = json.dumps(value) if isinstance(value, str) else _text(value)    # a JSON scalar is a YAML scalar
+    text = yaml_scalar if carry.kind == "yaml" else shlex.quote(_text(value))
+    line = carry.set.replace("{value}", text)
+    setting = Setting("", carry.kind, carry.name, line)
+    return [Arg(name, kind, text, text, rule, set_today=True) for kind, name, text in _parse(setting)]
+
+
+def _rule(strategy: StrategyAdvice) -> str:
+    rules = strategy.recommended_by or strategy.because
+    return clean(f"{rules[0] if rules else 'kbopt'} ({strategy.key or strategy.id})")
+
+
+def _plan_metric(advice: Advice, metric: str) -> tuple[float | None, float | None]:
+    """A metric of the plan (all the advice's changes together): before and after."""
+    if advice.plan is not None:
+        for gain in advice.plan.expected:
+            if gain.metric == metric and _number(gain.before) and _number(gain.after):
+                return float(gain.before), float(gain.after)
+    today = advice.derived.get(f"derived.{metric}")
+    return (float(today), float(today)) if _number(today) else (None, None)
+
+
+def _today_batch(facts: Mapping[str, Any]) -> float | None:
+    seen = [facts.get(name) for name in ("workload.requests_running_mean", "workload.concurrency_peak")]
+    numbers = [float(v) for v in seen if _number(v)]
+    return max(numbers) if numbers else None
+
+
+def _sized_cap(arg: Arg, advice: Advice, facts: Mapping[str, Any]) -> Arg:
+    """A batch cap a strategy set, sized on the KV pool after the whole plan and kept at or above
+    today's running batch (or saying why not)."""
+    try:
+        cap = int(arg.value or "")
+    except ValueError:
+        return arg
+    before, after = _plan_metric(advice, "kv_pool_sequences")
+    why = ""
+    if before is not None and after is not None and after != before and abs(cap - math.floor(before)) <= 1:
+        cap, why = max(1, math.floor(after)), (f"sized on the KV pool after the plan: {math.floor(before):,} -> "
+                                               f"{math.floor(after):,} sequences of the mean length")
+    running = _today_batch(facts)
+    if running is not None and cap < math.ceil(running):
+        floor = math.ceil(running)
+        if after is not None and after < floor:
+            why = (f"below today's running batch ({floor}): the KV pool after the plan holds {math.floor(after)} "
+                   "sequences of the mean length, so a larger cap would preempt")
+        else:
+            cap, why = floor, f"raised to today's running batch / peak concurrency ({floor}): a lower cap would queue requests that run today"
+    return Arg(arg.name, arg.kind, str(cap), arg.today, arg.rule, arg.needs, why, arg.set_today)
+
+
+def _check_pool_fits(advice: Advice) -> None:
+    for metric in ("kv_pool_gib_per_gpu", "kv_pool_tokens"):
+        _, after = _plan_metric(advice, metric)
+        if after is not None and after <= 0:
+            raise KboptError(f"the deployment does not fit: derived.{metric} is {after:.3g} with the advice's changes the "
+                             "performance model evaluates (the weights and activations leave no KV cache), so no batch "
+                             "cap (serving.max_num_seqs) can be printed; give it more GPUs (serving.tensor_parallel_size "
+                             "within hardware.gpu_count) or smaller weights, then ask again")
+
+
+def _from_command(spec: Engine, command: Command) -> list[Arg]:
+    """Today's command, flag for flag: the profile's flags with their kind, the rest as given."""
+    out = []
+    for name, value in command.args:
+        flag = spec.by_name.get(name)
+        kind = "env" if name in dict(command.env) else flag.kind if flag is not None else "cli"
+        modelled = name in command.modelled
+        out.append(Arg(name, kind, value, value, "today: --launch" if modelled else "today: --launch (not modelled: carried as given)",
+                       set_today=True, verbatim=not modelled))
+    return out
+
+
+def build_launch(advice: Advice, engine: str, command: Command | None = None) -> Launch:
+    """The deployment after the advice as `engine`'s launch: every setting once, checked.
+    `command`: today's launch command (--launch); for its own engine it is carried flag for flag."""
+    if engine not in ENGINES:
+        raise KboptError(f"--emit {engine}: not an engine kbopt has a profile for ({', '.join(ENGINES)})")
+    facts = advice.facts
+    target = targets(facts, engine)[0]
+    spec = target.spec
+    if target.below_floor:
+        assert spec.floor is not None
+        raise KboptError(f"serving.engine_version {version_text(target.version)} is below the oldest {spec.title} "
+                         f"version kbopt's profile covers ({version_text(spec.floor)}; flags read at "
+                         f"{', '.join(version_text(v) for v in spec.versions)}): the flags it would print (such as "
+                         f"{_first_flag(spec)}) are not known to exist there; upgrade the engine or leave "
+                         "serving.engine_version out to get the script for the latest covered version")
+    model = checked_model(facts.get("model.name"))
+    notes: list[str] = []
+    args: dict[str, Arg] = {}
+    if command is not None and command.engine == engine:
+        for arg in _from_command(spec, command):
+            args.setdefault(arg.name, arg)
+        if command.unmodelled:
+            notes.append(f"carried as given from today's command, not checked by kbopt's profile: {', '.join(command.unmodelled)}")
+    else:
+        if command is not None:
+            notes.append(f"today's command is for {command.engine}: its settings are carried through the facts they state; "
+                         f"flags kbopt does not model ({', '.join(command.unmodelled) or 'none'}) are not")
+        for arg in _carried(spec, target, facts, notes):
+            args.setdefault(arg.name, arg)
+    set_by: dict[str, str] = {}
+    placeholders: list[str] = []
+    cap_name = next((c.name for c in spec.deployment if c.fact == CAP_FACT), None)
+    removed: list[Arg] = []
+    for strategy in advice.strategies:
+        if strategy.status == "keep":
+            continue            # in place today: its settings are today's, carried above or the engine's default
+        rule = _rule(strategy)
+        checkpoint = _needs_checkpoint(engine, strategy, facts)
+        if checkpoint:
+            notes.append(checkpoint)
+            continue
+        for setting in settings_for(target, strategy.id, strategy.key, strategy.params, facts, advice.derived):
+            for name in setting.removes:
+                if name in args and args[name].set_today and name not in set_by:
+                    old = args.pop(name)
+                    removed.append(Arg(name, old.kind, None, old.today, f"removed by {rule}", set_today=True))
+            if setting.kind == "note":
+                notes.append(f"{rule}: {setting.text}")
+                continue
+            if PLACEHOLDER in setting.text:
+                placeholders.append(f"{setting.text} ({rule}): it names no draft model; put the draft checkpoint's id "
+                                    f"or path in place of {PLACEHOLDER} and add it")
+                continue
+            for index, (kind, name, value) in enumerate(_parse(setting)):
+                if name in set_by:
+                    if args[name].value != value:
+                        notes.append(f"{rule} also sets {name} {clean(value or '')}: the value of {set_by[name]} "
+                                     "(earlier in the advice) is kept")
+                    continue
+                today = args[name].today if name in args else None
+                arg = Arg(name, kind, value, today, rule, setting.needs if index == 0 else (), set_today=name in args)
+                if name == cap_name:
+                    arg = _sized_cap(arg, advice, facts)
+                args[name], set_by[name] = arg, rule
+    if cap_name is not None and cap_name in args:
+        _check_pool_fits(advice)
+    if engine == "trtllm" and (command is None or command.engine != engine):
+        # stated, where kbopt writes the command: the settings are the PyTorch backend's (today's command keeps its own)
+        args.setdefault("--backend", Arg("--backend", "cli", "pytorch", None, "kbopt: the PyTorch backend these settings are for"))
+    if any(a.kind == "yaml" for a in args.values()):
+        for option in ("--extra_llm_api_options", "--config"):
+            if option in args and args[option].set_today:
+                notes.append(f"today's {option} {clean(args[option].value or '')} is not read by kbopt: copy its keys "
+                             "into the YAML file this script writes (the engine takes one file)")
+                del args[option]
+    kept, dropped = _checked(spec, target, list(args.values()))
+    return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed))
+
+
+def _first_flag(spec: Engine) -> str:
+    return spec.deployment[0].name if spec.deployment else spec.flags[0].name
+
+
+def _checked(spec: Engine, target: Target, args: list[Arg]) -> tuple[list[Arg], list[str]]:
+    """The args the engine takes at the target's version; each refused one left out, saying why.
+    Dropping one can make another refused (a size without its backend): repeated until none is."""
+    dropped: list[str] = []
+    while True:
+        argv = [(a.name, a.value) for a in args if not a.verbatim]
+        bad = {name for name, value in argv if _own_problem(spec, target, name, value, argv)}
+        if not bad:
+            return args, dropped
+        for arg in args:
+            if arg.name in bad:
+                dropped.append(f"{arg.name}{'' if arg.value is None else ' ' + clean(arg.value)} ({arg.rule}): "
+                               + "; ".join(_own_problem(spec, target, arg.name, arg.value, argv)))
+        args = [a for a in args if a.name not in bad]
+
+
+def _own_problem(spec: Engine, target: Target, name: str, value: str | None, argv: list[tuple[str, str | None]]) -> list[str]:
+    """The profile's problems with one flag, beside the others of `argv`."""
+    others = [(n, v) for n, v in argv if n != name]
+    before = set(spec.problems(target.version, others))
+    return [p for p in spec.problems(target.version, others + [(name, value)]) if p not in before]
+
+
+def deployed_launch(advice: Advice, command: Command | None = None) -> Launch | str | None:
+    """The launch for the facts' own engine (workload.engine): a Launch, the one-paragraph reason
+    none can be written (a version below the floor, a model id that would be an option), or None
+    when the facts name no engine kbopt has a profile for."""
+    engine = advice.facts.get("workload.engine")
+    if engine not in ENGINES:
+        return None
+    try:
+        return build_launch(advice, str(engine), command)
+    except KboptError as error:
+        return str(error)
+
+
+def launch_dict(advice: Advice, command: Command | None = None) -> dict[str, Any] | None:
+    """The deployed engine's settings as today -> proposed, for the JSON advice."""
+    launch = deployed_launch(advice, command)
+    if launch is None:
+        return None
+    engine = str(advice.facts.get("workload.engine"))
+    if isinstance(launch, str):
+        return {"engine": engine, "error": launch}
+    return {"engine": engine, "version": version_text(launch.target.version),
+            "settings": [{"setting": a.name, "kind": a.kind,
+                          "today": (True if a.today is None else a.today) if a.set_today else None,
+                          "proposed": None if a.status == "removed" else True if a.value is None else a.value,
+                          "status": a.status, "rule": a.rule, **({"why": a.why} if a.why else {})}
+                         for a in (*launch.args, *launch.removed)],
+            "notes": list(launch.notes), "left_out": list(launch.dropped)}

@@ -1,0 +1,519 @@
+"""The launch script is the whole deployment after the advice, and the engine would start it.
+
+One test, parametrized over every bundled example x the four engines x each version their
+profile covers: the script passes `bash -n`, repeats no flag, keeps the deployment's model and
+TP/PP, every flag validates against the engine's profile at that version, nothing the engine
+refuses there appears, and no batch cap sits below today's running batch without a reason. The
+other tests pin the pieces: option injection, version handling, checkpoints, sizing, refusals.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.advice.launch import build_launch
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.kb.engines import ENGINES, engine_catalog, version_text
+from kbopt.kb.facts import load_facts
+from kbopt.reports.emit import render_launch
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).parent
+# the bundled examples and the test deployments
+EXAMPLES = sorted(p for p in [*(ROOT / "examples").iterdir(), *(HERE / "data" / "emit").iterdir()]
+                  if p.suffix in (".json", ".yaml"))
+CASES = [(example, engine, version_text(version)) for example in EXAMPLES for engine in ENGINES
+         for version in engine_catalog().engines[engine].versions]
+FACTS = HERE / "data" / "emit" / "vllm-8b-h100.json"
+
+
+def _script_args(script: str, engine: str) -> list[tuple[str, str | None]]:
+    """The arguments the script passes: the args=( ) array, the YAML file's keys (dotted), the
+    exported variables; read back with shlex, so what is checked is what bash would pass."""
+    lines = script.splitlines()
+    start, end = lines.index("args=("), len(lines) - 1 - lines[::-1].index(")")
+    words = shlex.split("\n".join(lines[start + 1:end]), comments=True)
+    out: list[tuple[str, str | None]] = []
+    for word in words:
+        if word.startswith("--"):
+            out.append((word, None))
+        else:
+            name, value = out[-1]
+            assert value is None, (name, value, word)
+            out[-1] = (name, word)
+    if "<<'YAML'" in script:
+        body = script.split("<<'YAML'\n", 1)[1].split("\nYAML\n", 1)[0]
+        import yaml
+        tree = yaml.safe_load(body)
+
+        def walk(node: dict, prefix: str) -> None:
+            for key, value in node.items():
+                if isinstance(value, dict) and prefix + key not in ("speculative_config", "cuda_graph_config"):
+                    walk(value, prefix + key + ".")
+                else:
+                    out.append((prefix + key, json.dumps(value) if isinstance(value, dict | list) or value is None
+                                else ("true" if value is True else "false" if value is False else str(value))))
+        walk(tree, "")
+    for line in lines:
+        if line.startswith("export "):
+            name, _, value = line.removeprefix("export ").split("  #")[0].partition("=")
+            out.append((name, shlex.split(value)[0]))
+    return out
+
+
+def _command(script: str) -> list[str]:
+    exec_line = next(line for line in script.splitlines() if line.startswith("exec "))
+    return shlex.split(exec_line)
+
+
+@pytest.mark.parametrize("example,engine,version", CASES, ids=[f"{e.name}-{g}-{v}" for e, g, v in CASES])
+def test_every_example_emits_a_script_each_engine_starts(pack, example, engine, version):
+    facts = load_facts(example, [f"workload.engine={engine}", f"serving.engine_version={version}"])
+    advice = advise(facts, pack, available_evaluators()[0])
+    if example.name == "vllm-70b-a10g-no-room.json":      # 70B in 16 bits on one 24 GB GPU: refused, never a cap of 1
+        from kbopt.errors import KboptError
+        with pytest.raises(KboptError, match="does not fit"):
+            build_launch(advice, engine)
+        return
+    launch = build_launch(advice, engine)
+    script = render_launch(launch, advice.bottleneck)
+    facts = advice.facts
+    spec = engine_catalog().engines[engine]
+    target_version = launch.target.version
+    assert version_text(target_version) == version
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    args = _script_args(script, engine)
+    names = [name for name, _ in args]
+    assert len(names) == len(set(names)), [n for n in names if names.count(n) > 1]
+    # every flag is the profile's at this version, typed right, and nothing it refuses is there
+    assert spec.problems(target_version, args) == [], script
+    for name, value in args:
+        assert str(spec.by_name[name].problem(value) or "") == ""
+    # no placeholder in a line that runs (a draft model the advice cannot name is a comment)
+    assert not [line for line in script.splitlines() if "DRAFT_MODEL" in line.split("#")[0]], script
+    # the deployment's model and layout are kept
+    model = facts.get("model.name")
+    if model:
+        assert f"MODEL_DEFAULT={shlex.quote(str(model))}" in script
+    command = _command(script)
+    assert command[0] == "exec" and "$MODEL" in script.splitlines()[-1]
+    layout = {"vllm": ("--tensor-parallel-size", "--pipeline-parallel-size"), "sglang": ("--tp-size", "--pp-size"),
+              "trtllm": ("--tp_size", "--pp_size"), "tgi": ("--num-shard", None)}[engine]
+    by_name = {arg.name: arg for arg in launch.args}
+    for fact, flag in zip(("serving.tensor_parallel_size", "serving.pipeline_parallel_size"), layout, strict=True):
+        if facts.get(fact) is not None and flag is not None:
+            # today's layout, unless a strategy reshapes it (and then the rule is named, today's value shown)
+            arg = by_name[flag]
+            assert arg.value == str(facts.get(fact)) or (arg.today == str(facts.get(fact)) and arg.status == "change"
+                                                         and not arg.rule.startswith("today")), (fact, script)
+    # the config file of TensorRT-LLM is passed the way that version reads it
+    if engine == "trtllm" and "<<'YAML'" in script:
+        assert "--extra_llm_api_options" in command and "--config" not in command
+    # no batch cap below today's running batch without the reason beside it
+    cap = next((c.name for c in spec.deployment if c.fact == "serving.max_num_seqs"), None)
+    running = max([float(facts[f]) for f in ("workload.requests_running_mean", "workload.concurrency_peak") if f in facts],
+                  default=None)
+    for line in script.splitlines():
+        words = line.split("  #")[0].split()
+        if cap and running is not None and words[:1] == [cap] and int(words[1]) < running:
+            assert "below today's running batch" in line, line
+
+
+@pytest.mark.parametrize("name", ["-trust-remote-code", "--config=/etc/passwd", "llama\nexec rm", "llama\x1b[31m", " -x"])
+def test_a_model_name_that_would_be_an_option_is_refused(run_cli, tmp_path, name):
+    document = json.loads(FACTS.read_text())
+    document["model"]["name"] = name
+    facts = tmp_path / "hostile.json"
+    facts.write_text(json.dumps(document))
+    for engine in ENGINES:
+        code, out, err = run_cli("advise", "--facts", str(facts), "--emit", engine)
+        assert code == 2 and out == "" and "model.name" in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_the_70b_tp4_deployment_relaunches_on_tp4_with_its_model(run_cli):
+    code, out, _ = run_cli("advise", "--facts", str(ROOT / "examples" / "vllm-70b-4xh100.json"), "--emit", "vllm")
+    assert code == 0
+    assert "MODEL_DEFAULT=llama-3-70b" in out
+    assert "  --tensor-parallel-size 4 " in out and out.count("--tensor-parallel-size 4") == 1
+
+
+def _advice(pack, **overrides):
+    facts = load_facts(FACTS, [f"{k}={v}" for k, v in overrides.items()])
+    return advise(facts, pack, available_evaluators()[0])
+
+
+def test_an_unknown_version_uses_the_nearest_with_a_warning_and_one_below_the_floor_is_refused(pack):
+    from kbopt.errors import KboptError
+    script = render_launch(build_launch(advice := _advice(pack, **{"serving.engine_version": "0.13.1"}), "vllm"),
+                           advice.bottleneck)
+    assert "# warning: vLLM (V1 engine) 0.13.1 is not covered: written for 0.12.0" in script
+    with pytest.raises(KboptError, match=r"serving.engine_version 0.8.0 is below .* \(0.10.0"):
+        build_launch(_advice(pack, **{"serving.engine_version": "0.8.0"}), "vllm")
+    with pytest.raises(KboptError, match="not an engine"):
+        build_launch(_advice(pack), "llamacpp")
+
+
+def test_the_deployment_is_carried_whole_and_each_value_once(pack):
+    advice = _advice(pack, **{"serving.tensor_parallel_size": 2, "serving.pipeline_parallel_size": 2,
+                              "serving.max_model_len": 32768, "serving.memory_fraction": 0.85,
+                              "serving.kv_block_size": 32, "serving.quantization": "int4_awq",
+                              "model.weight_dtype": "int4"})
+    launch = build_launch(advice, "vllm")
+    argv = dict(launch.argv())
+    assert argv["--tensor-parallel-size"] == "2" and argv["--pipeline-parallel-size"] == "2"
+    assert argv["--max-model-len"] == "32768"
+    block = next(a for a in launch.args if a.name == "--block-size")   # today's 32, or a rule's value shown as a change
+    assert block.today == "32" and (block.value == "32" or (block.status == "change" and not block.rule.startswith("today")))
+    paged = next((s for s in advice.strategies if s.id == "paged_kv_cache"), None)
+    if paged is not None and block.value != "32":
+        assert paged.status == "change"       # in place, but its page size changes: not a keep
+    assert argv["--quantization"] == "awq_marlin"          # the AWQ checkpoint deployed today
+    other = dict(build_launch(advice, "sglang").argv())
+    assert other["--context-length"] == "32768" and "--mem-fraction-static" not in other   # vLLM's denominator
+    assert dict(build_launch(advice, "tgi").argv())["--max-total-tokens"] == "32768"
+
+
+def test_a_change_that_needs_another_checkpoint_says_how_and_sets_no_method(pack):
+    advice = _advice(pack, **{"constraints.allowed_precisions": '["int4"]'})
+    for engine in ENGINES:
+        launch = build_launch(advice, engine)
+        argv = dict(launch.argv())
+        assert argv.get("--quantization") not in ("awq_marlin", "gptq_marlin", "awq", "gptq"), engine
+        assert argv.get("--quantize") not in ("awq", "gptq"), engine
+        if any(s.key == "quantization[int4]" for s in advice.strategies):
+            assert any("llm-compressor" in note and "MODEL" in note for note in launch.notes), engine
+
+
+def test_online_fp8_only_over_a_16_bit_checkpoint(pack):
+    sixteen = build_launch(_advice(pack), "vllm")
+    if any(s.key == "quantization[fp8]" and s.status == "change" for s in _advice(pack).strategies):
+        assert dict(sixteen.argv()).get("--quantization") == "fp8"
+    awq = build_launch(_advice(pack, **{"serving.quantization": "int4_awq", "model.weight_dtype": "int4"}), "vllm")
+    assert dict(awq.argv()).get("--quantization") != "fp8"
+
+
+def test_refused_settings_never_reach_the_script():
+    """The profile's refusals, each with a case it refuses and one it takes."""
+    catalog = engine_catalog()
+    vllm, sglang, trtllm = catalog.engines["vllm"], catalog.engines["sglang"], catalog.engines["trtllm"]
+    assert vllm.problems((0, 11, 0), [("--max-num-partial-prefills", "2")])
+    assert not vllm.problems((0, 11, 0), [("--max-num-partial-prefills", "1")])
+    assert vllm.problems((0, 12, 0), [("--speculative-config", '{"method": "draft_model"}')])
+    assert not vllm.problems((0, 12, 0), [("--speculative-config", '{"method": "ngram"}')])
+    assert vllm.problems((0, 12, 0), [("--kv-offloading-size", "64")])
+    assert not vllm.problems((0, 12, 0), [("--kv-offloading-size", "64"), ("--kv-offloading-backend", "native")])
+    assert vllm.problems((0, 11, 0), [("--kv-offloading-size", "64"), ("--kv-offloading-backend", "native")])
+    assert vllm.problems((0, 12, 0), [("--enable-chunked-prefill", None)])
+    assert sglang.problems((0, 5, 0), [("--hicache-ratio", "1.0")])
+    assert not sglang.problems((0, 5, 0), [("--hicache-ratio", "1.5")])
+    assert sglang.problems((0, 5, 0), [("--kv-cache-dtype", "fp8")])
+    assert trtllm.problems((1, 1, 0), [("--config", "x.yaml")]) and trtllm.problems((1, 1, 0), [("--enable_chunked_prefill", None)])
+    assert trtllm.problems((1, 1, 0), [("speculative_config", '{"decoding_type": "Draft_Target"}')])
+
+
+def test_strategy_settings_that_the_engine_refuses_are_not_written(pack):
+    from kbopt.engine.advice.settings import settings_for, targets
+    facts = {"workload.engine": "vllm", "serving.engine_version": "0.12.0", "serving.tensor_parallel_size": 4}
+    target = targets(facts)[0]
+    chunk = settings_for(target, "chunked_prefill", "chunked_prefill",
+                         {"max_num_batched_tokens": 2048, "max_num_partial_prefills": 2}, facts, {})
+    assert not any("--max-num-partial-prefills" in s.text or s.text == "--enable-chunked-prefill" for s in chunk)
+    spec = settings_for(target, "speculative_decoding", "speculative_decoding",
+                        {"method": "draft_model", "num_speculative_tokens": 3}, facts, {})
+    assert [s.kind for s in spec] == ["note"]
+    offload = settings_for(target, "kv_offload", "kv_offload", {"host_cache_gib": 16}, facts, {})
+    assert offload[0].text == "--kv-offloading-size 64 --kv-offloading-backend native"   # 16 GiB x TP4
+    small = settings_for(targets({"workload.engine": "sglang"})[0], "kv_offload", "kv_offload", {"host_cache_gib": 8},
+                         {}, {"derived.kv_pool_gib_per_gpu": 40.0})
+    assert not any(s.name == "--hicache-ratio" for s in small) and any("above 1.0" in s.text for s in small)
+    tgi = settings_for(targets({"workload.engine": "tgi"})[0], "memory_budget", "memory_budget", {"max_num_seqs": 64}, {}, {})
+    assert tgi[0].text == "--max-batch-size 64"
+
+
+def test_a_cap_below_todays_running_batch_is_raised_or_says_why(pack):
+    facts = load_facts(ROOT / "examples" / "capacity-a100-chat.json", ["workload.requests_running_mean=400"])
+    advice = advise(facts, pack, available_evaluators()[0])
+    seen = 0
+    for engine in ENGINES:
+        launch = build_launch(advice, engine)
+        cap = next(c.name for c in launch.spec.deployment if c.fact == "serving.max_num_seqs")
+        for arg in launch.args:
+            if arg.name == cap:
+                seen += 1
+                assert int(arg.value or 0) >= 400 or "below today's running batch" in arg.why, (engine, arg)
+                assert arg.why, arg          # raised or kept below: either way the script says why
+    assert seen >= 3
+
+
+def test_caps_are_sized_on_the_pool_after_the_plan(pack):
+    """FP8 weights and FP8 KV grow the L4's KV pool: the cap follows the pool after the plan, not today's."""
+    advice = advise(load_facts(ROOT / "examples" / "l4-8b-bf16-vllm.json"), pack, available_evaluators()[0])
+    before, after = next((g.before, g.after) for g in advice.plan.expected if g.metric == "kv_pool_sequences")
+    assert after > before
+    cap = dict(build_launch(advice, "vllm").argv())["--max-num-seqs"]
+    assert int(cap) == int(after)
+
+
+def test_the_trtllm_yaml_goes_through_extra_llm_api_options_before_1_2(pack):
+    advice = _advice(pack, **{"workload.engine": "trtllm", "serving.engine_version": "1.1.0", "serving.chunked_prefill": True})
+    script = render_launch(build_launch(advice, "trtllm"), advice.bottleneck)
+    assert "--extra_llm_api_options" in _command(script) and "--config" not in _command(script)
+    assert "enable_chunked_prefill: true" in script and "--enable_chunked_prefill" not in script
+
+
+def test_the_profile_flags_are_the_flags_read_from_each_engines_source():
+    """tests/data/engine_flags/<engine>-<version>.txt list the arguments read from each engine's
+    source: the profile's flags at that version are exactly those."""
+    for engine in engine_catalog().engines.values():
+        for version in engine.versions:
+            path = HERE / "data" / "engine_flags" / f"{engine.id}-{version_text(version)}.txt"
+            listed = {line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
+            profiled = {flag.name for flag in engine.flags if flag.holds_at(version)}
+            assert profiled == listed, (engine.id, version, profiled ^ listed)
+
+
+def test_the_advice_shows_each_setting_today_and_proposed_with_its_rule(run_cli):
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--format", "json")
+    launch = json.loads(out)["launch"]
+    assert code == 0 and launch["engine"] == "vllm" and launch["version"] == "0.11.0"
+    by_name = {s["setting"]: s for s in launch["settings"]}
+    assert by_name["--max-num-seqs"]["today"] == "128" and by_name["--max-num-seqs"]["rule"] == "today: serving.max_num_seqs"
+    assert by_name["--quantization"] == {"setting": "--quantization", "kind": "cli", "today": None, "proposed": "fp8",
+                                         "status": "new", "rule": "S-QUANT-FP8 (quantization[fp8])"}
+    code, text, _ = run_cli("advise", "--facts", str(FACTS))
+    assert "Launch (vllm 0.11.0):" in text and "--quantization: (not set) -> fp8  [S-QUANT-FP8 (quantization[fp8])]" in text
+
+
+def test_a_strategy_in_place_whose_parameters_change_is_a_change(pack):
+    same = {s.id: s.status for s in _advice(pack).strategies}
+    assert same.get("paged_kv_cache") == "keep"                     # paged, 16-token blocks, as today
+    other = {s.id: s for s in _advice(pack, **{"serving.kv_block_size": 64}).strategies}
+    assert other["paged_kv_cache"].status == "change"              # paged today, but with 64-token blocks
+
+
+def test_a_setting_the_engine_refuses_is_left_out_with_its_reason():
+    """The last guard: whatever the settings and the carried deployment hold, an argument the
+    profile refuses at the version is left out, and so is one a left-out argument made refused."""
+    from kbopt.engine.advice.launch import Arg, _checked
+    from kbopt.engine.advice.settings import Target
+    spec = engine_catalog().engines["vllm"]
+    args = [Arg("--tensor-parallel-size", "cli", "4", "4", "today", set_today=True),
+            Arg("--max-num-partial-prefills", "cli", "2", None, "R-ONE (chunked_prefill)"),
+            Arg("--kv-offloading-backend", "cli", "native", None, "R-TWO (kv_offload)"),
+            Arg("--kv-offloading-size", "cli", "64", None, "R-TWO (kv_offload)")]
+    kept, dropped = _checked(spec, Target("vllm", (0, 11, 0), True, True), args)
+    assert [a.name for a in kept] == ["--tensor-parallel-size"]
+    assert any(d.startswith("--max-num-partial-prefills 2 (R-ONE (chunked_prefill))") and "the V1 engine refuses" in d
+               for d in dropped)
+    assert any(d.startswith("--kv-offloading-size 64") and ">= 0.12.0" in d for d in dropped)
+    kept, dropped = _checked(spec, Target("vllm", (0, 12, 0), True, True), args[:1] + args[2:])
+    assert [a.name for a in kept] == ["--tensor-parallel-size", "--kv-offloading-backend", "--kv-offloading-size"] and not dropped
+
+
+COMMANDS = {
+    "vllm": "vllm serve org/model-7b --tensor-parallel-size 2 --max-model-len 8192 --enable-lora --max-loras 4 "
+            "--gpu-memory-utilization 0.9 --served-model-name api --enable-expert-parallel",
+    "sglang": "python -m sglang.launch_server --model-path org/model-7b --tp-size 2 --context-length 8192 "
+              "--mem-fraction-static 0.85 --disable-radix-cache --grammar-backend xgrammar",
+    "trtllm": "trtllm-serve org/model-7b --tp_size 2 --max_batch_size 64 --backend pytorch --host 0.0.0.0",
+    "tgi": "PREFIX_CACHING=0 text-generation-launcher --model-id org/model-7b --num-shard 2 --max-total-tokens 8192 "
+           "--max-batch-size 32 --lora-adapters a,b",
+}
+
+
+def _relaunched(script: str) -> str:
+    """The command the script runs, as one line: its exports, the engine, the model and the args."""
+    lines = script.splitlines()
+    exports = [line.removeprefix("export ").split("  #")[0].strip() for line in lines if line.startswith("export ")]
+    model = shlex.split(next(line for line in lines if line.startswith("MODEL_DEFAULT=")).split("=", 1)[1])[0]
+    exec_words = shlex.split(next(line for line in lines if line.startswith("exec ")))[1:]
+    words = [model if w == "$MODEL" else w for w in exec_words if w != "${args[@]}"]
+    start, end = lines.index("args=("), len(lines) - 1 - lines[::-1].index(")")
+    words += shlex.split("\n".join(lines[start + 1:end]), comments=True)
+    return " ".join([*exports, *map(shlex.quote, words)])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_launch_command_read_in_and_emitted_back_unchanged_is_the_same_command(pack, engine):
+    from dataclasses import replace
+
+    from kbopt.engine.advice.command import read_command
+    command = read_command(COMMANDS[engine])
+    assert command.engine == engine and command.model == "org/model-7b"
+    latest = version_text(engine_catalog().engines[engine].latest)
+    facts = load_facts(FACTS, [*command.overrides(), f"serving.engine_version={latest}"])
+    advice = replace(advise(facts, pack, available_evaluators()[0]), strategies=())     # no change to apply
+    script = render_launch(build_launch(advice, engine, command), advice.bottleneck)
+    assert "# changes: none" in script
+    again = read_command(_relaunched(script))
+    assert (again.engine, again.model, again.args) == (command.engine, command.model, command.args)
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_a_launch_command_states_the_serving_facts_and_carries_what_kbopt_does_not_model(run_cli):
+    from kbopt.engine.advice.command import read_command
+    command = read_command("vllm serve org/m --tensor-parallel-size=4 --quantization awq_marlin --kv-cache-dtype fp8 "
+                           "--max-model-len 32768 --no-enable-prefix-caching --enable-lora --max-loras 4 --enforce-eager")
+    assert dict(command.facts) == {"workload.engine": "vllm", "model.name": "org/m", "serving.tensor_parallel_size": 4,
+                                   "serving.quantization": "int4_awq", "model.kv_cache_dtype": "fp8",
+                                   "serving.max_model_len": 32768, "serving.prefix_caching": False,
+                                   "serving.cuda_graphs": False}
+    assert command.unmodelled == ("--enable-lora", "--max-loras")
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", "vllm serve org/m --tensor-parallel-size 4 "
+                           "--enable-lora --max-loras 4", "--emit", "vllm")
+    assert code == 0 and "MODEL_DEFAULT=org/m" in out
+    assert "  --max-loras 4 " in out and "not modelled: carried as given" in out
+    assert "carried as given from today's command, not checked by kbopt's profile: --enable-lora, --max-loras" in out
+
+
+@pytest.mark.parametrize("command,message", [
+    ("vllm serve m --tensor-paralel-size 4",
+     "vllm serve: error: unrecognized arguments: --tensor-paralel-size (did you mean --tensor-parallel-size?)"),
+    ("trtllm-serve m --tp-size 4", "Error: No such option: --tp-size (did you mean --tp_size?)"),
+    ("text-generation-launcher --model-id m --num-shards 2", "error: unexpected argument '--num-shards' found"),
+    ("python -m sglang.launch_server --model-path m --tp-sizes 2", "unrecognized arguments: --tp-sizes"),
+    ("vllm serve m --tensor-parallel-size four", "--tensor-parallel-size takes an integer, not 'four'"),
+    ("text-generation-launcher --model-id m --num-shard 2 --num-shard 4", "given more than once"),
+    ("llama-server -m x", "not the launch command of an engine"),
+    ("trtllm-serve m --tp_size 2", "--launch is a trtllm command, but the facts say workload.engine = vllm"),
+    ("vllm serve 'm", "not a shell command line"),
+])
+def test_a_launch_command_the_engine_would_refuse_is_named_as_the_engine_would(run_cli, command, message):
+    code, out, err = run_cli("advise", "--facts", str(FACTS), "--launch", command, "--emit", "vllm")
+    assert code == 2 and out == "" and message in err and "Traceback" not in err
+
+
+def test_a_launch_command_from_a_file(run_cli, tmp_path):
+    path = tmp_path / "launch.sh"
+    path.write_text("#!/bin/sh\nexec vllm serve org/m \\\n  --tensor-parallel-size 2 \\\n  --max-model-len 4096\n")
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", f"@{path}", "--emit", "vllm")
+    assert code == 0 and "  --tensor-parallel-size 2 " in out and "  --max-model-len 4096 " in out
+
+
+def test_a_deployment_that_leaves_no_kv_cache_is_refused_not_given_a_cap_of_one(run_cli):
+    """70B in 16 bits on one 24 GB GPU: the weights alone overflow it, whatever the model's figures."""
+    code, out, err = run_cli("advise", "--facts", str(HERE / "data" / "emit" / "vllm-70b-a10g-no-room.json"), "--emit", "vllm")
+    assert code == 2 and out == "" and "does not fit" in err and "derived.kv_pool" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("fmt,marker", [("md", "## Launch (`vllm` 0.11.0): today → proposed"), ("html", 'id="launch"')])
+def test_markdown_and_html_show_the_launch_changes(run_cli, fmt, marker):
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--format", fmt)
+    assert code == 0 and marker in out
+    assert "--quantization" in out and "S-QUANT-FP8" in out and "(not set)" in out
+
+
+def test_every_report_reads_the_launch_command_too(run_cli):
+    command = "vllm serve org/m --tensor-parallel-size 1 --enable-lora"
+    code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", command, "--format", "json")
+    settings = {s["setting"]: s for s in json.loads(out)["launch"]["settings"]}
+    assert code == 0 and settings["--enable-lora"]["rule"] == "today: --launch (not modelled: carried as given)"
+    for fmt in ("text", "md", "html"):
+        code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", command, "--format", fmt)
+        assert code == 0 and "--enable-lora" in out, fmt
+
+
+@pytest.mark.parametrize("engine,flag", [("vllm", "--no-enable-prefix-caching"), ("sglang", "--disable-radix-cache")])
+def test_turning_prefix_caching_on_removes_the_flag_that_turned_it_off(pack, engine, flag):
+    advice = _advice(pack, **{"workload.engine": engine, "serving.engine_version": version_text(
+        engine_catalog().engines[engine].latest), "serving.prefix_caching": False, "workload.prefix_cache_hit_ratio": 0.0})
+    launch = build_launch(advice, engine)
+    names = [a.name for a in launch.args]
+    if any(s.id == "prefix_caching" and s.status == "change" for s in advice.strategies):
+        assert flag not in names and [a.name for a in launch.removed] == [flag]
+        assert launch.removed[0].status == "removed" and launch.removed[0].today_text == "(on)"
+        script = render_launch(launch, advice.bottleneck)
+        assert f"#   {flag}: (on) -> (removed)" in script
+    else:
+        assert flag in names
+    assert not engine_catalog().engines[engine].problems(launch.target.version, launch.argv())
+
+
+# Properties over hostile input (issue 28, item 1): whatever the model id or today's command, the
+# script is either refused with exit 2 or passes `bash -n` with no value of the facts read as an
+# option or a command.
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PROPERTY = settings(derandomize=True, deadline=None, database=None, max_examples=120,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+_BASE: dict = {}
+
+
+def _base_advice(pack):
+    if "advice" not in _BASE:
+        _BASE["advice"] = _advice(pack)
+    return _BASE["advice"]
+
+
+@PROPERTY
+@given(name=st.text(st.characters(codec="utf-8"), min_size=1, max_size=40), engine=st.sampled_from(ENGINES))
+def test_any_model_id_is_refused_or_stays_one_inert_word(pack, name, engine):
+    from dataclasses import replace
+
+    from kbopt.errors import KboptError
+    advice = _base_advice(pack)
+    advice = replace(advice, facts={**advice.facts, "model.name": name})
+    try:
+        script = render_launch(build_launch(advice, engine), advice.bottleneck)
+    except KboptError as error:
+        assert "model.name" in str(error) and (name.startswith("-") or name != name.strip()
+                                               or any(ord(c) < 32 or ord(c) == 127 for c in name))
+        return
+    assert not name.startswith("-")
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+        prologue = "\n".join(line for line in script.splitlines() if line.startswith("MODEL"))
+        shown = subprocess.run(["bash", "-c", prologue + '\nprintf %s "$MODEL"'], text=True, capture_output=True,
+                               env={"PATH": "/usr/bin:/bin"})
+        assert shown.stdout == name
+
+
+_WORDS = st.sampled_from(["--tensor-parallel-size", "--tp-size", "--tp_size", "--num-shard", "--max-model-len", "4",
+                          "--enable-lora", "--served-model-name", "x;y", "$(id)", "'q'", "--quantization", "fp8",
+                          "--kv-cache-dtype=fp8", "--enforce-eager", "-x", "a b", "--max-num-seqs", "0", "--foo"])
+
+
+@PROPERTY
+@given(start=st.sampled_from(["vllm serve org/m", "python -m sglang.launch_server --model-path org/m",
+                              "trtllm-serve org/m", "text-generation-launcher --model-id org/m"]),
+       words=st.lists(_WORDS, max_size=8))
+def test_any_launch_command_is_refused_or_relaunched_flag_for_flag(pack, start, words):
+    from dataclasses import replace
+
+    from kbopt.engine.advice.command import read_command
+    from kbopt.errors import KboptError
+    text = start + " " + " ".join(shlex.quote(w) for w in words)
+    try:
+        command = read_command(text)
+        facts = load_facts(FACTS, [*command.overrides(), "serving.engine_version="
+                                   + version_text(engine_catalog().engines[command.engine].latest)])
+    except KboptError:
+        return
+    advice = replace(advise(facts, pack, available_evaluators()[0]), strategies=())
+    try:
+        script = render_launch(build_launch(advice, command.engine, command), advice.bottleneck)
+    except KboptError as error:
+        assert "does not fit" in str(error) or "model.name" in str(error)
+        return
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    again = read_command(_relaunched(script))
+    assert again.args == command.args
+
+
+@pytest.mark.parametrize("option", [["--emit", "vllm"], ["--launch", "vllm serve m"]])
+def test_one_deployments_options_are_refused_with_facts_jsonl(run_cli, tmp_path, option):
+    lines = tmp_path / "facts.jsonl"
+    lines.write_text(json.dumps(json.loads(FACTS.read_text())) + "\n")
+    code, out, err = run_cli("advise", "--facts-jsonl", str(lines), *option)
+    assert code == 2 and out == "" and option[0] in err and "--facts-jsonl" in err
