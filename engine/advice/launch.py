@@ -219,10 +219,14 @@ def _plan_metric(advice: Advice, metric: str) -> tuple[float | None, float | Non
     return (float(today), float(today)) if _number(today) else (None, None)
 
 
-def _today_batch(facts: Mapping[str, Any]) -> float | None:
-    seen = [facts.get(name) for name in ("workload.requests_running_mean", "workload.concurrency_peak")]
-    numbers = [float(v) for v in seen if _number(v)]
-    return max(numbers) if numbers else None
+def _today_batch(facts: Mapping[str, Any]) -> tuple[float, str] | None:
+    """What runs today and what that is: the engine's running mean, else the clients' peak
+    concurrency (an upper bound on it)."""
+    for name, what in (("workload.requests_running_mean", "today's running batch"), ("workload.concurrency_peak", "today's peak concurrency")):
+        value = facts.get(name)
+        if _number(value):
+            return float(value), what
+    return None
 
 
 def _sized_cap(arg: Arg, advice: Advice, facts: Mapping[str, Any]) -> Arg:
@@ -237,14 +241,14 @@ def _sized_cap(arg: Arg, advice: Advice, facts: Mapping[str, Any]) -> Arg:
     if before is not None and after is not None and after != before and abs(cap - math.floor(before)) <= 1:
         cap, why = max(1, math.floor(after)), (f"sized on the KV pool after the plan: {math.floor(before):,} -> "
                                                f"{math.floor(after):,} sequences of the mean length")
-    running = _today_batch(facts)
-    if running is not None and cap < math.ceil(running):
-        floor = math.ceil(running)
+    today = _today_batch(facts)
+    if today is not None and cap < math.ceil(today[0]):
+        floor, what = math.ceil(today[0]), today[1]
         if after is not None and after < floor:
-            why = (f"below today's running batch ({floor}): the KV pool after the plan holds {math.floor(after)} "
+            why = (f"below {what} ({floor}): the KV pool after the plan holds {math.floor(after)} "
                    "sequences of the mean length, so a larger cap would preempt")
         else:
-            cap, why = floor, f"raised to today's running batch / peak concurrency ({floor}): a lower cap would queue requests that run today"
+            cap, why = floor, f"raised to {what} ({floor}): a lower cap would queue requests that run today"
     return Arg(arg.name, arg.kind, str(cap), arg.today, arg.rule, arg.needs, why, arg.set_today)
 
 
