@@ -28,6 +28,7 @@ class FactSpec:
     quality_of: str | None = None  # set on the pseudo-fact `quality.<path>`: the fact it qualifies
     estimate: bool = False         # a derived quantity of the performance model, reported under advice "estimates"
     validated_by: str | None = None  # the metric of kb/model_errors.yaml it is checked as (its error band)
+    absent_means_none: bool = False  # absent, the feature is not there (no MIG slice): a rule's default then assumes nothing
 
     @property
     def section(self) -> str:
@@ -110,6 +111,7 @@ def _spec(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
         derived=derived,
         estimate=bool(raw.get("estimate", False)),
         validated_by=raw.get("validated_by"),
+        absent_means_none=bool(raw.get("absent_means_none", False)),
     )
 
 

@@ -102,6 +102,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
         out += ["", "## Estimates of the performance model", "",
                 "| estimate | value | unit | confidence | rule | from |", "|---|---|---|---|---|---|"]
         out += [f"| `{name}` | {_cell(number(e.value))} | {_cell(e.unit or '')} | {e.confidence}"
+                f"{'; measured error ' + e.band.text() if e.band is not None else ''}"
                 f"{_cell(' (assumed: ' + ', '.join(e.defaults) + ')') if e.defaults else ''} | `{e.rule}` | "
                 f"{_cell(', '.join(f'{p}={fmt(v)}' for p, v in e.inputs.items()))} |" for name, e in advice.estimates.items()]
     if advice.derived:

@@ -53,7 +53,9 @@ def _summary(advice: Advice) -> list[str]:
     lines = []
     evidence = model_evidence(advice)
     if evidence:
-        lines.extend(_wrap("model: " + ", ".join(f"{estimate_text(e)} [{e.confidence}]" for e in evidence), "  "))
+        lines.extend(_wrap("model: " + ", ".join(
+            f"{estimate_text(e)} [{e.confidence}{', ±' + format(e.band.median_abs_error, '.0%') if e.band is not None else ''}]"
+            for e in evidence), "  "))
     actions = [s for s in advice.strategies if s.status != "keep"]
     kept = [s for s in advice.strategies if s.status == "keep"]
     if actions:

@@ -325,8 +325,12 @@ class Model:
         # default memory fraction) is likely right: medium. A default_* parameter assumed for a
         # quantity kbopt did not see (an efficiency, a batch size) is a guess: low.
         guessed = _guessed(t.parameters)
-        low, medium = bool(guessed), bool(t.fell_back)
-        defaults = [*t.fell_back, *guessed]
+        # a fact whose absence means the feature is not there (no MIG slice, no sliding window) is
+        # no assumption when absent: only the others lower the confidence and are named
+        facts = self.pack.kb.vocabulary.facts
+        assumed = [fact for fact in t.fell_back if not (fact in facts and facts[fact].absent_means_none)]
+        low, medium = bool(guessed), bool(assumed)
+        defaults = [*assumed, *guessed]
         for fact in t.read:
             if fact.startswith(DERIVED):
                 level, behind = self.confidence(fact)

@@ -295,7 +295,10 @@ def _define(source: str, name: str, namespace: dict[str, Any]) -> Any:
     _refuse_foreign(code, namespace)
     scope = dict(namespace)
     exec(code, scope)   # checked above: templates and generated names only
-    return scope[name]
+    # taken out of the scope that is its globals: left in, the function and its globals would
+    # hold each other, a reference cycle that only the garbage collector frees when a compiled
+    # form is let go (a kept answer evicted, a pack turning hot)
+    return scope.pop(name)
 
 
 def _refuse_foreign(code: types.CodeType, namespace: dict[str, Any]) -> None:
@@ -999,44 +1002,48 @@ def compile_chaining_value(node: Value) -> FastCompute | None:
 def _chaining_expression(node: Value, name: Callable[[Any], str]) -> str | None:
     """compile_chaining_value's expression over `known`, each path, literal and function passed
     by the generated name `name` gives it; None for a shape the fast path does not cover."""
-    def expression(item: Value) -> str | None:
-        match item:
-            case Const(value=value):
-                return name(value)
-            case Fact(path=path):
-                return f"known[{name(path)}]"
-            case Arith(op=op, left=left, right=right):
-                a, b = expression(left), expression(right)
-                function = ARITHMETIC[op].apply
-                return None if a is None or b is None else _binary(function, a, b, lambda: name(function))
-            case ListOf(items=items):
-                parts = [expression(i) for i in items]
-                return None if None in parts else "[" + ", ".join(p for p in parts if p) + "]"
-            case Call(fn=fn, args=args) if FUNCTIONS[fn].alternatives:
-                # The first alternative whose facts are all known: one without alternatives or an
-                # if-else inside computes exactly when they are (or raises, like the closure, and
-                # the caller asks it); a division by zero, which the closure passes over, raises here.
-                if not all(isinstance(arg, (Fact, Const)) or plain_value(arg) for arg in args[:-1]):
-                    return None
-                text = expression(args[-1])
-                for arg in reversed(args[:-1]):
-                    this, facts = expression(arg), unique_facts(arg)
-                    if this is None or text is None:
-                        return None
-                    text = f"({this} if {' and '.join(f'{name(p)} in known' for p in facts)} else {text})" if facts else this
-                return text
-            case Call(fn=fn, args=args):
-                parts = [expression(a) for a in args]
-                return None if None in parts else f"{name(FUNCTIONS[fn].apply)}({', '.join(p for p in parts if p)})"
-            case IfElse(condition=condition, then=then, otherwise=otherwise):
-                # The condition as while chaining (compile_chaining_check); undecided raises, and
-                # the closure says what is missing.
-                yes, no = expression(then), expression(otherwise)
-                if yes is None or no is None:
-                    return None
-                decide = name(compile_chaining_check(condition))
-                return f"({yes} if (c := {decide}(known)) is True else {no} if c is False else {name(_undecided)}())"
-            case _ as unreachable:
-                assert_never(unreachable)
+    return _expression(node, name)
 
-    return expression(node)
+
+def _expression(item: Value, name: Callable[[Any], str]) -> str | None:
+    """_chaining_expression of one node: a module function, not a closure that calls itself, which
+    would be a reference cycle (its cell holding it) left for the garbage collector each compile."""
+    match item:
+        case Const(value=value):
+            return name(value)
+        case Fact(path=path):
+            return f"known[{name(path)}]"
+        case Arith(op=op, left=left, right=right):
+            a, b = _expression(left, name), _expression(right, name)
+            function = ARITHMETIC[op].apply
+            return None if a is None or b is None else _binary(function, a, b, lambda: name(function))
+        case ListOf(items=items):
+            parts = [_expression(i, name) for i in items]
+            return None if None in parts else "[" + ", ".join(p for p in parts if p) + "]"
+        case Call(fn=fn, args=args) if FUNCTIONS[fn].alternatives:
+            # The first alternative whose facts are all known: one without alternatives or an
+            # if-else inside computes exactly when they are (or raises, like the closure, and
+            # the caller asks it); a division by zero, which the closure passes over, raises here.
+            if not all(isinstance(arg, (Fact, Const)) or plain_value(arg) for arg in args[:-1]):
+                return None
+            text = _expression(args[-1], name)
+            for arg in reversed(args[:-1]):
+                this, facts = _expression(arg, name), unique_facts(arg)
+                if this is None or text is None:
+                    return None
+                text = f"({this} if {' and '.join(f'{name(p)} in known' for p in facts)} else {text})" if facts else this
+            return text
+        case Call(fn=fn, args=args):
+            parts = [_expression(a, name) for a in args]
+            return None if None in parts else f"{name(FUNCTIONS[fn].apply)}({', '.join(p for p in parts if p)})"
+        case IfElse(condition=condition, then=then, otherwise=otherwise):
+            # The condition as while chaining (compile_chaining_check); undecided raises, and
+            # the closure says what is missing.
+            yes, no = _expression(then, name), _expression(otherwise, name)
+            if yes is None or no is None:
+                return None
+            decide = name(compile_chaining_check(condition))
+            return f"({yes} if (c := {decide}(known)) is True else {no} if c is False else {name(_undecided)}())"
+        case _ as unreachable:
+            assert_never(unreachable)
+
