@@ -51,6 +51,10 @@ def _sources(cited) -> str:
 
 def render_markdown(advice: Advice, comparison: Comparison | None = None, command: Command | None = None) -> str:
     out = [f"# kbopt advice: {advice.bottleneck.replace('_', ' ')}", ""]
+    if advice.symptoms:       # what the facts show going wrong, before the bottleneck that explains it
+        out += [f"**Symptoms ({len(advice.symptoms)}):**"]
+        out += [f"- {_cell(s.text())} ({_cell(s.note())})" for s in advice.symptoms]
+        out.append("")
     if advice.bottleneck_rule:
         out.append(f"**Bottleneck:** `{advice.bottleneck}`, because:")
         out += [f"- {_code(check_text(c))} ({_cell(origin_text(advice, c.fact))}; {_code(f.rule)}, {_sources(f.source)})"

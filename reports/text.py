@@ -118,7 +118,13 @@ def _launch(advice: Advice, command: Command | None = None) -> list[str]:
 def render_text(advice: Advice, explain: bool = False, command: Command | None = None) -> str:
     """The summary and the strategies; with `explain`, each strategy's proof chain and the rest of
     the record (the plan, rejections, what waits on facts, estimates, facts, rules fired)."""
-    lines = [f"kbopt advice — bottleneck: {advice.bottleneck}"]
+    # What the facts show going wrong comes first; the bottleneck that explains it follows.
+    if advice.symptoms:
+        lines = [f"kbopt advice — symptoms ({len(advice.symptoms)})"]
+        lines.extend(line for s in advice.symptoms for line in _wrap(f"{s.text()}  ({s.note()})", "  "))
+        lines.append(f"bottleneck: {advice.bottleneck}")
+    else:
+        lines = [f"kbopt advice — bottleneck: {advice.bottleneck}"]
     if advice.bottleneck_rule:
         for firing, check in bottleneck_evidence(advice):
             lines.append(f"  evidence: {check_text(check)}  ({origin_text(advice, check.fact)}; {firing.rule})")
