@@ -82,3 +82,11 @@ def test_every_triggered_methodology_strategy_is_shown(pack, engine):
             assert "op_fusion" in shown, example.name
             checked += 1
     assert checked >= 5
+
+
+@pytest.mark.parametrize("engine,status", [("tgi", "keep"), ("sglang", "change")])
+def test_fusion_is_kept_where_the_engine_fuses_with_no_switch(pack, engine, status):
+    # launch-bound (S-FUSION-LAUNCH-BOUND): TGI's kernels are fused already; SGLang has torch.compile to turn on
+    document = {"telemetry": {"kernel_time_ratio": 0.91, "compute_utilization": 0.156}, "workload": {"engine": engine}}
+    advice = advise(facts_from_document(document, "launch-bound"), pack, available_evaluators()[0])
+    assert next(s for s in advice.strategies if s.id == "op_fusion").status == status
