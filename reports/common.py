@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check
-from kbopt.engine.advice.model import Advice, Firing
+from kbopt.engine.advice.model import Advice, Firing, StrategyAdvice
 from kbopt.engine.advice.whatif import Gain, label, number
 from kbopt.engine.lang.text import fmt
 
@@ -82,6 +82,17 @@ def check_text(check: Check) -> str:
 
 def params_text(params: Mapping[str, object]) -> str:
     return " ".join(f"{k}={fmt(v)}" for k, v in params.items())
+
+
+def engine_settings(strategy: StrategyAdvice) -> list[tuple[str, str]]:
+    """The deployed engine's lines for a strategy, as every report shows them: only where the facts
+    name the engine (JSON and --emit give all four otherwise); a strategy kept sets nothing."""
+    if len(strategy.settings) != 1:
+        return []
+    engine, lines = next(iter(strategy.settings.items()))
+    if strategy.status == "keep":
+        return [(engine, "in place, nothing set")]
+    return [(engine, "; ".join(lines) or "no setting")]
 
 
 def origin_detail(advice: Advice, path: str) -> str:

@@ -17,6 +17,7 @@ from kbopt.reports.common import (
     bottleneck_evidence,
     chain,
     check_text,
+    engine_settings,
     facts_to_collect,
     firings,
     origin_detail,
@@ -67,7 +68,7 @@ def _environment():
     env.filters.update(fmt=fmt, check_text=check_text, params_text=params_text)
     # Every rendered string passes here: drop bidirectional controls before escaping.
     env.finalize = lambda value: safe_text(value) if isinstance(value, str) else value
-    env.globals.update(gauge=gauge, sources_of=_sources_of)
+    env.globals.update(gauge=gauge, sources_of=_sources_of, engine_settings=engine_settings)
     return env
 
 

@@ -14,6 +14,7 @@ from kbopt.reports.common import (
     bottleneck_evidence,
     chain,
     check_text,
+    engine_settings,
     facts_to_collect,
     origin_detail,
     origin_text,
@@ -26,6 +27,9 @@ from kbopt.reports.common import (
 # load when the page is shown; backticks open code spans, `*` and `~` emphasis, `\\` escapes the
 # next one; `|` splits a table row. `_` is left alone: within a word (`max_num_seqs`) it does nothing.
 _ACTIVE = re.compile(r"([\\`*\[\]|~])")
+
+
+_STATUS = {"change": "change", "keep": "keep (already in place)"}
 
 
 def _cell(text: object) -> str:
@@ -51,6 +55,10 @@ def _sources(cited) -> str:
 
 def render_markdown(advice: Advice, comparison: Comparison | None = None, command: Command | None = None) -> str:
     out = [f"# kbopt advice: {advice.bottleneck.replace('_', ' ')}", ""]
+    if advice.symptoms:       # what the facts show going wrong, before the bottleneck that explains it
+        out += [f"**Symptoms ({len(advice.symptoms)}):**"]
+        out += [f"- {_cell(s.text())} ({_cell(s.note())})" for s in advice.symptoms]
+        out.append("")
     if advice.bottleneck_rule:
         out.append(f"**Bottleneck:** `{advice.bottleneck}`, because:")
         out += [f"- {_code(check_text(c))} ({_cell(origin_text(advice, c.fact))}; {_code(f.rule)}, {_sources(f.source)})"
@@ -62,13 +70,17 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
         out += ["", "**Warnings:**"] + [f"- {_code(w.rule)}: {_cell(w.text)}" for w in advice.warnings]
     out += ["", f"## Strategies ({len(advice.strategies)})", ""]
     if advice.strategies:
-        out += ["| # | strategy | layer | parameters |", "|---|---|---|---|"]
-        out += [f"| {i} | {_code(s.id)} | {_cell(s.layer)} | {_cell(params_text(s.params))} |" for i, s in enumerate(advice.strategies, 1)]
+        out += ["| # | strategy | status | layer | parameters |", "|---|---|---|---|---|"]
+        out += [f"| {i} | {_code(s.key)} | {_STATUS[s.status]} | {_cell(s.layer)} | {_cell(params_text(s.params))} |"
+                for i, s in enumerate(advice.strategies, 1)]
     else:
         out.append("No rule recommended a strategy on these facts.")
     for strategy in advice.strategies:
         out += ["", f"### {_code(strategy.id)} — {_cell(strategy.title)}", ""]
-        if strategy.gain:
+        out += [f"Status: {_STATUS[strategy.status]}", ""]
+        out += [f"- {_code(engine)}: {_code(settings)}" for engine, settings in engine_settings(strategy)]
+        out += [""] if engine_settings(strategy) else []
+        if strategy.gain and strategy.status != "keep":
             out += [f"Expected gain: {_cell(strategy.gain)}", ""]
         if strategy.expected:
             out += ["Expected by the performance model:", ""] + _gains(strategy.expected) + [""]

@@ -13,6 +13,7 @@ from kbopt.reports.common import (
     bottleneck_evidence,
     chain,
     check_text,
+    engine_settings,
     estimate_text,
     facts_to_collect,
     gains_text,
@@ -32,7 +33,9 @@ TOP = 5           # actions in the summary (the summary stays within about 20 li
 def _wrap(text: str, indent: str) -> list[str]:
     # Made inert before wrapping: textwrap would turn a CR or a tab into a space, and the reader
     # should see it was there.
-    return textwrap.wrap(terminal_text(text), WIDTH, initial_indent=indent, subsequent_indent=indent + "  ") or [indent]
+    # A flag or a fact path is one word: never broken at its hyphens (a copied flag must stay whole).
+    return textwrap.wrap(terminal_text(text), WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False, break_long_words=False) or [indent]
 
 
 def _proof(advice: Advice, rule_ids: Iterable[str], indent: str) -> list[str]:
@@ -78,8 +81,8 @@ def _strategy(advice: Advice, number: int, strategy: StrategyAdvice, explain: bo
     keep = "  (keep: already in place)" if strategy.status == "keep" else ""
     lines = [f"  {number}. {strategy.id} [{strategy.layer}]  {params_text(strategy.params)}".rstrip() + keep]
     # kb/engines/<engine>.yaml's lines when the facts name the engine (JSON and --emit give all four otherwise)
-    for engine, settings in strategy.settings.items() if len(strategy.settings) == 1 else ():
-        lines.extend(_wrap(f"{engine}: {'; '.join(settings) or 'no setting'}", "     "))
+    for engine, settings in engine_settings(strategy):
+        lines.extend(_wrap(f"{engine}: {settings}", "     "))
     if strategy.gain and strategy.status != "keep":
         lines.extend(_wrap(f"expected gain: {strategy.gain}", "     "))
     for gain in strategy.expected:
@@ -120,7 +123,13 @@ def _launch(advice: Advice, command: Command | None = None) -> list[str]:
 def render_text(advice: Advice, explain: bool = False, command: Command | None = None) -> str:
     """The summary and the strategies; with `explain`, each strategy's proof chain and the rest of
     the record (the plan, rejections, what waits on facts, estimates, facts, rules fired)."""
-    lines = [f"kbopt advice — bottleneck: {advice.bottleneck}"]
+    # What the facts show going wrong comes first; the bottleneck that explains it follows.
+    if advice.symptoms:
+        lines = [f"kbopt advice — symptoms ({len(advice.symptoms)})"]
+        lines.extend(line for s in advice.symptoms for line in _wrap(f"{s.text()}  ({s.note()})", "  "))
+        lines.append(f"bottleneck: {advice.bottleneck}")
+    else:
+        lines = [f"kbopt advice — bottleneck: {advice.bottleneck}"]
     if advice.bottleneck_rule:
         for firing, check in bottleneck_evidence(advice):
             lines.append(f"  evidence: {check_text(check)}  ({origin_text(advice, check.fact)}; {firing.rule})")

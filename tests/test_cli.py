@@ -44,7 +44,7 @@ def test_markdown_advice(run_cli):
     assert code == 0
     assert out.startswith("# kbopt advice: memory capacity")
     # The rank and the number of rejections depend on what else the pack recommends and rejects.
-    assert re.search(r"\| \d+ \| `paged_kv_cache` \| storage \| page_size=16 max_pages=28502 \|", out)
+    assert re.search(r"\| \d+ \| `paged_kv_cache` \| change \| storage \| page_size=16 max_pages=28502 \|", out)
     assert re.search(r"^## Rejected \(\d+\)$", out, re.M)
 
 

@@ -32,8 +32,10 @@ def test_capacity_bound_a100_chat(pack):
     chosen = _chosen(advice)
     # At least these; a new rule may add a strategy, but none that the diagnosis rules out.
     assert {"paged_kv_cache", "quantization", "continuous_batching", "chunked_prefill", "kv_cache_quantization"} <= set(chosen)
-    # One replica: chunked prefill supersedes bucketing (K4.6) as the cure for long sequences.
-    assert "S-LENGTH-BUCKETING" not in {f.rule for f in advice.fired}
+    # One replica: chunked prefill supersedes bucketing (K4.6) as the cure for long sequences;
+    # the methodology's strategy is shown rejected with that reason, not dropped.
+    assert "length_bucketing" not in {s.id for s in advice.strategies}
+    assert [r.because for r in advice.rejected if r.id == "length_bucketing"] == [("R-LENGTH-BUCKETING-ONE-REPLICA",)]
     assert "static_kv_preallocation" not in chosen                 # excluded by the paged KV cache
     # vLLM's rule by default: 80 GiB x 0.9 - 14.9 GiB of fp16 weights - 1.3 GiB of activations (the API
     # server's 2,048 batched tokens on an A100) - 0.13 GiB outside PyTorch = 55.67 GiB, over 16-token
@@ -257,7 +259,8 @@ def test_tgi_long_prompts_get_chunked_prefill_not_buckets(pack):
     advice = _advise("tgi-a10g-7b-long-prompts.json", pack)
     chosen = _chosen(advice)
     assert chosen["chunked_prefill"].params["max_num_batched_tokens"] == 2048     # latency objective
-    assert "S-LENGTH-BUCKETING" not in {f.rule for f in advice.fired}   # one replica: nothing to route
+    assert "length_bucketing" not in chosen     # one replica: nothing to route, and it says so
+    assert any(r.id == "length_bucketing" and "one replica" in r.reason for r in advice.rejected)
     assert chosen["prefix_caching"].params == {"enabled": True}
     quant = chosen["quantization"]
     assert quant.key == "quantization[fp8]" and quant.params["mode"] == "weight_only"   # A10G is Ampere

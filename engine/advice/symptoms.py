@@ -1,0 +1,125 @@
+"""Symptoms: what the deployment shows today, computed from the facts (not from the rules): each
+objective it misses and by how much, queue timeouts, preemptions, queueing, and the share of the
+GPU's math that prefills take where the performance model gives it. Every format shows them first,
+before the bottleneck (docs/advice-format.md#symptoms)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kbopt.engine.advice.whatif import number
+
+MEASURED, ESTIMATED = "measured", "estimated"
+
+# The prefill share worth a line: from a quarter of the GPU's math, prefills visibly stretch the
+# decode steps they share (and the TTFT of the prompts queued behind them).
+PREFILL_SHARE_SHOWN = 0.25
+# Queueing worth a line: on average at least one request waits.
+WAITING_SHOWN = 1.0
+
+# (kind, label, objective, measured facts in order of preference, the model's estimate)
+_OBJECTIVES = (
+    ("ttft", "TTFT", "constraints.ttft_slo_ms", (("workload.ttft_p99_ms", "p99"), ("workload.ttft_mean_ms", "mean")),
+     "derived.ttft_expected_ms"),
+    ("itl", "ITL", "constraints.itl_slo_ms", (("workload.itl_p99_ms", "p99"), ("workload.itl_mean_ms", "mean")),
+     "derived.itl_expected_ms"),
+)
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """One thing the facts show going wrong. `objective` and `miss` (value / objective - 1) are set
+    for a missed objective; `against` for queueing (the requests running)."""
+    kind: str                        # ttft | itl | queue_timeouts | preemptions | queueing | prefill_share
+    fact: str                        # the fact that shows it: workload.ttft_p99_ms
+    value: float
+    unit: str
+    source: str                      # measured (a fact given) | estimated (the performance model's)
+    objective: float | None = None
+    objective_fact: str | None = None
+    miss: float | None = None
+    against: float | None = None
+    against_fact: str | None = None
+    label: str = ""                  # `TTFT p99`
+
+    def text(self) -> str:
+        """`TTFT p99 1,350 ms against a 1,000 ms objective (+35%)`."""
+        if self.objective is not None and self.miss is not None:
+            return (f"{self.label} {number(self.value)} {self.unit} against a {number(self.objective)} {self.unit} "
+                    f"objective (+{self.miss:.0%})" if self.miss >= 0.1 else f"objective (+{self.miss:.1%})")
+        if self.kind == "queue_timeouts":
+            return f"{_percent(self.value)} of requests time out in the queue"
+        if self.kind == "preemptions":
+            return f"{number(self.value)} KV-cache preemptions per finished request"
+        if self.kind == "queueing":
+            per = f" ({number(self.value / self.against)} per running request)" if self.against else ""
+            return f"{number(self.value)} requests wait on average against {number(self.against or 0)} running{per}"
+        if self.kind == "prefill_share":
+            return f"prefills take {_percent(self.value)} of the GPU's math"
+        return f"{self.fact} = {number(self.value)}"
+
+    def note(self) -> str:
+        """Where it comes from: `measured: workload.ttft_p99_ms`, or the model's estimate."""
+        if self.source == ESTIMATED:
+            return f"estimated by the performance model, nothing measured: {self.fact}" if self.objective is not None \
+                else f"estimated by the performance model: {self.fact}"
+        return f"measured: {self.fact}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "fact": self.fact, "value": self.value, "unit": self.unit,
+                               "source": self.source}
+        if self.objective is not None:
+            out.update(objective=self.objective, objective_fact=self.objective_fact, miss=round(self.miss or 0.0, 4))
+        if self.against is not None:
+            out.update(against=self.against, against_fact=self.against_fact)
+        return out
+
+
+def _percent(ratio: float) -> str:
+    return f"{number(ratio * 100)}%"
+
+
+def _number(values: Mapping[str, Any], path: str) -> float | None:
+    value = values.get(path)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
+def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any]) -> tuple[Symptom, ...]:
+    """The symptoms of `facts` (the input facts) and `derived` (the final derived facts), in a
+    fixed order: objectives (TTFT, ITL), queue timeouts, preemptions, queueing, prefill share."""
+    out: list[Symptom] = []
+    for kind, name, objective_fact, measured, estimate in _OBJECTIVES:
+        objective = _number(facts, objective_fact)
+        if objective is None or objective <= 0:
+            continue
+        found = next(((path, which, v) for path, which in measured if (v := _number(facts, path)) is not None), None)
+        if found is not None:
+            path, which, value = found
+            source, label = MEASURED, f"{name} {which}"
+        else:
+            expected = _number(derived, estimate)
+            if expected is None:
+                continue
+            path, value, source, label = estimate, expected, ESTIMATED, f"{name} expected"
+        if value > objective:
+            out.append(Symptom(kind, path, value, "ms", source, objective, objective_fact, value / objective - 1,
+                               label=label))
+    timeouts = _number(facts, "workload.queue_timeout_ratio")
+    if timeouts is not None and timeouts > 0:
+        out.append(Symptom("queue_timeouts", "workload.queue_timeout_ratio", timeouts, "ratio", MEASURED))
+    preemptions = _number(facts, "workload.preemption_ratio")
+    if preemptions is not None and preemptions > 0:
+        out.append(Symptom("preemptions", "workload.preemption_ratio", preemptions, "preemptions / finished request",
+                           MEASURED))
+    waiting = _number(facts, "workload.requests_waiting_mean")
+    if waiting is not None and waiting >= WAITING_SHOWN:
+        running = _number(facts, "workload.requests_running_mean")
+        out.append(Symptom("queueing", "workload.requests_waiting_mean", waiting, "requests", MEASURED,
+                           against=running, against_fact="workload.requests_running_mean" if running is not None else None))
+    prefill = _number(derived, "derived.prefill_load")
+    if prefill is not None and prefill >= PREFILL_SHARE_SHOWN:
+        out.append(Symptom("prefill_share", "derived.prefill_load", prefill, "ratio", ESTIMATED))
+    return tuple(out)
