@@ -126,3 +126,20 @@ def test_an_entry_that_would_call_a_function_is_refused(cache_dir, tmp_path):
     entry.write_bytes(pickle.dumps(Call()))
     assert load_checked_pack([]).rules
     assert not marker.exists()
+
+
+def test_every_knowledge_file_a_pack_carries_is_in_its_key(tmp_path, monkeypatch):
+    # A cached pack carries the knowledge base (the model's error bands included): editing any of
+    # its files must make a new entry, or the advice would show the old figures.
+    from kbopt.kb.packaged import package_dir
+    kb_copy = tmp_path / "kb"
+    shutil.copytree(package_dir("kbopt.kb"), kb_copy)
+    monkeypatch.setattr(cache, "package_dir", lambda package: kb_copy if package == "kbopt.kb" else package_dir(package))
+    before = cache.pack_key(())
+    for name in cache.KB_FILES:
+        path = kb_copy / name
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n# edited\n")
+        assert cache.pack_key(()) != before, name
+        path.write_bytes(original)
+    assert "model_errors.yaml" in cache.KB_FILES

@@ -30,7 +30,7 @@ from kbopt.kb.knowledge import adopt
 from kbopt.kb.packaged import package_dir
 
 FORMAT = b"kbopt-pack-cache/1"
-KB_FILES = ("vocabulary.yaml", "strategies.yaml", "gpus.yaml", "sources.yaml", "models.yaml")
+KB_FILES = ("vocabulary.yaml", "strategies.yaml", "gpus.yaml", "sources.yaml", "models.yaml", "model_errors.yaml")
 CODE_PACKAGES = ("kbopt", "kbopt.engine", "kbopt.engine.lang", "kbopt.engine.pack", "kbopt.engine.evaluators",
                  "kbopt.engine.advice", "kbopt.engine.authoring", "kbopt.kb")
 
