@@ -213,3 +213,12 @@ def test_the_fast_facts_check_never_accepts_what_the_schema_refuses():
             fast += 1
             assert not list(validator.iter_errors(document)), document
     assert fast > 150          # enough documents took the fast path for the check to mean something
+
+
+def test_sizes_past_physics_are_refused_naming_the_field(tmp_path, run_cli):
+    # issue 28: params_billion 1e15 passed the schema and emitted a tensor-parallel size of 7x10^13
+    path = tmp_path / "big.json"
+    path.write_text('{"kbopt": "facts/1", "model": {"params_billion": 1e15, "weight_dtype": "bf16"},'
+                    ' "hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 8}}')
+    code, out, err = run_cli("advise", "--facts", str(path), "--emit", "vllm")
+    assert code == 2 and out == "" and "$.model.params_billion" in err and "Traceback" not in err
