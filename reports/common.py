@@ -4,8 +4,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check
+from kbopt.engine.advice.launch import Launch, deployed_launch
 from kbopt.engine.advice.model import Advice, Firing, StrategyAdvice
 from kbopt.engine.advice.whatif import Gain, label, number
 from kbopt.engine.lang.text import fmt
@@ -172,3 +174,10 @@ def model_evidence(advice: Advice) -> list[Estimate]:
 
 def gains_text(gains: Iterable[Gain]) -> str:
     return ", ".join(g.text() for g in gains)
+
+
+def deployed(advice: Advice, command: Command | None = None) -> tuple[str, Launch | str] | None:
+    """The deployed engine and its launch after the advice (or why none can be written), for the
+    renderers' Launch sections; None when the facts name no engine kbopt has a profile for."""
+    launch = deployed_launch(advice, command)
+    return None if launch is None else (str(advice.facts.get("workload.engine")), launch)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.explain import Check
+from kbopt.engine.advice.launch import deployed_launch
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.whatif import number
 from kbopt.engine.lang.text import fmt
@@ -73,7 +74,6 @@ def _environment():
 
 
 def render_html(advice: Advice, comparison: Comparison | None = None, command: Command | None = None) -> str:
-    from kbopt.engine.advice.launch import deployed_launch
     template = _environment().get_template("report.html.j2")
     roof, memory = roofline(advice), memory_bar(advice)
     return template.render(

@@ -14,6 +14,7 @@ from kbopt.reports.common import (
     bottleneck_evidence,
     chain,
     check_text,
+    deployed,
     engine_settings,
     facts_to_collect,
     origin_detail,
@@ -132,11 +133,10 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
 
 def _launch(advice: Advice, command: Command | None = None) -> list[str]:
     """The deployed engine's settings, today -> proposed, with the rule that set each."""
-    from kbopt.engine.advice.launch import deployed_launch
-    launch = deployed_launch(advice, command)
-    if launch is None:
+    found = deployed(advice, command)
+    if found is None:
         return []
-    engine = str(advice.facts.get("workload.engine"))
+    engine, launch = found
     if isinstance(launch, str):
         return ["", f"## Launch ({_code(engine)})", "", f"Not written: {_cell(launch)}"]
     version = ".".join(map(str, launch.target.version))

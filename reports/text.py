@@ -13,6 +13,7 @@ from kbopt.reports.common import (
     bottleneck_evidence,
     chain,
     check_text,
+    deployed,
     engine_settings,
     estimate_text,
     facts_to_collect,
@@ -99,11 +100,10 @@ def _strategy(advice: Advice, number: int, strategy: StrategyAdvice, explain: bo
 
 def _launch(advice: Advice, command: Command | None = None) -> list[str]:
     """The deployed engine's settings that change, today -> proposed, each with the rule that set it."""
-    from kbopt.engine.advice.launch import deployed_launch
-    launch = deployed_launch(advice, command)
-    if launch is None:
+    found = deployed(advice, command)
+    if found is None:
         return []
-    engine = str(advice.facts.get("workload.engine"))
+    engine, launch = found
     if isinstance(launch, str):
         return ["", *_wrap(f"Launch ({engine}): not written: {launch}", "")]
     changes = launch.changes()
