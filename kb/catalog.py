@@ -33,6 +33,9 @@ class Gpu:
     fp4_tensor_cores: bool
     source: str
     fp4_tflops: float = 0.0            # dense FP4 (NVFP4) tensor math; 0 before Blackwell
+    # One MIG compute slice's share of the whole GPU's SMs (the datasheet peak counts them all): an
+    # A100 slice has 14 of 108 SMs, not 1/7 of them, since MIG mode leaves 10 SMs unused. 0: not given.
+    mig_slice_sm_share: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -74,11 +74,12 @@ def test_moe_step_reads_the_experts_its_tokens_touch(pack):
 
 
 def test_a_mig_slice_gets_its_share_of_bandwidth_and_sms(pack):
-    # A100-80GB 1g.10gb: one of eight memory slices (2,039 / 8 GB/s) and one of seven compute slices (312 / 7 TFLOP/s)
+    # A100-80GB 1g.10gb: one of eight memory slices (2,039 / 8 GB/s) and one compute slice, 14 of the 108 SMs the
+    # 312 TFLOP/s count (MIG mode leaves 10 SMs unused, so not 312 / 7)
     d = _derived(pack, {"hardware": {"gpu_name": "NVIDIA A100-SXM4-80GB", "gpu_count": 1, "mig_enabled": True,
                                      "mig_memory_gib": 10, "mig_compute_slices": 1}, "model": {"weight_dtype": "bf16"}})
     _close(d["derived.gpu_bandwidth_gbps"], 2039 / 8)
-    _close(d["derived.gpu_tflops"], 312 / 7)
+    _close(d["derived.gpu_tflops"], 312 * 14 / 108, 1e-3)
     assert d["derived.gpu_memory_gib"] == 10
 
 
@@ -130,3 +131,48 @@ def test_the_running_batch_is_capped_by_what_the_kv_pool_holds(pack):
     few = _derived(pack, {**document, "workload": {**document["workload"], "concurrency_mean": 8}})
     assert few["derived.running_batch"] == 8
     assert d["derived.ttft_expected_ms"] > 10 * few["derived.ttft_expected_ms"]
+
+
+MAVERICK = {"params_billion": 400, "active_params_billion": 17, "num_layers": 48, "num_kv_heads": 8, "head_dim": 128,
+            "num_attention_heads": 40, "hidden_size": 5120, "num_experts": 128, "experts_per_token": 1, "weight_dtype": "fp8"}
+
+
+def test_a_moe_step_reads_every_expert_but_does_the_math_of_its_active_ones(pack):
+    # Llama-4-Maverick FP8 on 8 H200s at 512 running: the step reads almost all 400B parameters, but each
+    # token multiplies only its 17B active ones: 2 x 17e9 x 512 / 8 GPUs FLOPs each, plus attention
+    # (4 x layers x heads x head dim x cached tokens per sequence / TP), at 1,979 TFLOP/s.
+    d = _derived(pack, {"hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8, "interconnect": "nvlink"},
+                        "model": MAVERICK, "serving": {"tensor_parallel_size": 8},
+                        "workload": {"requests_running_mean": 512, "prompt_len_mean": 1000, "output_len_mean": 1000}})
+    context = d["derived.kv_context_tokens_mean"]
+    hand = (2 * 17e9 * 512 / 8 + 4 * 48 * 40 * 128 * 512 * context / 8) / 1979e12 * 1000
+    _close(d["derived.decode_compute_ms"], hand, 1e-6)
+    assert d["derived.active_weight_bytes_per_gpu"] > 0.95 * 400e9 / 8        # yet nearly every expert is read
+
+
+def test_fp8_math_reaches_a_smaller_share_of_its_peak_than_16_bit(pack):
+    # A 2,048-token prefill of Llama-3-8B on an H100: BF16 at 0.55 of 989 TFLOP/s, FP8 at 0.50 of 1,979
+    # (best-case matmuls reach 80.3% of the BF16 peak and 73.4% of the FP8 one: 0.55 x 73.4 / 80.3).
+    workload = {"prompt_len_mean": 2048, "requests_running_mean": 1, "output_len_mean": 128}
+    flops = 2 * 8.03e9 * 2048 + 2 * 32 * 32 * 128 * 2048**2
+    hardware = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1}
+    bf16 = _derived(pack, {"hardware": hardware, "model": {**LLAMA3_8B, "weight_dtype": "bf16"}, "workload": workload})
+    fp8 = _derived(pack, {"hardware": hardware, "model": {**LLAMA3_8B, "weight_dtype": "fp8"}, "workload": workload})
+    _close(bf16["derived.prefill_compute_ms"], flops / (989e12 * 0.55) * 1000, 1e-6)
+    _close(fp8["derived.prefill_compute_ms"], flops / (1979e12 * 0.50) * 1000, 1e-6)
+    assert 1.7 < bf16["derived.prefill_compute_ms"] / fp8["derived.prefill_compute_ms"] < 1.9   # not the datasheet's 2x
+
+
+def test_sglang_runs_a_moe_prefill_without_cuda_graphs(pack):
+    # DeepSeek-R1 on 8 H200s: SGLang runs prefill batches eagerly, about 0.98 ms of launches per layer
+    # (a one-token DeepSeek-V3 prefill: 82.6 ms eager, 23.1 ms graphed, 61 layers), which vLLM's
+    # compiled prefill does not pay in this model.
+    model = {"params_billion": 671, "active_params_billion": 37, "num_layers": 61, "num_attention_heads": 128,
+             "head_dim": 128, "hidden_size": 7168, "num_experts": 256, "experts_per_token": 8, "kv_lora_rank": 512,
+             "qk_rope_head_dim": 64, "weight_dtype": "fp8"}
+    document = {"hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8, "interconnect": "nvlink"}, "model": model,
+                "serving": {"tensor_parallel_size": 8},
+                "workload": {"concurrency_mean": 8, "prompt_len_mean": 1024, "output_len_mean": 1024}}
+    sglang = _derived(pack, {**document, "workload": {**document["workload"], "engine": "sglang"}})
+    vllm = _derived(pack, {**document, "workload": {**document["workload"], "engine": "vllm"}})
+    _close(sglang["derived.prefill_ms"] - vllm["derived.prefill_ms"], 61 * 0.98, 1e-6)
