@@ -410,6 +410,8 @@ def test_model_from_a_hugging_face_config(run_cli, tmp_path):
                                   "torch_dtype": "bfloat16"}))
     code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
     model = json.loads(out)["model"]
+    # q and o 3,584 x 28 x 128, k and v 3,584 x 4 x 128, in each of 28 layers (printed to 6 decimals)
+    assert model.pop("attention_params_billion") == pytest.approx(28 * (2 * 3584 * 28 * 128 + 2 * 3584 * 4 * 128) / 1e9, abs=1e-6)
     assert code == 0 and model == {"head_dim": 128, "name": "Qwen/Qwen2.5-7B-Instruct", "num_kv_heads": 4,
                                    "num_layers": 28, "weight_dtype": "bf16", "num_attention_heads": 28, "hidden_size": 3584}
     code, _, err = run_cli("collect", "--no-nvml", "--model", "gpt-5")

@@ -139,13 +139,14 @@ MAVERICK = {"params_billion": 400, "active_params_billion": 17, "num_layers": 48
 
 def test_a_moe_step_reads_every_expert_but_does_the_math_of_its_active_ones(pack):
     # Llama-4-Maverick FP8 on 8 H200s at 512 running: the step reads almost all 400B parameters, but each
-    # token multiplies only its 17B active ones: 2 x 17e9 x 512 / 8 GPUs FLOPs each, plus attention
-    # (4 x layers x heads x head dim x cached tokens per sequence / TP), at 1,979 TFLOP/s.
+    # token multiplies only its 17B active ones: 2 x 17e9 x 512 / 8 GPUs FLOPs each at the FP8 peak (1,979
+    # TFLOP/s), plus attention (4 x layers x heads x head dim x cached tokens per sequence / TP) at the 16-bit
+    # peak (989), since attention runs on 16-bit activations.
     d = _derived(pack, {"hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8, "interconnect": "nvlink"},
                         "model": MAVERICK, "serving": {"tensor_parallel_size": 8},
                         "workload": {"requests_running_mean": 512, "prompt_len_mean": 1000, "output_len_mean": 1000}})
     context = d["derived.kv_context_tokens_mean"]
-    hand = (2 * 17e9 * 512 / 8 + 4 * 48 * 40 * 128 * 512 * context / 8) / 1979e12 * 1000
+    hand = (2 * 17e9 * 512 / 8 / 1979e12 + 4 * 48 * 40 * 128 * 512 * context / 8 / 989e12) * 1000
     _close(d["derived.decode_compute_ms"], hand, 1e-6)
     assert d["derived.active_weight_bytes_per_gpu"] > 0.95 * 400e9 / 8        # yet nearly every expert is read
 
@@ -176,3 +177,42 @@ def test_sglang_runs_a_moe_prefill_without_cuda_graphs(pack):
     sglang = _derived(pack, {**document, "workload": {**document["workload"], "engine": "sglang"}})
     vllm = _derived(pack, {**document, "workload": {**document["workload"], "engine": "vllm"}})
     _close(sglang["derived.prefill_ms"] - vllm["derived.prefill_ms"], 61 * 0.98, 1e-6)
+
+
+DEEPSEEK_V3 = {"params_billion": 671, "active_params_billion": 37, "num_layers": 61, "num_attention_heads": 128,
+               "hidden_size": 7168, "num_experts": 256, "experts_per_token": 8, "kv_lora_rank": 512,
+               "qk_rope_head_dim": 64, "weight_dtype": "fp8", "kv_cache_dtype": "bf16", "attention_params_billion": 11.41}
+
+
+def test_data_parallel_attention_keeps_one_latent_per_request_and_whole_attention_weights(pack):
+    # DeepSeek-R1 on 8 H200s, TensorRT-LLM, max_batch_size 128 per rank, 1,024 clients: under TP8 every GPU
+    # keeps each token's 61 x 576 x 2-byte latent and 128 requests run; with attention data-parallel each
+    # GPU keeps its own requests' latents (1/8), holds the 11.41B attention parameters whole (7/8 of them
+    # more than its TP share) and runs 128 requests of its own, 1,024 in all.
+    document = {"hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8, "interconnect": "nvlink"}, "model": DEEPSEEK_V3,
+                "serving": {"tensor_parallel_size": 8, "expert_parallel": True, "max_num_seqs": 128},
+                "workload": {"engine": "trtllm", "concurrency_mean": 1024, "prompt_len_mean": 1024, "output_len_mean": 2048}}
+    tp = _derived(pack, document)
+    dp = _derived(pack, {**document, "serving": {**document["serving"], "dp_attention": True}})
+    assert tp["derived.kv_bytes_per_token_per_gpu"] == 61 * 576 * 2
+    assert dp["derived.kv_bytes_per_token_per_gpu"] == 61 * 576 * 2 / 8
+    _close(dp["derived.weights_gib_per_gpu"] - tp["derived.weights_gib_per_gpu"], 11.41e9 * 1 * 7 / 8 / GIB, 1e-9)
+    assert tp["derived.running_batch"] == 128 and dp["derived.running_batch"] == 1024
+
+
+def test_attention_is_its_own_kernel_with_its_own_roof(pack):
+    # Llama-3-70B FP8 on 2 H100s at 256 running, 4k context: the GEMMs are compute-bound and attention is
+    # bound by reading the KV cache; each kernel waits on its own roof, so the step is the sum of the two,
+    # not the larger of the summed bytes and the summed FLOPs.
+    d = _derived(pack, {"hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "interconnect": "nvlink"},
+                        "model": {**LLAMA3_70B, "weight_dtype": "fp8", "kv_cache_dtype": "fp8"},
+                        "serving": {"tensor_parallel_size": 2},
+                        "workload": {"requests_running_mean": 256, "prompt_len_mean": 4000, "output_len_mean": 200}})
+    bw, ce = d["derived.bandwidth_efficiency"], d["derived.compute_efficiency"]
+    weights, kv = d["derived.decode_bytes_ms"] - d["derived.decode_kv_bytes_ms"], d["derived.decode_kv_bytes_ms"]
+    gemm, attention = d["derived.decode_compute_ms"] - d["derived.decode_attention_ms"], d["derived.decode_attention_ms"]
+    kernels = max(weights / bw, gemm / ce) + max(kv / bw, attention / ce)
+    _close(d["derived.decode_step_expected_ms"], kernels + d["derived.step_overhead_ms"] + 0.004 * 256, 1e-9)
+    assert kernels > max((weights + kv) / bw, (gemm + attention) / ce) * 1.05
+    # the KV read: 256 sequences x 4,100 tokens x 80 layers x 8/2 heads x 128 x 2 (K, V) x 1 byte at 3,350 GB/s
+    _close(kv, 256 * 4100 * 80 * 4 * 128 * 2 / 3350e9 * 1000, 1e-6)

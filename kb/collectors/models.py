@@ -127,6 +127,11 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
     name = config.get("_name_or_path") or (config.get("architectures") or [None])[0]
     if name:
         out.put("model.name", str(name), source("_name_or_path"))
+    attention = attention_params(config)
+    if attention is not None and layers:
+        out.put("model.attention_params_billion", layers * attention / 1e9, Provenance(
+            f"config:{path.name}", "derived", metric="shape: layers x (q, k, v, o projections)",
+            note="kb/collectors/models.py, attention_params: what data-parallel attention replicates on every GPU"))
     if experts:
         active = moe_active_params(config)
         if active is not None:
@@ -140,6 +145,32 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
                              "give model.active_params_billion")
     out.notes.append(f"{path.name}: a config.json has no parameter count; give model.params_billion for memory sizing")
     return out
+
+
+def _size(config: dict[str, Any], key: str, default: int | None = None) -> int | None:
+    value = config.get(key, default)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def attention_params(config: dict[str, Any]) -> int | None:
+    """One layer's attention parameters, from config.json: q, k, v, o projections (hidden x heads x
+    head_dim, 2 x hidden x kv_heads x head_dim, heads x head_dim x hidden); with MLA, the low-rank q
+    (q_lora_rank) and kv (kv_lora_rank) down- and up-projections and o. None when a size is missing."""
+    def get(key: str, default: int | None = None) -> int | None:
+        return _size(config, key, default)
+    hidden, heads = get("hidden_size"), get("num_attention_heads")
+    if not (hidden and heads):
+        return None
+    if get("kv_lora_rank"):
+        nope, rope, v = get("qk_nope_head_dim"), get("qk_rope_head_dim"), get("v_head_dim")
+        rank, q_rank = get("kv_lora_rank"), get("q_lora_rank", 0)
+        if nope is None or rope is None or not v or not rank or q_rank is None:
+            return None
+        q = (hidden * q_rank + q_rank * heads * (nope + rope)) if q_rank else hidden * heads * (nope + rope)
+        return q + hidden * (rank + rope) + rank * heads * (nope + v) + heads * v * hidden
+    head_dim = get("head_dim") or hidden // heads
+    kv_heads = get("num_key_value_heads") or heads
+    return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
 
 
 def moe_active_params(config: dict[str, Any]) -> float | None:
@@ -158,25 +189,16 @@ def moe_active_params(config: dict[str, Any]) -> float | None:
     otherwise. Norms and biases are left out (under 0.1%), so is DeepSeek's multi-token-prediction
     layer (not used to serve). None when a size it needs is missing."""
     def get(key: str, default: int | None = None) -> int | None:
-        value = config.get(key, default)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+        return _size(config, key, default)
     hidden, layers, heads, vocab = get("hidden_size"), get("num_hidden_layers"), get("num_attention_heads"), get("vocab_size")
     experts = get("num_local_experts") or get("n_routed_experts") or get("num_experts")
     routed = get("num_experts_per_tok")
     expert_size = get("moe_intermediate_size") or get("intermediate_size")
     if not (hidden and layers and heads and vocab and experts and routed and expert_size):
         return None
-    if get("kv_lora_rank"):
-        nope, rope, v = get("qk_nope_head_dim"), get("qk_rope_head_dim"), get("v_head_dim")
-        rank, q_rank = get("kv_lora_rank"), get("q_lora_rank", 0)
-        if nope is None or rope is None or not v or not rank or q_rank is None:
-            return None
-        q = (hidden * q_rank + q_rank * heads * (nope + rope)) if q_rank else hidden * heads * (nope + rope)
-        attention = q + hidden * (rank + rope) + rank * heads * (nope + v) + heads * v * hidden
-    else:
-        head_dim = get("head_dim") or hidden // heads
-        kv_heads = get("num_key_value_heads") or heads
-        attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    attention = attention_params(config)
+    if attention is None:
+        return None
     dense_layers = min(layers, get("first_k_dense_replace", 0) or 0)
     dense_mlp = 3 * hidden * (get("intermediate_size") or 0)
     shared = 3 * hidden * ((get("n_shared_experts", 0) or 0) * expert_size + (get("shared_expert_intermediate_size", 0) or 0))
