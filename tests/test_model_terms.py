@@ -216,3 +216,22 @@ def test_attention_is_its_own_kernel_with_its_own_roof(pack):
     assert kernels > max((weights + kv) / bw, (gemm + attention) / ce) * 1.05
     # the KV read: 256 sequences x 4,100 tokens x 80 layers x 8/2 heads x 128 x 2 (K, V) x 1 byte at 3,350 GB/s
     _close(kv, 256 * 4100 * 80 * 4 * 128 * 2 / 3350e9 * 1000, 1e-6)
+
+
+def test_the_itl_tail_is_a_step_stalled_by_a_full_prefill_chunk(pack):
+    # Llama-3-8B on an L4 under vLLM (2,048-token budget below 70 GiB), 16 running, 2,048 in / 256 out:
+    # a step carries 16 decodes and a 2,032-token chunk; 16 / 256 prompts start a step, each needing
+    # 2,048 / 2,032 chunks, so 6.3% of the steps are stalled and p99 is the step plus a full chunk's math.
+    document = {"hardware": {"gpu_name": "NVIDIA L4", "gpu_count": 1}, "model": {**LLAMA3_8B, "weight_dtype": "bf16"},
+                "workload": {"engine": "vllm", "prompt_len_mean": 2048, "output_len_mean": 256, "requests_running_mean": 16}}
+    d = _derived(pack, document)
+    _close(d["derived.prefill_stall_ms"], d["derived.prefill_compute_ms"] * 2032 / 2048, 1e-9)
+    _close(d["derived.prefill_step_share"], 16 * 2048 / (256 * 2032), 1e-9)
+    _close(d["derived.itl_p99_expected_ms"], d["derived.decode_step_expected_ms"] + d["derived.prefill_stall_ms"], 1e-9)
+    assert d["derived.itl_p99_expected_ms"] > 5 * d["derived.itl_expected_ms"]        # the tail, not the mean
+    # a 256-token budget cuts the stall to 240 tokens' math
+    small = _derived(pack, {**document, "serving": {"max_num_batched_tokens": 256}})
+    _close(small["derived.prefill_stall_ms"], small["derived.prefill_compute_ms"] * 240 / 2048, 1e-9)
+    # TensorRT-LLM without chunked context stalls a step by a whole prefill
+    whole = _derived(pack, {**document, "workload": {**document["workload"], "engine": "trtllm"}})
+    assert whole["derived.prefill_stall_ms"] == whole["derived.prefill_compute_ms"]
