@@ -124,14 +124,15 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a number kbopt accepts")
 
 
-def parse_document(text: str, name: str) -> Any:
-    """Parse JSON or YAML text; errors name the file, line and column."""
+def parse_document(text: str, name: str, as_yaml: bool | None = None) -> Any:
+    """Parse JSON or YAML text (YAML by the name's suffix unless `as_yaml` says); errors name the
+    file, line and column."""
     if len(text) > MAX_FACTS_BYTES:
         raise FactsError(f"{name}: the facts document is {len(text):,} characters long; kbopt reads at most "
                          f"{MAX_FACTS_BYTES:,} (a real one is a few kilobytes)")
     if not text.strip():
         raise FactsError(f"{name}: the facts document is empty; write at least {{\"kbopt\": \"{FACTS_FORMAT}\"}}")
-    if name.endswith((".yaml", ".yml")):
+    if as_yaml if as_yaml is not None else name.endswith((".yaml", ".yml")):
         import yaml  # only for YAML documents: JSON facts never load PyYAML
 
         from kbopt.kb.yamlio import DuplicateKey, YamlRefused, read_yaml_strict
@@ -358,15 +359,67 @@ def facts_from_document(document: Any, name: str, overrides: Sequence[str] = ())
     return Facts(values=dict(sorted(values.items())), provenance=dict(sorted(provenance.items())))
 
 
+STDIN = "-"
+
+
 def load_facts(path: str | Path, overrides: Sequence[str] = ()) -> Facts:
-    path = Path(path)
+    return load_merged_facts([str(path)], overrides)
+
+
+def load_merged_facts(paths: Sequence[str], overrides: Sequence[str] = ()) -> Facts:
+    return facts_from_document(*merged_document(paths), overrides)
+
+
+def merged_document(paths: Sequence[str]) -> tuple[dict[str, Any], str]:
+    """One facts document from one or more (`-`: standard input), merged in order: a later
+    document's fact replaces an earlier one's, with its provenance; and the name errors give it.
+    Each document is checked on its own first, so that an error names the file it is in; relations
+    between facts are checked on the merge (facts_from_document)."""
+    if list(paths).count(STDIN) > 1:
+        raise FactsError("--facts -: standard input can be read once")
+    vocabulary = builtin_knowledge().vocabulary
+    documents = []
+    for path in paths:
+        name = "<stdin>" if path == STDIN else str(path)
+        text, as_yaml = _read_text(path)
+        document = parse_document(text, name, as_yaml)
+        validate_document(document, name, vocabulary)
+        documents.append(document)
+    if len(documents) == 1:
+        return documents[0], name
+    return merge_documents(documents), " + ".join("<stdin>" if path == STDIN else Path(path).name for path in paths)
+
+
+def _read_text(path: str) -> tuple[str, bool | None]:
+    """The text of a facts document, and whether it is YAML (by its suffix, None; standard input is
+    JSON when it starts with `{`, YAML otherwise)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        if path == STDIN:
+            text = sys.stdin.read(MAX_FACTS_BYTES + 1)
+            return text, not text.lstrip().startswith("{")
+        return Path(path).read_text(encoding="utf-8"), None
     except FileNotFoundError:
         raise FactsError(f"{path}: no such facts file") from None
     except (OSError, UnicodeDecodeError) as error:
-        raise FactsError(f"{path}: cannot read the facts file: {error}") from None
-    return facts_from_document(parse_document(text, str(path)), str(path), overrides)
+        raise FactsError(f"{'<stdin>' if path == STDIN else path}: cannot read the facts file: {error}") from None
+
+
+def merge_documents(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Facts documents merged in order, fact by fact: a later value and its provenance win, and a
+    fact a later document sets without provenance loses the earlier document's."""
+    merged: dict[str, Any] = {"kbopt": FACTS_FORMAT}
+    provenance: dict[str, Any] = {}
+    for document in documents:
+        for section, fields in document.items():
+            if section in ("kbopt", "provenance") or not isinstance(fields, dict):
+                continue
+            for key, value in fields.items():
+                merged.setdefault(section, {})[key] = value
+                provenance.pop(f"{section}.{key}", None)
+        provenance.update(document.get("provenance") or {})
+    if provenance:
+        merged["provenance"] = provenance
+    return merged
 
 
 def check_consistency(values: dict[str, Any], name: str, vocabulary: Vocabulary) -> None:

@@ -34,7 +34,10 @@ def _parser() -> argparse.ArgumentParser:
                                  description="Run the rules on a facts file (facts/1, JSON or YAML) and print "
                                              "the strategy set with the rules and fact values behind it.")
     source = advise.add_mutually_exclusive_group(required=True)
-    source.add_argument("--facts", metavar="FILE", help="facts document, JSON or YAML")
+    source.add_argument("--facts", metavar="FILE", action="append",
+                        help="facts document, JSON or YAML (- for standard input); repeat it to merge several in order, "
+                             "a later document's facts replacing an earlier one's (e.g. kbopt collect | kbopt advise "
+                             "--facts - --facts constraints.yaml)")
     source.add_argument("--collect", action="store_true", help="collect the facts first (takes the collect options below)")
     source.add_argument("--facts-jsonl", metavar="FILE",
                         help="one facts document per line (- for standard input): one advice JSON per line, streamed; "
@@ -220,7 +223,7 @@ def _evaluator(choice: str) -> str:
 
 def _advise(args) -> int:
     from kbopt.engine.advice.advisor import advise
-    from kbopt.kb.facts import facts_from_document, load_facts
+    from kbopt.kb.facts import facts_from_document, merged_document
     from kbopt.reports import render
     pack = load_checked_pack(args.rules)        # broken rules fail before a long collection
     if args.facts_jsonl is not None:
@@ -232,8 +235,8 @@ def _advise(args) -> int:
         document, name = _collected_document(args), "collected facts"
         read = lambda overrides: facts_from_document(document, name, overrides)   # noqa: E731
     else:
-        name = Path(args.facts).name
-        read = lambda overrides: load_facts(args.facts, overrides)   # noqa: E731
+        document, name = merged_document(args.facts)        # standard input is read once, here
+        read = lambda overrides: facts_from_document(document, name, overrides)   # noqa: E731
     command = None
     if args.launch is not None:
         from kbopt.engine.advice.command import read_command
