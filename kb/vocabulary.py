@@ -29,6 +29,7 @@ class FactSpec:
     estimate: bool = False         # a derived quantity of the performance model, reported under advice "estimates"
     validated_by: str | None = None  # the metric of kb/model_errors.yaml it is checked as (its error band)
     absent_means_none: bool = False  # absent, the feature is not there (no MIG slice): a rule's default then assumes nothing
+    applies_when: str | None = None  # a condition of the rule language: where false, the fact is not asked for (what to collect)
 
     @property
     def section(self) -> str:
@@ -112,6 +113,7 @@ def _spec(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
         estimate=bool(raw.get("estimate", False)),
         validated_by=raw.get("validated_by"),
         absent_means_none=bool(raw.get("absent_means_none", False)),
+        applies_when=raw.get("applies_when"),
     )
 
 

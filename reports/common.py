@@ -117,12 +117,9 @@ def rejection_label(strategy: str, params: Mapping[str, object]) -> str:
 
 
 def facts_to_collect(advice: Advice) -> list[tuple[str, int]]:
-    """Input facts that would let more rules be evaluated, most useful first."""
-    counts: dict[str, int] = {}
-    for item in advice.not_evaluated:
-        for path in item.missing:
-            counts[path] = counts.get(path, 0) + 1
-    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    """Input facts that would let more rules be evaluated, those that could change most first
+    (engine/advice/wanted.py), with the rules waiting on each."""
+    return [(wanted.fact, wanted.rules) for wanted in advice.to_collect]
 
 
 def bottleneck_evidence(advice: Advice, most: int = 6) -> list[tuple[Firing, Check]]:

@@ -172,7 +172,7 @@ def render_text(advice: Advice, explain: bool = False, command: Command | None =
         lines.append("  none")
     else:
         collect = ", ".join(f"{path} ({count})" for path, count in facts_to_collect(advice))
-        lines.extend(_wrap(f"collect (rules waiting on each): {collect}", "  "))
+        lines.extend(_wrap(f"collect, most decisive first (rules waiting on each): {collect}", "  "))
     for item in advice.not_evaluated:
         lines.extend(_wrap(f"- {item.rule} ({item.title}): needs {', '.join(item.missing)}", "  "))
     if advice.estimates:

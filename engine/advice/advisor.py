@@ -10,6 +10,7 @@ from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
 from kbopt.engine.advice.settings import differs_from_today, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
+from kbopt.engine.advice.wanted import facts_to_collect
 from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
@@ -125,7 +126,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         fired=tuple(firings), not_evaluated=not_evaluated, facts=dict(facts.values), provenance=dict(facts.provenance),
         derived=dict(sorted(final.derived.items())), graph=edges, pack_version=pack.version, warnings=warnings,
         bottleneck_missing=bottleneck_missing, estimates=estimates, plan=plan,
-        symptoms=symptoms(facts.values, final.derived))
+        symptoms=symptoms(facts.values, final.derived), to_collect=facts_to_collect(pack, not_evaluated, final))
 
 
 def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatIf | None
