@@ -248,22 +248,37 @@ def _advise(args) -> int:
             raise KboptError(f"--launch is a {command.engine} command, but the facts say workload.engine = "
                              f"{given.get('workload.engine')} with serving.engine_version = {stated}, a version of that "
                              f"engine: give {command.engine}'s with --set serving.engine_version=VERSION")
-    facts = read((command.overrides() if command else []) + args.overrides)   # bad input before anything is said
+    launched = command.overrides() if command else []
+    facts = read(launched + args.overrides)   # bad input before anything is said
     evaluator = _evaluator(args.engine)
     # Even one advice set off collections that walked the whole loaded pack (kbopt.gctuning).
     with many_advices():
-        advice = advise(facts, pack, evaluator)
+        today = advise(read(launched), pack, evaluator) if args.overrides else None
+        advice = _what_if(today, facts, args.overrides, pack, evaluator) if today else advise(facts, pack, evaluator)
         if args.emit:
             from kbopt.reports.emit import render_emit
             write_output(render_emit(advice, args.emit, command), args.output)
             return EXIT_OK
         comparison = None
-        if args.overrides and args.format in ("html", "md"):
+        if today and args.format in ("html", "md"):
             from kbopt.engine.advice.compare import compare
-            comparison = compare(advise(read(command.overrides() if command else []), pack, evaluator), advice, name,
-                                 "with --set")
+            comparison = compare(today, advice, name, "with --set")
         write_output(render(advice, args.format, comparison, args.explain, command), args.output)
     return EXIT_OK
+
+
+def _what_if(today, changed, overrides, pack, evaluator):
+    """The advice on the facts as --set changed them: a change of the deployment itself drops the
+    measurements of today's and carries today's calibration (engine/advice/restate.py)."""
+    import dataclasses
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.restate import restate
+    from kbopt.kb.facts import Facts
+    set_paths = [item.partition("=")[0].strip() for item in overrides]
+    facts, restated = restate(Facts(today.facts, today.provenance), today.derived, changed, set_paths)
+    advice = advise(facts, pack, evaluator)
+    return dataclasses.replace(advice, restated=restated) if restated else advice
 
 
 def _advise_jsonl(args, pack) -> int:

@@ -10,7 +10,7 @@ from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.explain import Check
 from kbopt.engine.advice.launch import deployed_launch
 from kbopt.engine.advice.model import Advice
-from kbopt.engine.advice.whatif import number
+from kbopt.engine.advice.whatif import number, relative_text
 from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
 from kbopt.reports.charts import MemoryBar, Roofline, memory_bar, roofline
@@ -69,7 +69,7 @@ def _environment():
     env.filters.update(fmt=fmt, check_text=check_text, params_text=params_text)
     # Every rendered string passes here: drop bidirectional controls before escaping.
     env.finalize = lambda value: safe_text(value) if isinstance(value, str) else value
-    env.globals.update(gauge=gauge, sources_of=_sources_of, engine_settings=engine_settings)
+    env.globals.update(gauge=gauge, sources_of=_sources_of, engine_settings=engine_settings, relative_text=relative_text)
     return env
 
 

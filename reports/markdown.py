@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.compare import Comparison
 from kbopt.engine.advice.model import Advice
-from kbopt.engine.advice.whatif import Gain, number
+from kbopt.engine.advice.whatif import Gain, number, relative_text
 from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
 from kbopt.reports.common import (
@@ -60,6 +60,8 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
         out += [f"**Symptoms ({len(advice.symptoms)}):**"]
         out += [f"- {_cell(s.text())} ({_cell(s.note())})" for s in advice.symptoms]
         out.append("")
+    if advice.restated:
+        out += [f"**What-if (--set):** {_cell(advice.restated.text())}", ""]
     if advice.bottleneck_rule:
         out.append(f"**Bottleneck:** `{advice.bottleneck}`, because:")
         out += [f"- {_code(check_text(c))} ({_cell(origin_text(advice, c.fact))}; {_code(f.rule)}, {_sources(f.source)})"
@@ -166,4 +168,7 @@ def _comparison(c: Comparison) -> list[str]:
         + [f"- Parameter {_code(x.name)}: {_cell(fmt(x.before))} → {_cell(fmt(x.after))}" for x in c.params] \
         + [f"- Now rejected: `{k}`" for k in c.newly_rejected] \
         + [f"- No longer rejected: `{k}`" for k in c.no_longer_rejected]
-    return out + (changes or ["The advice is the same."])
+    moved = ["", "| estimate | " + _cell(c.before_label) + " | " + _cell(c.after_label) + " | change |", "|---|---|---|---|"] \
+        + [f"| {_code(x.name)} | {_cell(fmt(x.before))} | {_cell(fmt(x.after))} | {_cell(relative_text(x.before, x.after))} |"
+           for x in c.estimates] if c.estimates else []
+    return out + (changes or ["The advice is the same."]) + moved

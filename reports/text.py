@@ -136,6 +136,8 @@ def render_text(advice: Advice, explain: bool = False, command: Command | None =
     else:
         lines.extend(_wrap("not identified: the bottleneck rules need " + ", ".join(advice.bottleneck_missing), "  "))
     lines.extend(_summary(advice))
+    if advice.restated:
+        lines.extend(_wrap(f"--set: {advice.restated.text()}", "  "))
     for warning in advice.warnings:
         lines.extend(_wrap(f"warning [{warning.rule}]: {warning.text}", "  "))
     lines.append("")

@@ -28,6 +28,7 @@ class Comparison:
     params: tuple[Change, ...]                # `key.param` of strategies chosen in both
     newly_rejected: tuple[str, ...]
     no_longer_rejected: tuple[str, ...]
+    estimates: tuple[Change, ...] = ()        # the performance model's numbers that moved, with their units
 
     @property
     def advice_changed(self) -> bool:
@@ -57,4 +58,7 @@ def compare(before: Advice, after: Advice, before_label: str, after_label: str) 
         params=params,
         newly_rejected=tuple(sorted(rejected_after - rejected_before)),
         no_longer_rejected=tuple(sorted(rejected_before - rejected_after)),
+        estimates=tuple(Change(f"{name} ({e.unit})" if e.unit else name, e.value, after.estimates[name].value)
+                        for name, e in before.estimates.items()
+                        if name in after.estimates and after.estimates[name].value != e.value),
     )

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check, NotEvaluated
+from kbopt.engine.advice.restate import Restated
 from kbopt.engine.advice.symptoms import Symptom
 from kbopt.engine.advice.wanted import Wanted
 from kbopt.engine.advice.whatif import Gain, Plan
@@ -115,6 +116,7 @@ class Advice:
     plan: Plan | None = None                   # the chosen strategies' effects together, evaluated once
     symptoms: tuple[Symptom, ...] = ()         # what the facts show going wrong, before any rule (symptoms.py)
     to_collect: tuple[Wanted, ...] = ()        # the facts to collect next, heaviest first (wanted.py)
+    restated: Restated | None = None           # a --set what-if of the deployment: what it kept and re-estimated (restate.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -135,6 +137,7 @@ class Advice:
             "warnings": [{"rule": w.rule, "text": w.text} for w in self.warnings],
             "symptoms": [s.to_dict() for s in self.symptoms],     # after advice/1's keys, which keep their order
             "to_collect": [w.to_dict() for w in self.to_collect],
+            **({"what_if": self.restated.to_dict()} if self.restated else {}),
             "facts": {path: _fact(value, self.provenance.get(path)) for path, value in self.facts.items()},
             "derived": self.derived,
             "estimates": {name: e.to_dict() for name, e in self.estimates.items()},

@@ -37,6 +37,16 @@ def relative_change(before: Any, after: Any) -> float:
     return float((after - before) / abs(before))
 
 
+def relative_text(before: Any, after: Any) -> str:
+    """`-5.7%` with a true minus sign; `2.0x` past +50% (growth reads as a factor, a cut stays a share)."""
+    change = relative_change(before, after)
+    if change == float("inf"):
+        return "from zero"
+    if change >= 0.5:
+        return f"{after / before:.1f}{TIMES}"
+    return f"{change:+.1%}".replace("-", MINUS)
+
+
 class Gain(NamedTuple):
     """How one estimate moves: `before` on today's facts, `after` with the changes applied.
     (A NamedTuple, immutable like the frozen dataclasses: a document's what-ifs make about a
@@ -55,14 +65,7 @@ class Gain(NamedTuple):
     def text(self) -> str:
         """`decode step expected 21.0 → 19.8 ms (-5.7%)`, with a true minus sign; `(2.0x)` past +50%."""
         unit = f" {self.unit}" if self.unit else ""
-        change = self.change
-        if change == float("inf"):
-            relative = "from zero"
-        elif change >= 0.5:            # growth reads as a factor; a cut stays a share (-50%, not 0.5x)
-            relative = f"{self.after / self.before:.1f}{TIMES}"
-        else:
-            relative = f"{change:+.1%}".replace("-", MINUS)
-        return f"{label(self.metric)} {number(self.before)} → {number(self.after)}{unit} ({relative})"
+        return f"{label(self.metric)} {number(self.before)} → {number(self.after)}{unit} ({relative_text(self.before, self.after)})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "before": self.before, "after": self.after, "unit": self.unit,
