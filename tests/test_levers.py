@@ -180,3 +180,18 @@ def test_the_cap_in_the_action_list_is_the_cap_in_the_script(pack):
                         assert args[cap_flag].value == str(strategy.params[param]), (example.name, engine, sid)
                         seen += 1
     assert seen >= 4
+
+
+def test_collectors_read_the_engines_speculation_metrics():
+    from kbopt.kb.collectors.prometheus import facts_from_scrapes, parse
+    before = ("# TYPE vllm:spec_decode_num_drafts_total counter\nvllm:spec_decode_num_drafts_total{engine=\"0\"} 100\n"
+              "# TYPE vllm:spec_decode_num_draft_tokens_total counter\nvllm:spec_decode_num_draft_tokens_total{engine=\"0\"} 300\n"
+              "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+              "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\"} 150\n")
+    after = before.replace("} 100\n", "} 1100\n").replace("} 300\n", "} 3300\n").replace("} 150\n", "} 2150\n")
+    facts = {path: value for path, (value, _) in facts_from_scrapes(parse(before, "a"), parse(after, "b")).facts.items()}
+    assert facts["telemetry.spec_acceptance_rate"] == pytest.approx(2000 / 3000)     # accepted / drafted in the window
+    assert facts["telemetry.spec_accept_length"] == pytest.approx(1 + 2000 / 1000)   # 1 + accepted / drafts
+    sglang = "# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} 2.4\n"
+    facts = {path: value for path, (value, _) in facts_from_scrapes(parse(sglang, "s")).facts.items()}
+    assert facts["telemetry.spec_accept_length"] == pytest.approx(2.4)
