@@ -5,6 +5,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kbopt.engine.advice.caps import CAP_PARAMS, sized_cap
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
@@ -160,11 +161,20 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     resolution = resolve(graph, candidates)
     chosen = set(resolution.chosen)
 
+    plan = whatif.plan([(key, catalog[candidates[key].strategy], candidates[key].variant)
+                        for key in resolution.chosen if key not in kept]) if whatif else None
     out = []
     engines = targets(final.inputs)          # the engines each strategy's settings are written for
     for key in resolution.chosen:
         c = candidates[key]
         params, notes = _params(c, final, catalog[c.strategy])
+        sized: list[tuple[str, str]] = []
+        if key not in kept:                  # a cap is sized after the whole plan: one number everywhere
+            for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
+                params[name], why = sized_cap(int(params[name]), plan, final.derived, final.inputs)
+                if why:
+                    sized.append((name, why))
+                    notes.append(RuleNote(c.params[name][1], f"{name}={params[name]}: {why}"))
         because = list(c.rules)
         texts = []
         for caveat in caveats:
@@ -187,7 +197,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             status="keep" if key in kept and not differs_from_today(c.strategy, key, params, final.inputs, final.derived)
             else "change",
             expected=outcomes[key].gains if key in outcomes else (),
-            settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines)))
+            settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines), sized=tuple(sized)))
     out.sort(key=lambda s: s.status == "keep")     # actions first, then what stays (stable otherwise)
     rejected = []
     for left in resolution.left_out:
@@ -198,8 +208,6 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     edges = tuple(sorted(
         (Edge(e.kind, e.source, e.target, e.because) for e in graph.edges()),
         key=lambda e: (e.kind, e.source, e.target)))
-    plan = whatif.plan([(key, catalog[candidates[key].strategy], candidates[key].variant)
-                        for key in resolution.chosen if key not in kept]) if whatif else None
     return tuple(out), tuple(rejected), edges, plan
 
 

@@ -13,13 +13,13 @@ without the reason, and a value from the facts that could be read as an option.
 from __future__ import annotations
 
 import json
-import math
 import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from kbopt.engine.advice.caps import plan_metric
 from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.model import Advice, StrategyAdvice
 from kbopt.engine.advice.settings import Setting, Target, clean, settings_for, targets, variant_of
@@ -209,52 +209,14 @@ def _rule(strategy: StrategyAdvice) -> str:
     return clean(f"{rules[0] if rules else 'kbopt'} ({strategy.key or strategy.id})")
 
 
-def _plan_metric(advice: Advice, metric: str) -> tuple[float | None, float | None]:
-    """A metric of the plan (all the advice's changes together): before and after."""
-    if advice.plan is not None:
-        for gain in advice.plan.expected:
-            if gain.metric == metric and _number(gain.before) and _number(gain.after):
-                return float(gain.before), float(gain.after)
-    today = advice.derived.get(f"derived.{metric}")
-    return (float(today), float(today)) if _number(today) else (None, None)
-
-
-def _today_batch(facts: Mapping[str, Any]) -> tuple[float, str] | None:
-    """What runs today and what that is: the engine's running mean, else the clients' peak
-    concurrency (an upper bound on it)."""
-    for name, what in (("workload.requests_running_mean", "today's running batch"), ("workload.concurrency_peak", "today's peak concurrency")):
-        value = facts.get(name)
-        if _number(value):
-            return float(value), what
-    return None
-
-
-def _sized_cap(arg: Arg, advice: Advice, facts: Mapping[str, Any]) -> Arg:
-    """A batch cap a strategy set, sized on the KV pool after the whole plan and kept at or above
-    today's running batch (or saying why not)."""
-    try:
-        cap = int(arg.value or "")
-    except ValueError:
-        return arg
-    before, after = _plan_metric(advice, "kv_pool_sequences")
-    why = ""
-    if before is not None and after is not None and after != before and abs(cap - math.floor(before)) <= 1:
-        cap, why = max(1, math.floor(after)), (f"sized on the KV pool after the plan: {math.floor(before):,} -> "
-                                               f"{math.floor(after):,} sequences of the mean length")
-    today = _today_batch(facts)
-    if today is not None and cap < math.ceil(today[0]):
-        floor, what = math.ceil(today[0]), today[1]
-        if after is not None and after < floor:
-            why = (f"below {what} ({floor}): the KV pool after the plan holds {math.floor(after)} "
-                   "sequences of the mean length, so a larger cap would preempt")
-        else:
-            cap, why = floor, f"raised to {what} ({floor}): a lower cap would queue requests that run today"
-    return Arg(arg.name, arg.kind, str(cap), arg.today, arg.rule, arg.needs, why, arg.set_today)
+def _cap_why(strategy: StrategyAdvice) -> str:
+    """Why the strategy's batch cap differs from what its rule computed (sized in the advisor, caps.py)."""
+    return next((why for _, why in strategy.sized), "")
 
 
 def _check_pool_fits(advice: Advice) -> None:
     for metric in ("kv_pool_gib_per_gpu", "kv_pool_tokens"):
-        _, after = _plan_metric(advice, metric)
+        _, after = plan_metric(advice.plan, advice.derived, metric)
         if after is not None and after <= 0:
             raise KboptError(f"the deployment does not fit: derived.{metric} is {after:.3g} with the advice's changes the "
                              "performance model evaluates (the weights and activations leave no KV cache), so no batch "
@@ -335,8 +297,8 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                     continue
                 today = args[name].today if name in args else None
                 arg = Arg(name, kind, value, today, rule, setting.needs if index == 0 else (), set_today=name in args)
-                if name == cap_name:
-                    arg = _sized_cap(arg, advice, facts)
+                if name == cap_name:      # sized after the whole plan by the advisor (caps.py): the same number
+                    arg = Arg(arg.name, arg.kind, arg.value, arg.today, arg.rule, arg.needs, _cap_why(strategy), arg.set_today)
                 args[name], set_by[name] = arg, rule
     if cap_name is not None and cap_name in args:
         _check_pool_fits(advice)

@@ -42,6 +42,7 @@ class StrategyAdvice:
     # engine -> the lines that set it there (kb/engines/<engine>.yaml); a note (no such setting) starts with "# "
     settings: dict[str, tuple[str, ...]] = field(default_factory=dict)
     status: str = "change"                 # change: to apply; keep: already in place (not an action)
+    sized: tuple[tuple[str, str], ...] = ()  # (parameter, why): a batch cap resized after the whole plan (caps.py)
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ def _slot(target: Target, entries: list[Entry], params: Mapping[str, Any], facts
         if entry.kind == "note":
             return [Setting(target.engine, "note", "", clean(entry.set), needs=entry.needs, source=entry.source,
                             removes=entry.removes)]
-        values, problem = _values(entry, target.engine, params, facts, derived)
+        values, problem = _values(entry, target.engine, params, facts, derived, target.version)
         if values is None:
             problems.append(problem)
             continue
@@ -208,7 +208,7 @@ def _quote(kind: str, value: Any) -> str:
 
 
 def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping[str, Any],
-            derived: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+            derived: Mapping[str, Any], version: Version = (99,)) -> tuple[dict[str, Any] | None, str]:
     """The placeholders of an entry's line, or None and why they cannot be computed."""
     raw = params.get(entry.param) if entry.param else None
     if entry.value is None:
@@ -217,7 +217,7 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
         fraction, why = memory_fraction(engine, raw, facts, derived)
         return ({"value": fraction} if fraction is not None else None), why
     if entry.value == "speculative":
-        return _speculative(engine, params)
+        return _speculative(engine, params, version)
     if entry.value == "hicache_ratio":
         pool = derived.get("derived.kv_pool_gib_per_gpu")
         if not _number(raw) or not _number(pool) or pool <= 0:
@@ -251,29 +251,41 @@ def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _speculative(engine: str, params: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def _speculative(engine: str, params: Mapping[str, Any], version: Version) -> tuple[dict[str, Any] | None, str]:
+    """The speculative settings of `engine` at `version` for the method and draft count. A draft
+    head the facts do not name (model.draft_model) stays the placeholder DRAFT_MODEL, which the
+    launch script never puts in an executable line."""
     method, tokens = params.get("method"), params.get("num_speculative_tokens")
     if not _number(tokens) or tokens < 1:
         return None, "speculative_decoding: num_speculative_tokens not given; not set"
     tokens = int(tokens)
+    draft = str(params.get("draft_model") or "DRAFT_MODEL")
     if engine == "sglang":
-        return {"value": tokens, "value_plus_one": tokens + 1}, ""
+        return {"value": tokens, "value_plus_one": tokens + 1, "draft": draft}, ""
     if engine == "trtllm":
-        names = {"ngram": "NGram", "eagle": "Eagle3", "draft_model": "DraftTarget"}
-        config: dict[str, Any] = {"decoding_type": names.get(str(method), "DraftTarget"), "max_draft_len": tokens}
+        # DecodingBaseConfig.from_dict (1.0-era llm_args.py): EAGLE-3 is "Eagle" with eagle3_one_model
+        names = {"ngram": "NGram", "eagle": "Eagle", "eagle3": "Eagle", "mtp": "MTP", "draft_model": "DraftTarget"}
+        config: dict[str, Any] = {"decoding_type": names.get(str(method), "DraftTarget")}
+        if method == "mtp":
+            config["num_nextn_predict_layers"] = tokens
+        else:
+            config["max_draft_len"] = tokens
         if method == "ngram":
             config["max_matching_ngram_size"] = 4
-        else:
-            config["speculative_model_dir"] = "DRAFT_MODEL"
+        elif method != "mtp":
+            config["speculative_model_dir"] = draft
+        if method in ("eagle", "eagle3"):
+            config["eagle3_one_model"] = True
         return {"value": config}, ""
-    if method not in ("ngram", "eagle"):
+    if method not in ("ngram", "eagle", "eagle3", "mtp"):
         # vLLM's V1 engine has no draft_model speculation (vllm/engine/arg_utils.py@0.12.0:1774).
-        return None, f"speculative_decoding: method {clean(method)} is not one vLLM's V1 engine runs (ngram, eagle); not set"
-    spec: dict[str, Any] = {"method": method, "num_speculative_tokens": tokens}
+        return None, f"speculative_decoding: method {clean(method)} is not one vLLM's V1 engine runs (ngram, eagle, eagle3, mtp); not set"
+    name = "deepseek_mtp" if method == "mtp" and version < (0, 11) else str(method)   # mtp from 0.11 (config/speculative.py@0.11.0:213-216)
+    spec: dict[str, Any] = {"method": name, "num_speculative_tokens": tokens}
     if method == "ngram":
         spec["prompt_lookup_max"] = 4
-    else:
-        spec["model"] = "DRAFT_MODEL"
+    elif method != "mtp":
+        spec["model"] = draft
     return {"value": spec}, ""
 
 

@@ -43,6 +43,8 @@ FAMILIES: tuple[tuple[str, Kind], ...] = (
     ("vllm:prompt_tokens_total", "counter"), ("vllm:generation_tokens_total", "counter"),
     ("vllm:prefix_cache_hits_total", "counter"), ("vllm:prefix_cache_queries_total", "counter"),
     ("vllm:gpu_prefix_cache_hit_rate", "gauge"),
+    ("vllm:spec_decode_num_drafts_total", "counter"), ("vllm:spec_decode_num_draft_tokens_total", "counter"),
+    ("vllm:spec_decode_num_accepted_tokens_total", "counter"), ("sglang:spec_accept_length", "gauge"),
     ("vllm:kv_cache_usage_perc", "gauge"), ("vllm:gpu_cache_usage_perc", "gauge"),
     ("vllm:num_requests_running", "gauge"), ("vllm:num_requests_waiting", "gauge"),
     ("vllm:num_preemptions_total", "counter"), ("vllm:request_success_total", "counter"),

@@ -16,7 +16,7 @@ from kbopt.kb.yamlio import read_yaml
 HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8", "int8": "int8"}
 # The model.* facts a catalog row may give (kb/models.yaml), each optional but the name.
 CATALOG_FIELDS = ("params_billion", "active_params_billion", "num_layers", "num_kv_heads", "head_dim", "weight_dtype",
-                  "num_attention_heads", "hidden_size", "num_experts", "experts_per_token", "kv_lora_rank", "qk_rope_head_dim")
+                  "num_attention_heads", "hidden_size", "num_experts", "experts_per_token", "kv_lora_rank", "qk_rope_head_dim", "mtp_layers")
 
 
 @lru_cache(maxsize=1)
@@ -99,6 +99,10 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
         routed = _count(config, "num_experts_per_tok")
         if routed:
             out.put("model.experts_per_token", routed, source("num_experts_per_tok"))
+    mtp = config.get("num_nextn_predict_layers")
+    if isinstance(mtp, int) and not isinstance(mtp, bool) and 1 <= mtp <= 64:    # 0: none shipped
+        # multi-token-prediction modules shipped with the weights (DeepSeek-V3/R1: 1): speculative decoding's drafter
+        out.put("model.mtp_layers", mtp, source("num_nextn_predict_layers"))
     if kv_lora_rank:
         # Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds one latent of kv_lora_rank plus
         # the decoupled rotary key (qk_rope_head_dim) per token and layer, shared by all heads. KV heads x

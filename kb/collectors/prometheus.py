@@ -79,6 +79,8 @@ READ_FAMILIES = frozenset({
     "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
     "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:prefix_cache_hits", "vllm:prefix_cache_queries",
     "vllm:gpu_prefix_cache_hit_rate",
+    "vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens",
+    "sglang:spec_accept_length",
     "sglang:token_usage", "sglang:num_running_reqs", "sglang:num_queue_reqs",
     "sglang:time_to_first_token_seconds", "sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds",
     "sglang:prompt_tokens", "sglang:generation_tokens", "sglang:cache_hit_rate", "sglang:gen_throughput",
@@ -607,7 +609,27 @@ def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
         out.put("workload.prefix_cache_hit_ratio", _mean_gauge(first, second, "vllm:gpu_prefix_cache_hit_rate", ratio=True),
                 Provenance("vllm", "measured", metric="vllm:gpu_prefix_cache_hit_rate", samples=2 if second else 1))
     _token_rates(first, second, out, "vllm", "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+    _vllm_speculation(first, second, out)
     return True
+
+
+def _vllm_speculation(first: Scrape, second: Scrape | None, out: Collected) -> None:
+    """Today's speculative decoding, from vLLM's counters (vllm/v1/spec_decode/metrics.py@0.10.2-0.12.0):
+    accepted / drafted tokens is the acceptance rate; 1 + accepted / drafts the tokens a verify step yields."""
+    accepted = _delta(first, second, "vllm:spec_decode_num_accepted_tokens_total")
+    drafted = _delta(first, second, "vllm:spec_decode_num_draft_tokens_total")
+    drafts = _delta(first, second, "vllm:spec_decode_num_drafts_total")
+    if accepted is None or accepted < 0:
+        return
+    _, _, when = _window(first, second, None)
+    if drafted and 0 <= accepted <= drafted:
+        out.put("telemetry.spec_acceptance_rate", accepted / drafted, Provenance(
+            "vllm", "measured", metric="vllm:spec_decode_num_accepted_tokens_total / vllm:spec_decode_num_draft_tokens_total",
+            samples=int(drafted), note=when))
+    if drafts and drafts > 0:
+        out.put("telemetry.spec_accept_length", 1 + accepted / drafts, Provenance(
+            "vllm", "measured", metric="1 + vllm:spec_decode_num_accepted_tokens_total / vllm:spec_decode_num_drafts_total",
+            samples=int(drafts), note=when))
 
 
 def _sglang(first: Scrape, second: Scrape | None, out: Collected) -> bool:
@@ -628,6 +650,11 @@ def _sglang(first: Scrape, second: Scrape | None, out: Collected) -> bool:
     itl = "sglang:inter_token_latency_seconds" if (second or first).values("sglang:inter_token_latency_seconds_count") \
         else "sglang:time_per_output_token_seconds"
     _histogram_facts(first, second, out, "sglang", itl, "workload.itl_mean_ms", "workload.itl_p99_ms", scale=1000)
+    accept = _mean_gauge(first, second, "sglang:spec_accept_length")       # 0 while no speculation runs
+    if accept is not None and accept >= 1:
+        out.put("telemetry.spec_accept_length", accept, Provenance(
+            "sglang", "measured", metric="sglang:spec_accept_length", samples=2 if second else 1,
+            note="tokens a verify step yields per request (python/sglang/srt/metrics/collector.py@0.5.1:209)"))
     cache = _mean_gauge(first, second, "sglang:cache_hit_rate", ratio=True)
     if cache is not None and 0 <= cache <= 1:
         out.put("workload.prefix_cache_hit_ratio", cache, Provenance(

@@ -1,0 +1,58 @@
+"""Batch caps sized after the whole plan: one number for the action list, the JSON advice and the
+launch script. A cap a rule computed on today's KV pool is resized on the pool the plan leaves (FP8
+weights or an FP8 KV cache grow it), and kept at or above today's running batch unless that pool
+cannot hold it, with the reason either way."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, TypeGuard
+
+from kbopt.engine.advice.whatif import Plan
+
+# (strategy, parameter) pairs that are a running-batch cap (the engine's max_num_seqs or its equivalent)
+CAP_PARAMS = frozenset({("continuous_batching", "max_batch_size"), ("memory_budget", "max_num_seqs")})
+
+
+def _number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def plan_metric(plan: Plan | None, derived: Mapping[str, Any], metric: str) -> tuple[float | None, float | None]:
+    """A metric of the plan (all the advice's changes together): before and after; today's value
+    twice where the plan does not move it."""
+    if plan is not None:
+        for gain in plan.expected:
+            if gain.metric == metric and _number(gain.before) and _number(gain.after):
+                return float(gain.before), float(gain.after)
+    today = derived.get(f"derived.{metric}")
+    return (float(today), float(today)) if _number(today) else (None, None)
+
+
+def today_batch(facts: Mapping[str, Any]) -> tuple[float, str] | None:
+    """What runs today and what that is: the engine's running mean, else the clients' peak
+    concurrency (an upper bound on it)."""
+    for name, what in (("workload.requests_running_mean", "today's running batch"), ("workload.concurrency_peak", "today's peak concurrency")):
+        value = facts.get(name)
+        if _number(value):
+            return float(value), what
+    return None
+
+
+def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[int, str]:
+    """The cap sized on the KV pool after the plan and kept at or above today's running batch (or
+    saying why not); the reason is empty where the rule's cap stands as it is."""
+    before, after = plan_metric(plan, derived, "kv_pool_sequences")
+    why = ""
+    if before is not None and after is not None and after != before and abs(cap - math.floor(before)) <= 1:
+        cap, why = max(1, math.floor(after)), (f"sized on the KV pool after the plan: {math.floor(before):,} -> "
+                                               f"{math.floor(after):,} sequences of the mean length")
+    today = today_batch(facts)
+    if today is not None and cap < math.ceil(today[0]):
+        floor, what = math.ceil(today[0]), today[1]
+        if after is not None and after < floor:
+            why = (f"below {what} ({floor}): the KV pool after the plan holds {math.floor(after)} "
+                   "sequences of the mean length, so a larger cap would preempt")
+        else:
+            cap, why = floor, f"raised to {what} ({floor}): a lower cap would queue requests that run today"
+    return cap, why

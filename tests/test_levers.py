@@ -1,0 +1,197 @@
+"""The levers of issue 26 item 7 against hand arithmetic and the engines' own names: speculative
+decoding chosen by the model (MTP, EAGLE-3, n-gram) with its gain from the acceptance rate,
+prefill/decode disaggregation, engine migration, the TTFT levers, and one batch cap for the
+action list and the launch script. Hand figures are written out from the formulas' sources."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.advice.launch import build_launch
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.kb.engines import engine_catalog
+from kbopt.kb.facts import facts_from_document
+
+H100 = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1}
+LLAMA3_8B = {"name": "meta-llama/Llama-3.1-8B-Instruct", "params_billion": 8.03, "weight_dtype": "bf16", "num_layers": 32,
+             "num_kv_heads": 8, "head_dim": 128, "num_attention_heads": 32}
+DEEPSEEK_R1 = {"name": "deepseek-ai/DeepSeek-R1", "params_billion": 671, "active_params_billion": 37, "weight_dtype": "fp8",
+               "num_layers": 61, "num_experts": 256, "experts_per_token": 8, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+               "num_attention_heads": 128, "hidden_size": 7168, "mtp_layers": 1}
+
+
+def _advice(pack, document):
+    return advise(facts_from_document({"kbopt": "facts/1", **document}, "levers"), pack, available_evaluators()[0])
+
+
+def _deepseek(engine: str, version: str | None = None) -> dict:
+    serving = {"tensor_parallel_size": 8, **({"engine_version": version} if version else {})}
+    return {"hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8}, "model": DEEPSEEK_R1,
+            "workload": {"task": "generation", "engine": engine, "prompt_len_mean": 1024, "output_len_mean": 512,
+                         "requests_running_mean": 8},
+            "serving": serving, "constraints": {"objective": "latency"}}
+
+
+def test_expected_tokens_per_step_is_leviathans_sum(pack):
+    # (1 - a^(k+1)) / (1 - a): n-gram, k = 3, a = 0.3 (assumed) -> 1 + .3 + .09 + .027
+    d = _advice(pack, {"workload": {"task": "generation"}}).derived
+    assert d["derived.spec_tokens_per_step"] == pytest.approx((1 - 0.3 ** 4) / (1 - 0.3))
+    # MTP: k = 1, a = 0.85 (DeepSeek-V3's report) -> 1.85; a measured rate replaces the assumption
+    d = _advice(pack, {"model": {"mtp_layers": 1}, "workload": {"task": "generation"},
+                       "telemetry": {"spec_acceptance_rate": 0.6}}).derived
+    assert d["derived.spec_method"] == "mtp" and d["derived.spec_tokens_per_step"] == pytest.approx(1.6)
+
+
+def test_the_verify_step_pays_the_reads_once_and_the_math_k_plus_one_times(pack):
+    d = _advice(pack, {"hardware": H100, "model": LLAMA3_8B, "workload": {
+        "task": "generation", "prompt_len_mean": 512, "output_len_mean": 256, "requests_running_mean": 2},
+        "constraints": {"objective": "latency"}}).derived
+    k, g = 3, (1 - 0.3 ** 4) / (1 - 0.3)
+    reads = d["derived.decode_bytes_ms"] / d["derived.bandwidth_efficiency"]
+    math_ = (k + 1) * d["derived.decode_compute_ms"] / 0.55          # compute_efficiency
+    hand_step = max(reads, math_) + d["derived.step_overhead_ms"] + 0.004 * 2      # request_fixed_ms x batch; n-gram: no drafter
+    assert d["derived.spec_step_ms"] == pytest.approx(hand_step)
+    assert d["derived.spec_itl_ms"] == pytest.approx(hand_step / g + d["derived.prefill_share_ms"])
+    assert d["derived.spec_itl_ms"] < d["derived.itl_expected_ms"]      # bandwidth-bound at 2: a gain
+
+
+def test_deepseek_mtp_is_proposed_with_each_engines_own_name(pack):
+    expected = {("vllm", "0.10.2"): '"method": "deepseek_mtp"', ("vllm", "0.11.0"): '"method": "mtp"',
+                ("vllm", "0.12.0"): '"method": "mtp"', ("sglang", "0.5.1"): "--speculative-algorithm EAGLE",
+                ("trtllm", "1.1.0"): '"decoding_type": "MTP"'}
+    for (engine, version), text in expected.items():
+        advice = _advice(pack, _deepseek(engine, version))
+        chosen = {s.key: s for s in advice.strategies}
+        assert "speculative_decoding[mtp]" in chosen, (engine, [s.key for s in advice.strategies])
+        launch = build_launch(advice, engine)
+        line = " ".join(f"{a.name} {a.value or ''}" for a in launch.args)
+        assert text in line, (engine, version, line)
+        assert not engine_catalog().engines[engine].problems(launch.target.version, launch.argv())
+        assert "DRAFT_MODEL" not in line and "--speculative-draft-model-path" not in line
+
+
+def test_mtp_before_vllm_0_11_is_refused_by_the_profile():
+    vllm = engine_catalog().engines["vllm"]
+    assert vllm.problems((0, 10, 2), [("--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1}))])
+    assert not vllm.problems((0, 11, 0), [("--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 1}))])
+    trtllm = engine_catalog().engines["trtllm"]
+    assert trtllm.problems((1, 1, 0), [("speculative_config", json.dumps({"decoding_type": "Eagle3"}))])
+
+
+def test_an_eagle3_head_named_in_the_facts_is_the_draft(pack):
+    model = {**LLAMA3_8B, "draft_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}
+    advice = _advice(pack, {"hardware": H100, "model": model, "workload": {
+        "task": "generation", "engine": "vllm", "prompt_len_mean": 512, "output_len_mean": 256, "requests_running_mean": 2},
+        "constraints": {"objective": "latency"}})
+    assert "speculative_decoding[eagle3]" in {s.key for s in advice.strategies}
+    spec = dict(build_launch(advice, "vllm").argv())["--speculative-config"]
+    assert json.loads(spec or "") == {"method": "eagle3", "num_speculative_tokens": 3,
+                                      "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}
+    sglang = dict(build_launch(advice, "sglang").argv())
+    assert sglang["--speculative-algorithm"] == "EAGLE3"
+    assert sglang["--speculative-draft-model-path"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+
+def test_no_speculation_where_the_verify_step_costs_more_than_it_yields(pack):
+    advice = _advice(pack, {"hardware": H100, "model": LLAMA3_8B, "workload": {
+        "task": "generation", "prompt_len_mean": 512, "output_len_mean": 256, "requests_running_mean": 256},
+        "constraints": {"objective": "latency"}})
+    assert advice.derived["derived.spec_itl_ms"] >= advice.derived["derived.itl_expected_ms"]
+    assert not [s for s in advice.strategies if s.id == "speculative_decoding"]
+
+
+LLAMA3_70B_TP8 = {"hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 8},
+                  "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "params_billion": 70.6, "weight_dtype": "bf16",
+                            "num_layers": 80, "num_kv_heads": 8, "head_dim": 128},
+                  "workload": {"task": "generation", "requests_running_mean": 16, "prompt_len_mean": 2048, "output_len_mean": 256},
+                  "serving": {"tensor_parallel_size": 8}, "constraints": {"itl_slo_ms": 12, "ttft_slo_ms": 500}}
+
+
+def _with(document: dict, **sections) -> dict:
+    return {**document, **{name: {**document.get(name, {}), **values} for name, values in sections.items()}}
+
+
+def test_disaggregation_where_no_chunk_budget_meets_both_objectives_is_a_note_not_a_flag(pack):
+    for engine in ("vllm", "sglang", "trtllm"):
+        advice = _advice(pack, _with(LLAMA3_70B_TP8, workload={"engine": engine}))
+        chosen = {s.key: s for s in advice.strategies}
+        assert "disaggregation" in chosen, engine
+        # the KV handed over: 2,048 tokens x 2 x 80 layers x 8 heads x 128 x 2 bytes, at 50 GB/s
+        assert advice.derived["derived.kv_transfer_mb"] == pytest.approx(2048 * 2 * 80 * 8 * 128 * 2 / 1e6)
+        assert advice.derived["derived.kv_transfer_ms"] == pytest.approx(2048 * 2 * 80 * 8 * 128 * 2 / 50e6)
+        lines = chosen["disaggregation"].settings[engine]
+        assert lines and all(line.startswith("# ") and "multi-process" in line for line in lines), lines
+        launch = build_launch(advice, engine)
+        assert not any("disaggregation" in a.name or a.name == "--kv-transfer-config" for a in launch.args)
+        assert any("multi-process" in note for note in launch.notes)
+    relaxed = _advice(pack, _with(LLAMA3_70B_TP8, workload={"engine": "vllm"}, constraints={"itl_slo_ms": 60}))
+    assert "disaggregation" not in {s.key for s in relaxed.strategies}
+
+
+def test_tgi_missing_a_lever_is_advised_to_migrate_with_the_lever_named(pack):
+    advice = _advice(pack, _deepseek("tgi"))
+    migration = next(s for s in advice.strategies if s.id == "engine_migration")
+    assert migration.params["to"] == "sglang"
+    assert {"S-MIGRATE-TGI-SPECULATIVE", "S-MIGRATE-TGI-DP-ATTENTION"} <= set(migration.recommended_by)
+    assert "maintenance mode" in migration.settings["tgi"][0]
+    disagg = _advice(pack, _with(LLAMA3_70B_TP8, workload={"engine": "tgi"}))
+    migration = next(s for s in disagg.strategies if s.id == "engine_migration")
+    assert migration.params == {"to": "vllm", "lever": "disaggregation"}
+    assert not [s for s in _advice(pack, _deepseek("sglang")).strategies if s.id == "engine_migration"]
+
+
+def test_a_missed_ttft_objective_gets_its_levers(pack):
+    # expert review: constraints with a TTFT objective missed, nothing else wrong, got no TTFT lever
+    document = {"hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 4},
+                "model": {"params_billion": 70.6, "weight_dtype": "bf16", "num_layers": 80, "num_kv_heads": 8,
+                          "head_dim": 128, "num_attention_heads": 64},
+                "workload": {"task": "generation", "engine": "vllm", "requests_running_mean": 16, "prompt_len_mean": 8192,
+                             "output_len_mean": 256, "arrival_rate_per_s": 4, "ttft_p99_ms": 3000},
+                "serving": {"tensor_parallel_size": 4, "chunked_prefill": True}, "constraints": {"ttft_slo_ms": 1000}}
+    advice = _advice(pack, document)
+    keys = {s.key: s for s in advice.strategies}
+    assert "prefix_caching" in keys and keys["prefix_caching"].status == "keep"       # on by default in vLLM V1: shown kept
+    assert "scale_out" in keys and keys["scale_out"].params["replicas"] >= 2
+    # the M/D/1 reason: prefills keep the math at least half busy
+    assert advice.derived["derived.prefill_load"] >= 0.5
+
+
+def test_the_cap_in_the_action_list_is_the_cap_in_the_script(pack):
+    from pathlib import Path
+
+    from kbopt.kb.facts import load_facts
+    root = Path(__file__).resolve().parents[1]
+    seen = 0
+    for example in sorted((root / "examples").glob("*.json")):
+        advice = advise(load_facts(example), pack, available_evaluators()[0])
+        for engine in ("vllm", "sglang", "trtllm", "tgi"):
+            try:
+                launch = build_launch(advice, engine)
+            except Exception:       # refused deployments (no KV room, version floors) have no script
+                continue
+            cap_flag = next((c.name for c in launch.spec.deployment if c.fact == "serving.max_num_seqs"), None)
+            args = {a.name: a for a in launch.args}
+            for strategy in advice.strategies:
+                for (sid, param) in (("continuous_batching", "max_batch_size"), ("memory_budget", "max_num_seqs")):
+                    if strategy.id == sid and strategy.status == "change" and param in strategy.params \
+                            and cap_flag in args and args[cap_flag].rule.startswith(tuple(strategy.recommended_by)):
+                        assert args[cap_flag].value == str(strategy.params[param]), (example.name, engine, sid)
+                        seen += 1
+    assert seen >= 4
+
+
+def test_collectors_read_the_engines_speculation_metrics():
+    from kbopt.kb.collectors.prometheus import facts_from_scrapes, parse
+    before = ("# TYPE vllm:spec_decode_num_drafts_total counter\nvllm:spec_decode_num_drafts_total{engine=\"0\"} 100\n"
+              "# TYPE vllm:spec_decode_num_draft_tokens_total counter\nvllm:spec_decode_num_draft_tokens_total{engine=\"0\"} 300\n"
+              "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+              "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\"} 150\n")
+    after = before.replace("} 100\n", "} 1100\n").replace("} 300\n", "} 3300\n").replace("} 150\n", "} 2150\n")
+    facts = {path: value for path, (value, _) in facts_from_scrapes(parse(before, "a"), parse(after, "b")).facts.items()}
+    assert facts["telemetry.spec_acceptance_rate"] == pytest.approx(2000 / 3000)     # accepted / drafted in the window
+    assert facts["telemetry.spec_accept_length"] == pytest.approx(1 + 2000 / 1000)   # 1 + accepted / drafts
+    sglang = "# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} 2.4\n"
+    facts = {path: value for path, (value, _) in facts_from_scrapes(parse(sglang, "s")).facts.items()}
+    assert facts["telemetry.spec_accept_length"] == pytest.approx(2.4)
