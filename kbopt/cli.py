@@ -90,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     fleet.add_argument("--window", default="30m", metavar="DURATION", help="averages and rates over this window (default 30m)")
     fleet.add_argument("--selector", metavar="'{LABEL=\"VALUE\",...}'",
                        help="label matchers added to every query, e.g. '{namespace=\"llm\"}'")
-    fleet.add_argument("--timeout", type=_finite_seconds, default=10.0, metavar="S", help="per query (default 10)")
+    fleet.add_argument("--timeout", type=_finite_seconds, default=10.0, metavar="S",
+                       help="each query's deadline, from connecting to the last byte of its answer (default 10)")
     fleet.add_argument("--retries", type=int, default=2, metavar="N", help="retries of a failed query (default 2)")
     fleet.add_argument("-o", "--output", metavar="DIR",
                        help="write fleet.jsonl, index.html and deployments/*.html here (all or nothing); "

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_durable
+from hostile_server import HostileServer, answer, one_replica, trickled, vector
 
 from kbopt import output
 from kbopt.engine.evaluators import durable_available
-from kbopt.errors import MAX_MESSAGE
+from kbopt.errors import MAX_MESSAGE, KboptError
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "capacity-a100-chat.json")
 FACTS = {"kbopt": "facts/1", "model": {"num_layers": 32}, "workload": {"itl_p99_ms": 140, "engine": "vllm"}}
@@ -550,3 +551,143 @@ def test_a_boolean_layer_count_is_not_one(tmp_path):
     code, _, err = collect(tmp_path, "config.json", json.dumps(
         {"num_hidden_layers": True, "hidden_size": 4096, "num_attention_heads": 32}))
     assert_refused(code, err, "config.json", "num_hidden_layers")
+
+
+# ---------------------------------------------------------------- a hostile HTTP server (fleet, collect --metrics URL)
+
+@pytest.fixture
+def hostile():
+    """Start HostileServer(script) on loopback; every one started is closed after the test."""
+    servers = []
+
+    def start(script):
+        servers.append(HostileServer(script))
+        return servers[-1]
+    yield start
+    for server in servers:
+        server.close()
+
+
+def fleet_cli(url: str, *args: str) -> tuple[int, str, str, float]:
+    import contextlib
+    import io
+    import time
+
+    from kbopt.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["fleet", "--prometheus", url, "--retries", "0", *args])
+    return code, out.getvalue(), err.getvalue(), time.monotonic() - started
+
+
+def test_a_trickling_server_is_cut_off_at_the_deadline(hostile):
+    server = hostile(lambda request: trickled(answer(body=one_replica(request)), 0.1))
+    code, _, err, took = fleet_cli(server.url, "--timeout", "0.5")
+    assert code == 2 and "no answer within 0.5 s (--timeout)" in err, err
+    assert took < 1.5, took          # one deadline, not one per byte, nor one per query after the first failure
+
+
+def test_a_trickling_exporter_is_cut_off_at_the_deadline(hostile):
+    import time
+
+    from kbopt.kb.collectors.prometheus import read_exposition
+    server = hostile(lambda request: trickled(answer(body=b"tgi_queue_size 1\n" * 10), 0.05))
+    started = time.monotonic()
+    with pytest.raises(KboptError, match=r"no answer within 0\.3 s"):
+        read_exposition(server.url + "/metrics", timeout_s=0.3)
+    assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("location", ["http://example.invalid:9090/api/v1/query", "ftp://127.0.0.1/x",
+                                      "https://127.0.0.1:{port}/x", "http://127.0.0.1:1/x", "javascript:alert(1)",
+                                      "file:///etc/passwd"])
+def test_redirects_off_the_origin_are_refused(hostile, location):
+    server = hostile(lambda request: [(answer(b"HTTP/1.1 302 Found", [b"Location: " + location.format(
+        port=server.port).encode()]), 0)])
+    code, _, err, _ = fleet_cli(server.url, "--timeout", "2")
+    assert code == 2 and "off the address given" in err and server.url in err, err
+    assert len(server.requests) < 8          # not followed, and not retried
+
+
+def test_redirects_within_the_origin_are_followed_and_bounded(hostile):
+    moved = hostile(lambda request: [(answer(b"HTTP/1.1 308 Moved", [b"Location: /prometheus/api/v1/query"]), 0)]
+                    if request.startswith(b"POST /api/") else [(answer(body=one_replica(request)), 0)])
+    code, out, err, _ = fleet_cli(moved.url, "--timeout", "5")
+    assert code == 0 and json.loads(out)["kbopt"] == "fleet/1", err
+    looping = hostile(lambda request: [(answer(b"HTTP/1.1 307 Again", [b"Location: /api/v1/query"]), 0)])
+    code, _, err, _ = fleet_cli(looping.url, "--timeout", "5")
+    assert code == 2 and "more than 5 redirects" in err, err
+
+
+def _chunked(body: bytes) -> bytes:
+    return b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+
+
+MALFORMED_HTTP = {
+    "cut-short body": (lambda: answer(body=b'{"status": "success"}')[:-5],
+                       "cut short"),
+    "not HTTP": (lambda: b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not HTTP"),
+    "no answer at all": (lambda: b"", "closed the connection without answering"),
+    "too many headers": (lambda: answer(headers=[b"X-A: b"] * 150, body=b"{}"),
+                         "more than 100 headers"),
+    "an over-long header": (lambda: answer(headers=[b"X-A: " + b"b" * 70_000], body=b"{}"),
+                            "over-long line"),
+    "a chunk size that is not hexadecimal": (lambda: answer(
+        headers=[b"Transfer-Encoding: chunked"], body=b"zz\r\n{}\r\n0\r\n\r\n", length=False), "chunked encoding"),
+    "a chunk cut short": (lambda: answer(
+        headers=[b"Transfer-Encoding: chunked"], body=_chunked(b"{}" * 50)[:30], length=False), "chunked encoding"),
+    "a negative chunk size": (lambda: answer(
+        headers=[b"Transfer-Encoding: chunked"], body=b"-5\r\n{}\r\n0\r\n\r\n", length=False), "malformed HTTP answer"),
+    "deeply nested JSON": (lambda: answer(body=b"[" * 100_000 + b"]" * 100_000),
+                           "nested too deeply"),
+    "warnings is a number": (lambda: answer(
+        body=vector([], warnings=5)), "`warnings` field is int"),
+    "warnings is a string": (lambda: answer(
+        body=vector([], warnings="remote read failed")), "`warnings` field is str"),
+    "a value that is true": (lambda: answer(
+        body=vector([({"model_name": "m"}, True)])), "its value is bool"),
+    "a label that is a number": (lambda: answer(
+        body=vector([({"model_name": 5}, "1")])), "label 'model_name' is int"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_HTTP))
+def test_a_malformed_answer_is_exit_2_naming_the_server(hostile, case):
+    make, expected = MALFORMED_HTTP[case]
+    data = make()
+    server = hostile(lambda request: [(data, 0)])
+    code, _, err, _ = fleet_cli(server.url, "--timeout", "5")
+    assert code == 2 and expected in err and server.url in err, err
+    assert err.startswith("kbopt: error: ") and err.count("\n") == 1, err
+
+
+def test_an_answer_over_the_cap_is_refused(hostile):
+    from kbopt.kb.collectors.web import HttpProblem, exchange
+    for length in (True, False):
+        server = hostile(lambda request, length=length: [(answer(body=b"x" * 5000, length=length), 0)])
+        with pytest.raises(HttpProblem, match="more than"):
+            exchange(server.url, 5, max_body=1000)
+
+
+def test_a_null_label_stays_missing_and_a_huge_integer_value_is_left_out(hostile):
+    def respond(request):
+        if b"num_requests_running" in request:
+            return [(answer(body=vector([({"instance": "10.0.0.1:8000", "model_name": "m", "pod": None}, "3")])), 0)]
+        if b"num_requests_waiting" in request:
+            return [(answer(body=b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": '
+                                  b'{"instance": "10.0.0.1:8000", "model_name": "m"}, "value": [0, 1' + b"0" * 400
+                              + b"]}]}}"), 0)]
+        return [(answer(body=vector([])), 0)]
+    server = hostile(respond)
+    code, out, err, _ = fleet_cli(server.url, "--timeout", "5")
+    assert code == 0, err
+    (replica,) = json.loads(out)["replicas"]
+    assert replica["id"] == "10.0.0.1:8000" and "pod" not in replica and "None" not in out
+    assert "workload.requests_waiting_mean" not in replica["facts"]
+
+
+def test_collect_scrapes_through_the_same_client(hostile):
+    server = hostile(lambda request: [(answer(b"HTTP/1.1 301 Moved", [b"Location: ftp://127.0.0.1/metrics"]), 0)])
+    code, _, err = subprocess_free_cli("--metrics", server.url + "/metrics", "--duration", "0.01")
+    assert code == 2 and "off the address given" in err, err

@@ -11,14 +11,13 @@ import itertools
 import math
 import re
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
 from kbopt.kb.collectors.nvml import SLOWDOWN_REASONS
+from kbopt.kb.collectors.web import HttpProblem, exchange
 from kbopt.kb.provenance import Provenance
 
 Labels = tuple[tuple[str, str], ...]
@@ -44,12 +43,12 @@ class Scrape:
 def read_exposition(source: str, timeout_s: float = 5.0) -> str:
     if source.startswith(("http://", "https://")):
         try:
-            with urllib.request.urlopen(source, timeout=timeout_s) as response:
-                body: bytes = response.read()       # urlopen's response is untyped in typeshed
-                return body.decode("utf-8", errors="replace")
-        except (urllib.error.URLError, OSError, ValueError) as error:
-            reason = getattr(error, "reason", error)
-            raise KboptError(f"--metrics {source}: cannot scrape it: {reason}") from None
+            answer = exchange(source, timeout_s, headers={"Accept": "text/plain"})
+        except HttpProblem as error:
+            raise KboptError(f"--metrics {source}: cannot scrape it: {error}") from None
+        if answer.status != 200:
+            raise KboptError(f"--metrics {source}: cannot scrape it: HTTP {answer.status} {answer.reason}")
+        return answer.body.decode("utf-8", errors="replace")
     if "://" in source:
         raise KboptError(f"--metrics {source}: only files and http(s) URLs are supported")
     try:
