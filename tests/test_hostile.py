@@ -691,3 +691,48 @@ def test_collect_scrapes_through_the_same_client(hostile):
     server = hostile(lambda request: [(answer(b"HTTP/1.1 301 Moved", [b"Location: ftp://127.0.0.1/metrics"]), 0)])
     code, _, err = subprocess_free_cli("--metrics", server.url + "/metrics", "--duration", "0.01")
     assert code == 2 and "off the address given" in err, err
+
+
+FORGING = "\x1b]0;owned\x07\x1b[2J\u202e\r\nkbopt: done, nothing wrong\x9b31m"
+
+
+@pytest.mark.parametrize("status", [b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 200 OK"])
+def test_a_prometheus_error_message_reaches_the_terminal_inert(hostile, status):
+    """Issue 28: Prometheus' error text went to the terminal raw: escape codes, a title, a forged
+    `kbopt:` line. Every message passes one terminal escaper on its way out."""
+    body = json.dumps({"status": "error", "errorType": "bad_data", "error": FORGING}).encode()
+    server = hostile(lambda request: [(answer(status, body=body), 0)])
+    code, _, err, _ = fleet_cli(server.url, "--timeout", "5")
+    assert code == 2 and "<U+001B>]0;owned<U+0007>" in err and "<U+000A>kbopt: done" in err, err
+    assert not CONTROLS.search(err.rstrip("\n")) and err.count("\n") == 1 and err.startswith("kbopt: error: "), ascii(err)
+
+
+def test_prometheus_warnings_and_labels_reach_the_terminal_inert(hostile):
+    def respond(request):
+        rows = [({"instance": "10.0.0.1:8000", "model_name": "m" + FORGING}, "3")] if b"num_requests_running" in request else []
+        return [(answer(body=vector(rows, warnings=[FORGING])), 0)]
+    server = hostile(respond)
+    code, out, err, _ = fleet_cli(server.url, "--timeout", "5")
+    assert code == 0, err
+    assert not CONTROLS.search(err.replace("\n", "")), ascii(err)
+    lines = err.splitlines()
+    assert lines[0].startswith("kbopt fleet: ") and all(
+        line.startswith(("  ", "kbopt: warning: Prometheus answered in part: ")) for line in lines[1:]), lines
+    assert json.loads(out)["model"] == "m" + FORGING          # the data stays as it was sent
+
+
+def test_a_message_laid_out_in_lines_cannot_forge_a_line_of_kbopts():
+    from kbopt.reports.escape import terminal_message, terminal_text
+    text = terminal_message("error[L001]: bad\n --> x.yaml:3\nkbopt: error: forged\n\x1b[2J")
+    assert text.splitlines() == ["error[L001]: bad", " --> x.yaml:3", "  kbopt: error: forged", "<U+001B>[2J"]
+    assert terminal_text("a\nkbopt: b") == "a<U+000A>kbopt: b"
+
+
+def test_every_renderer_escapes_through_one_module():
+    """One terminal escaper and one Markdown escaper (reports/escape.py): no renderer, nor the CLI
+    or the fleet summary, keeps a pattern of control characters of its own."""
+    import kbopt
+    root = Path(kbopt.__file__).resolve().parent.parent
+    for path in [*root.glob("reports/*.py"), *root.glob("kbopt/*.py")]:
+        if path.name != "escape.py":
+            assert "\\x1f" not in path.read_text(encoding="utf-8"), path
