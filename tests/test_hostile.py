@@ -736,3 +736,48 @@ def test_every_renderer_escapes_through_one_module():
     for path in [*root.glob("reports/*.py"), *root.glob("kbopt/*.py")]:
         if path.name != "escape.py":
             assert "\\x1f" not in path.read_text(encoding="utf-8"), path
+
+
+# ---------------------------------------------------------------- outputs that cannot be written, numbers past every bound
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("args", [("--facts", EXAMPLE), ("--facts-jsonl", "LINES", "--jobs", "1"),
+                                  ("--facts-jsonl", "LINES", "--jobs", "2")])
+@pytest.mark.parametrize("to", ["-o", "stdout"])
+def test_a_full_device_is_exit_2_as_for_one_advice(tmp_path, args, to):
+    """Issue 28: `--facts-jsonl -o /dev/full` was an internal error where one advice gave exit 2;
+    standard output on a full device was one for both."""
+    lines = tmp_path / "facts.jsonl"
+    lines.write_text(json.dumps(json.loads(Path(EXAMPLE).read_text())) + "\n")
+    command = [sys.executable, "-m", "kbopt", "advise", *(str(lines) if a == "LINES" else a for a in args)]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command + (["-o", "/dev/full"] if to == "-o" else []), stdout=full if to == "stdout" else None,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    where = "-o /dev/full" if to == "-o" else "standard output"
+    assert done.returncode == 2 and f"kbopt: error: {where}: cannot write there: No space left on device" in done.stderr, \
+        done.stderr
+
+
+DIGITS = "9" * 5001
+
+
+@pytest.mark.parametrize("name,text,where", [
+    ("facts.yaml", f"kbopt: facts/1\nmodel:\n  num_layers: {DIGITS}\n", "line 3: $.model.num_layers: an integer of 5,001 digits"),
+    ("facts.yaml", f"kbopt: facts/1\nworkload:\n  x: [1, {{a: -{DIGITS}}}]\n", "$.workload.x[1].a: an integer of 5,001 digits"),
+    ("facts.json", f'{{"kbopt": "facts/1", "model": {{"num_layers": {DIGITS}}}}}', "$.model.num_layers: an integer of 5,001 digits"),
+])
+def test_an_integer_of_5001_digits_is_refused_naming_its_field(tmp_path, run_cli, name, text, where):
+    """Python refuses to convert an integer of more than 4,300 digits: an internal error, before."""
+    code, _, err = run_cli("advise", "--facts", write_facts(tmp_path, text, name))
+    assert_refused(code, err, where)
+
+
+def test_an_integer_of_5001_digits_in_a_set_value_is_refused_naming_its_path(run_cli):
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "--set", f"model.num_layers={DIGITS}")
+    assert_refused(code, err, "--set model.num_layers:", "an integer of 5,001 digits")
+
+
+@pytest.mark.parametrize("value", ["9" * 400, "-" + "9" * 400, "9" * 5000])
+def test_a_huge_integer_exporter_reading_is_left_out_like_1e999(tmp_path, value):
+    code, _, err = collect(tmp_path, "x.prom", f'DCGM_FI_DEV_GPU_UTIL{{gpu="0"}} {value}\nDCGM_FI_DEV_POWER_USAGE{{gpu="0"}} 250\n')
+    assert code == 0 and "not a finite number" in err and "kernel_time_ratio left out" in err, err

@@ -199,6 +199,16 @@ def prefilter(text: str) -> str:
     return "\n".join(line for line, kept in zip(lines, keep, strict=True) if kept)
 
 
+def _float(value: float) -> float:
+    """A sample's value as a float. prometheus_client reads `123` as an int, and one past a
+    float's range (a 400-digit count) is the infinity it rounds to, like 1e999: a reading that is
+    not finite, left out with a note (an OverflowError, before)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def parse(text: str, source: str, filtered: bool = True, at: float | None = None) -> Scrape:
     """`filtered=False` parses every line (the benchmark's and the filter test's reference); `at`:
     when it was read (time.monotonic()), for rates between two scrapes."""
@@ -207,7 +217,7 @@ def parse(text: str, source: str, filtered: bool = True, at: float | None = None
     try:
         for family in text_string_to_metric_families(prefilter(text) if filtered else text):
             for sample in family.samples:
-                samples.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+                samples.setdefault(sample.name, []).append((dict(sample.labels), _float(sample.value)))
     except (ValueError, TypeError, IndexError) as error:
         raise KboptError(f"--metrics {source}: not Prometheus text exposition: {error}") from None
     if not samples:
