@@ -114,7 +114,9 @@ def check_plain(document: Any, name: str) -> None:
             continue
         elif isinstance(value, int):
             if abs(value) > MAX_EXACT_INT:
-                shown = f"{value:.3e}" if abs(value) < 10 ** 4000 else "an integer of over 4,000 digits"
+                # A float takes an integer up to about 1.8e308 (`:e` formats through one); past that, its digits.
+                shown = (f"{value:.3e}" if abs(value) < 10 ** 300 else f"an integer of {len(str(abs(value))):,} digits"
+                         if abs(value) < 10 ** 4000 else "an integer of over 4,000 digits")
                 raise FactsError(f"{name}: {where}: {shown} is beyond ±2^53, the largest integers kbopt compares exactly")
         elif isinstance(value, float) and not math.isfinite(value):
             raise FactsError(f"{name}: {where}: {value} is not a finite number")

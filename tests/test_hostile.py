@@ -772,6 +772,15 @@ def test_an_integer_of_5001_digits_is_refused_naming_its_field(tmp_path, run_cli
     assert_refused(code, err, where)
 
 
+@pytest.mark.parametrize("form", ["yaml", "json"])
+def test_an_integer_past_a_floats_range_is_refused_naming_its_field(tmp_path, run_cli, form):
+    """Found by the fuzz suite's big numbers: the message formatted a 309-digit integer as a float."""
+    text = (f"kbopt: facts/1\nmodel:\n  num_layers: {'9' * 309}\n" if form == "yaml"
+            else f'{{"kbopt": "facts/1", "model": {{"num_layers": {"9" * 309}}}}}')
+    code, _, err = run_cli("advise", "--facts", write_facts(tmp_path, text, f"facts.{form}"))
+    assert_refused(code, err, "$.model.num_layers: an integer of 309 digits is beyond ±2^53")
+
+
 def test_an_integer_of_5001_digits_in_a_set_value_is_refused_naming_its_path(run_cli):
     code, _, err = run_cli("advise", "--facts", EXAMPLE, "--set", f"model.num_layers={DIGITS}")
     assert_refused(code, err, "--set model.num_layers:", "an integer of 5,001 digits")
