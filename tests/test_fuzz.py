@@ -481,8 +481,8 @@ def test_a_corrupted_cache_entry_at_worst_costs_a_rebuild(data):
         entry = entry[:data.draw(st.integers(0, len(entry) - 1))]
     elif how == "insert":
         at = data.draw(st.integers(0, len(entry)))
-        entry = entry[:at] + data.draw(st.sampled_from([b"[", b'["R",999999],', b'"x",', b"1e999,", b"9" * 5000 + b","]))
-        + entry[at:]
+        inserted = data.draw(st.sampled_from([b"[", b'["R",999999],', b'"x",', b"1e999,", b"9" * 5000 + b","]))
+        entry = entry[:at] + inserted + entry[at:]
     elif how == "class":
         entry = entry.replace(b'"kbopt.engine.lang.nodes.Fact"', b'"' + data.draw(st.sampled_from(
             [b"os.system", b"builtins.eval", b"kbopt.engine.pack.cache.io.FileIO", b"kbopt.engine.pack.rule.Pack",

@@ -13,7 +13,10 @@
   text says what happened and whether trying again may help. Nothing else escapes.
 
 Built on http.client, not urllib.request: urllib follows redirects to any host and scheme, and
-both read with a timeout per socket operation, never over the whole answer.
+both read with a timeout per socket operation, never over the whole answer. What the
+deadline does not bound: resolving the host's name (the system resolver has its own timeout).
+The environment's proxy settings (HTTP_PROXY, which urllib read) are not used: the
+address given is the server read.
 """
 from __future__ import annotations
 
