@@ -18,6 +18,7 @@ from hostile_server import HostileServer, answer, one_replica, trickled, vector
 from kbopt import output
 from kbopt.engine.evaluators import durable_available
 from kbopt.errors import MAX_MESSAGE, KboptError
+from kbopt.kb.collectors.fleet import FAMILIES
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "capacity-a100-chat.json")
 FACTS = {"kbopt": "facts/1", "model": {"num_layers": 32}, "workload": {"itl_p99_ms": 140, "engine": "vllm"}}
@@ -585,7 +586,9 @@ def test_a_trickling_server_is_cut_off_at_the_deadline(hostile):
     server = hostile(lambda request: trickled(answer(body=one_replica(request)), 0.1))
     code, _, err, took = fleet_cli(server.url, "--timeout", "0.5")
     assert code == 2 and "no answer within 0.5 s (--timeout)" in err, err
-    assert took < 1.5, took          # one deadline, not one per byte, nor one per query after the first failure
+    # One deadline, not one per byte (the answer would take 20 s), nor one per query after the first
+    # failure; the rest is loading the pack, with room for a loaded machine.
+    assert took < 3.0, took
 
 
 def test_a_trickling_exporter_is_cut_off_at_the_deadline(hostile):
@@ -596,7 +599,7 @@ def test_a_trickling_exporter_is_cut_off_at_the_deadline(hostile):
     started = time.monotonic()
     with pytest.raises(KboptError, match=r"no answer within 0\.3 s"):
         read_exposition(server.url + "/metrics", timeout_s=0.3)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0          # trickled whole, the answer would take 11 s
 
 
 @pytest.mark.parametrize("location", ["http://example.invalid:9090/api/v1/query", "ftp://127.0.0.1/x",
@@ -607,7 +610,11 @@ def test_redirects_off_the_origin_are_refused(hostile, location):
         port=server.port).encode()]), 0)])
     code, _, err, _ = fleet_cli(server.url, "--timeout", "2")
     assert code == 2 and "off the address given" in err and server.url in err, err
-    assert len(server.requests) < 8          # not followed, and not retried
+    # Not followed (every request asks the query path), and not retried (each query asked once;
+    # how many were under way when the first failed depends on the threads).
+    assert all(r.startswith(b"POST /api/v1/query ") for r in server.requests), server.requests
+    queries = [r.rpartition(b"\r\n\r\n")[2] for r in server.requests]
+    assert len(queries) == len(set(queries)) < len(FAMILIES)
 
 
 def test_redirects_within_the_origin_are_followed_and_bounded(hostile):
