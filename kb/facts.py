@@ -114,7 +114,9 @@ def check_plain(document: Any, name: str) -> None:
             continue
         elif isinstance(value, int):
             if abs(value) > MAX_EXACT_INT:
-                shown = f"{value:.3e}" if abs(value) < 10 ** 4000 else "an integer of over 4,000 digits"
+                # A float takes an integer up to about 1.8e308 (`:e` formats through one); past that, its digits.
+                shown = (f"{value:.3e}" if abs(value) < 10 ** 300 else f"an integer of {len(str(abs(value))):,} digits"
+                         if abs(value) < 10 ** 4000 else "an integer of over 4,000 digits")
                 raise FactsError(f"{name}: {where}: {shown} is beyond ±2^53, the largest integers kbopt compares exactly")
         elif isinstance(value, float) and not math.isfinite(value):
             raise FactsError(f"{name}: {where}: {value} is not a finite number")
@@ -151,7 +153,38 @@ def parse_document(text: str, name: str, as_yaml: bool | None = None) -> Any:
     except RecursionError:
         raise FactsError(f"{name}: not valid facts: nested more than {MAX_DEPTH} levels deep; facts are section.name") from None
     except ValueError as error:
-        raise FactsError(f"{name}: not valid JSON: {error}") from None
+        huge = _huge_integer(text)
+        raise FactsError(f"{name}: {huge}" if huge else f"{name}: not valid JSON: {error}") from None
+
+
+def _huge_integer(text: str) -> str | None:
+    """Where the JSON text has an integer too long for Python to convert, said as YAML's check
+    says it (`$.model.num_layers: an integer of 5,001 digits ...`), or None. Only asked once
+    json.loads has failed: a document that parses pays nothing for it."""
+    from kbopt.kb.yamlio import MAX_INT_DIGITS
+    marker = object()
+    digits: list[int] = []
+
+    def integer(literal: str) -> object:
+        if len(literal) > MAX_INT_DIGITS:
+            digits.append(len(literal.lstrip("-")))
+            return marker
+        return int(literal)
+    try:
+        document = json.loads(text, parse_int=integer, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return None
+    pending: list[tuple[str, Any]] = [("$", document)]
+    while pending:
+        where, value = pending.pop()
+        if value is marker:
+            return (f"{where}: an integer of {digits[0]:,} digits; kbopt reads integers of at most {MAX_INT_DIGITS:,} "
+                    "digits (and facts within +-2^53)")
+        if isinstance(value, dict):
+            pending.extend((f"{where}.{key}", item) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((f"{where}[{index}]", item) for index, item in enumerate(value))
+    return None
 
 
 def _plain(value: Any, name: str, where: str) -> Any:
@@ -270,7 +303,7 @@ def flatten(document: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _yaml_scalar(raw: str) -> Any:
+def _yaml_scalar(raw: str, path: str) -> Any:
     """A --set value as YAML reads it (0.95, true, [int8, fp16]); the text itself when it is not YAML."""
     import yaml
 
@@ -278,7 +311,7 @@ def _yaml_scalar(raw: str) -> Any:
     try:
         return read_yaml(raw)
     except YamlRefused as error:
-        raise FactsError(f"--set: the value {_clip(raw)!r} is refused: {error}") from None
+        raise FactsError(f"--set {_clip(path)}: the value {_clip(raw)!r} is refused: {error}") from None
     except yaml.YAMLError:
         return raw
 
@@ -299,7 +332,7 @@ def apply_overrides(document: dict[str, Any], overrides: list[str], vocabulary: 
             hint = vocabulary.suggest(path)
             why = "is derived by rules and cannot be set" if spec else "is not a known fact"
             raise FactsError(f"--set {_clip(path)}: {_clip(path)} {why}" + (f"; did you mean '{hint}'?" if hint and not spec else ""))
-        value = _yaml_scalar(raw)
+        value = _yaml_scalar(raw, path)
         if spec.type in ("string", "enum", "version") and value is not None and not isinstance(value, str):
             value = raw.strip()
         if spec.is_numeric and spec.type != "version" and isinstance(value, str):

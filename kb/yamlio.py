@@ -9,6 +9,7 @@ stream, which is flat, so they cost one pass and never recurse.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -18,6 +19,12 @@ SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # builds plain data
 MAX_TEXT = 4 * 1024 * 1024     # characters: far above any real facts or rule file (docs/usage.md, Limits)
 MAX_DEPTH = 64                 # nested mappings and lists; kbopt's deepest file needs 6
 MAX_NODES = 500_000            # scalars, mappings and lists in one document
+# Digits of a decimal integer: Python refuses to convert more than 4,300 (an internal error, before), and
+# nothing kbopt reads comes near (facts are within +-2^53, 16 digits).
+MAX_INT_DIGITS = 4000
+# A plain scalar YAML 1.1 reads as a decimal integer (octal, hexadecimal, binary and sexagesimal ones
+# convert without Python's limit).
+_DECIMAL = re.compile(r"[-+]?[1-9][0-9_]*")
 # The tags a plain YAML document resolves to by itself (the core schema, plus dates, which YAML 1.1 reads
 # implicitly and facts turn back into ISO strings). An explicit tag outside this set is refused.
 CORE_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "map", "seq",
@@ -49,8 +56,9 @@ def check_events(text: str) -> None:
     if len(text) > MAX_TEXT:
         raise YamlRefused(f"the text is {len(text):,} characters long; kbopt reads at most {MAX_TEXT:,}")
     parser = SafeLoader(text)       # only its parser is used: events, never nodes or objects
-    # One frame per open collection: whether it is a mapping, and for a mapping whether the next node is a key.
-    stack: list[list[bool]] = []
+    # One frame per open collection: whether it is a mapping, for a mapping whether the next node is a
+    # key, and where it is (the last key read, or the list's index), to name a refused value's path.
+    stack: list[list[Any]] = []
     nodes = 0
     try:
         while True:
@@ -76,14 +84,28 @@ def check_events(text: str) -> None:
             is_key = bool(stack) and stack[-1][0] and stack[-1][1]
             if stack and stack[-1][0]:
                 stack[-1][1] = not stack[-1][1]
+            elif stack:
+                stack[-1][2] += 1
+            if isinstance(event, yaml.ScalarEvent):
+                if is_key:
+                    stack[-1][2] = event.value
+                elif len(event.value) > MAX_INT_DIGITS and not event.style and _DECIMAL.fullmatch(event.value):
+                    digits = sum(c.isdigit() for c in event.value)
+                    raise _refuse(f"{_path(stack)}: an integer of {digits:,} digits; kbopt reads integers of at most "
+                                  f"{MAX_INT_DIGITS:,} digits (and facts within +-2^53)", event.start_mark)
             if isinstance(event, yaml.CollectionStartEvent):
                 if is_key:
                     raise _refuse("a key must be a plain name, not a list or a mapping", event.start_mark)
                 if len(stack) >= MAX_DEPTH:
                     raise _refuse(f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
-                stack.append([isinstance(event, yaml.MappingStartEvent), True])
+                stack.append([isinstance(event, yaml.MappingStartEvent), True, -1])
     finally:
         parser.dispose()
+
+
+def _path(stack: list[list[Any]]) -> str:
+    """`$.model.num_layers`, `$.rules[2]`: where the event check stands."""
+    return "$" + "".join(f".{where}" if mapping else f"[{where}]" for mapping, _, where in stack)
 
 
 def check_duplicate_keys(node: yaml.Node) -> None:

@@ -15,12 +15,12 @@ import signal
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from kbopt.engine.pack.rule import Pack
 from kbopt.errors import KboptError
 from kbopt.gctuning import tune_for_many_advices
-from kbopt.output import terminations_interrupt, written_binary
+from kbopt.output import STDOUT, Lines, WrittenTo, terminations_interrupt, written_binary
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -67,7 +67,7 @@ def json_line(record: dict[str, Any]) -> bytes:
         return text.encode("utf-8", "backslashreplace")
 
 
-def advise_stream(lines: Iterable[str], out: IO[bytes], pack: Pack, evaluator: str, source: str,
+def advise_stream(lines: Iterable[str], out: Lines, pack: Pack, evaluator: str, source: str,
                   overrides: tuple[str, ...] = (), jobs: int = 1) -> tuple[int, int]:
     """Advise every line (each input line gives exactly one output line, in order, so the two
     zip); returns (lines read, lines that failed). With jobs > 1, chunks of lines are advised by
@@ -210,7 +210,7 @@ def _advise_chunk(chunk: list[tuple[int, str]]) -> tuple[int, int, str]:
     return len(results), sum(not ok for ok, _ in results), path
 
 
-def _copy_block(path: str, out: IO[bytes]) -> None:
+def _copy_block(path: str, out: Lines) -> None:
     """Append a worker's block to the output, then remove it."""
     with open(path, "rb") as block:
         size = os.fstat(block.fileno()).st_size
@@ -221,7 +221,7 @@ def _copy_block(path: str, out: IO[bytes]) -> None:
     os.unlink(path)
 
 
-def _copied_in_kernel(source: int, out: IO[bytes], size: int) -> int:
+def _copied_in_kernel(source: int, out: Lines, size: int) -> int:
     """How many of the `size` bytes from `source` the kernel copied to `out`: copy_file_range
     between two files, sendfile into a pipe; none where `out` has no descriptor (a test's
     capture). Each advances the source's offset by what it copied, so one may take over
@@ -259,13 +259,13 @@ def input_lines(path: str) -> Iterator[str]:
 
 
 @contextmanager
-def streamed_output(output: str | None) -> Iterator[IO[bytes]]:
+def streamed_output(output: str | None) -> Iterator[Lines]:
     """Standard output, or what -o names by kbopt.output.write_output's rules, written line by
     line: a file all or nothing (a temporary file beside it, renamed into place when all went
     well), a FIFO written through. Binary: the lines arrive as UTF-8 bytes."""
     if output is None or output == "-":
-        sys.stdout.flush()             # what was written as text goes first
-        stdout = sys.stdout.buffer
+        stdout = WrittenTo(sys.stdout.buffer, STDOUT)
+        WrittenTo(sys.stdout, STDOUT).flush()   # what was written as text goes first
         yield stdout
         stdout.flush()
         return

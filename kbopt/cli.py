@@ -16,6 +16,7 @@ from kbopt.gctuning import many_advices
 from kbopt.kb.catalog import LAYERS
 from kbopt.kb.engines import ENGINES
 from kbopt.output import write_output
+from kbopt.reports.escape import terminal_message, terminal_text
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -93,7 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     fleet.add_argument("--window", default="30m", metavar="DURATION", help="averages and rates over this window (default 30m)")
     fleet.add_argument("--selector", metavar="'{LABEL=\"VALUE\",...}'",
                        help="label matchers added to every query, e.g. '{namespace=\"llm\"}'")
-    fleet.add_argument("--timeout", type=_finite_seconds, default=10.0, metavar="S", help="per query (default 10)")
+    fleet.add_argument("--timeout", type=_finite_seconds, default=10.0, metavar="S",
+                       help="each query's deadline, from connecting to the last byte of its answer (default 10)")
     fleet.add_argument("--retries", type=int, default=2, metavar="N", help="retries of a failed query (default 2)")
     fleet.add_argument("-o", "--output", metavar="DIR",
                        help="write fleet.jsonl, index.html and deployments/*.html here (all or nothing); "
@@ -194,7 +196,7 @@ def _collected_document(args) -> dict:
                                        nvml=not args.no_nvml, gpu=args.gpu, duration_s=args.duration,
                                        interval_s=args.interval, trace=trace))
     for note in collected.notes:
-        print(f"kbopt: note: {note}", file=sys.stderr)
+        _say(f"kbopt: note: {note}")
     return collected.document()
 
 
@@ -317,7 +319,7 @@ def _fleet(args) -> int:
         write_directory(fleet_files(fleet), args.output)
     else:
         write_output(fleet_lines(fleet), None)
-    sys.stderr.write(summary_text(fleet))
+    sys.stderr.write(summary_text(fleet))       # its label values made inert by terminal_text
     return EXIT_OK
 
 
@@ -365,7 +367,7 @@ def _rules(args) -> int:
     if args.rules_command in ("show", "docs", "graph"):
         from kbopt.engine.authoring import docs as authoring
         if args.rules_command == "show":
-            sys.stdout.write(authoring.show(pack, args.rule_id))
+            sys.stdout.write(terminal_message(authoring.show(pack, args.rule_id)))
         elif args.rules_command == "docs":
             try:
                 written = authoring.write_docs(pack, Path(args.output))
@@ -380,7 +382,7 @@ def _rules(args) -> int:
         for rule in pack.rules:
             if args.layer in (None, rule.layer) and (args.tag is None or args.tag in rule.tags):
                 pack_name = "" if rule.pack == "builtin" else f"  (pack {rule.pack})"
-                print(f"{rule.id:38} {rule.layer:11} {rule.title}  [{sources.labels(rule.sources)}]{pack_name}")
+                print(terminal_text(f"{rule.id:38} {rule.layer:11} {rule.title}  [{sources.labels(rule.sources)}]{pack_name}"))
         return EXIT_OK
     from kbopt.engine.authoring.examples import run_examples
     from kbopt.engine.evaluators import available_evaluators
@@ -389,7 +391,7 @@ def _rules(args) -> int:
     failed = [r for r in results if not r.ok]
     for result in failed:
         for failure in result.failures:
-            print(f"FAIL {result.rule} / {result.example!r} ({result.evaluator}) at {result.location}: {failure}")
+            print(terminal_message(f"FAIL {result.rule} / {result.example!r} ({result.evaluator}) at {result.location}: {failure}"))
     from kbopt.engine.authoring.examples import leaf_coverage
     decided_both = [r.id for r in pack.rules if {True, False} <= {e.fires for e in r.examples}]
     both_ways, leaves = leaf_coverage(results)
@@ -404,11 +406,20 @@ def _lint(args) -> int:
     from kbopt.diagnostics import render_all
     from kbopt.engine.authoring.lint import lint_paths
     findings, checked = lint_paths(list(dict.fromkeys(list(args.paths) or configured_packs())))
-    sys.stdout.write(render_all(findings))
+    sys.stdout.write(terminal_message(render_all(findings)))
     errors = sum(f.severity == "error" for f in findings)
     warnings = sum(f.severity == "warning" for f in findings)
     print(f"{errors} error(s), {warnings} warning(s) in {checked} rule(s)")
     return EXIT_BAD_INPUT if errors else EXIT_OK
+
+
+def _say(message: str, lines: bool = False) -> None:
+    """A message on standard error. Messages quote input (a file name, a fact's value, what a
+    Prometheus server answered), so each passes the terminal escaper on its way out: one
+    paragraph, every control character shown as <U+001B> (a newline too); or, for a rule
+    diagnostic, which kbopt lays out in `lines` itself, no line after the first beginning as
+    kbopt's own do (`kbopt:`). None can send a control sequence or forge a line."""
+    print(terminal_message(message) if lines else terminal_text(message), file=sys.stderr)
 
 
 def run() -> NoReturn:
@@ -441,10 +452,10 @@ def main(argv: list[str] | None = None) -> int:
             return _schema(args)
         return _rules(args)
     except RuleError as error:         # the rendered diagnostic says "error[L...]" itself
-        print(f"kbopt: {bounded(str(error))}", file=sys.stderr)
+        _say(f"kbopt: {bounded(str(error))}", lines=True)
         return error.exit_code
     except KboptError as error:
-        print(f"kbopt: error: {bounded(str(error))}", file=sys.stderr)
+        _say(f"kbopt: error: {bounded(str(error))}")
         return error.exit_code
     except BrokenPipeError:
         return EXIT_OK
@@ -454,6 +465,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:   # a bug, not bad input: say so without a wall of traceback
         if os.environ.get("KBOPT_DEBUG"):
             raise
-        print(f"kbopt: internal error: {type(error).__name__}: {bounded(str(error))} "
-              "(set KBOPT_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        _say(f"kbopt: internal error: {type(error).__name__}: {bounded(str(error))} "
+             "(set KBOPT_DEBUG=1 for the traceback, and please report it)")
         return EXIT_FAILED

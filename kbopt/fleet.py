@@ -24,15 +24,9 @@ from kbopt.engine.pack.rule import Pack
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.fleet import FleetFacts, ReplicaFacts
 from kbopt.kb.provenance import Provenance
+from kbopt.reports.escape import terminal_text
 
 FLEET_FORMAT = "fleet/1"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f]")
-
-
-def inert(text: object) -> str:
-    """A label value as it may be printed on a terminal: control characters (escape sequences,
-    bidirectional overrides) shown as <U+XXXX>, never sent."""
-    return _CONTROL.sub(lambda m: f"<U+{ord(m.group()):04X}>", str(text))
 
 
 @dataclass
@@ -304,14 +298,14 @@ def write_directory(files: dict[str, str], output: str) -> None:
 def summary_text(fleet: Fleet) -> str:
     """What the command says on standard error: one line per deployment, label values inert."""
     lines = [f"kbopt fleet: {len(fleet.deployments)} deployment(s), {fleet.summary()['replicas']} replica(s) from "
-             f"{inert(fleet.prometheus)} in {fleet.read.queries} queries, {fleet.elapsed_s:.2f} s"]
+             f"{terminal_text(fleet.prometheus)} in {fleet.read.queries} queries, {fleet.elapsed_s:.2f} s"]
     for deployment in fleet.deployments:
         bottleneck = deployment.advice.bottleneck if deployment.advice else "no advice"
-        lines.append(f"  {inert(deployment.name)}: {len(deployment.replicas)} replica(s), {bottleneck}"
+        lines.append(f"  {terminal_text(deployment.name)}: {len(deployment.replicas)} replica(s), {bottleneck}"
                      + (f"; missing {', '.join(deployment.missing)}" if deployment.missing else "")
-                     + (f"; {inert(deployment.error)}" if deployment.error else ""))
+                     + (f"; {terminal_text(deployment.error)}" if deployment.error else ""))
         for finding in deployment.differences.get("findings", []):
-            lines.append(f"    {inert(finding['text'])}")
+            lines.append(f"    {terminal_text(finding['text'])}")
     for warning in fleet.read.warnings:
-        lines.append(f"kbopt: warning: Prometheus answered in part: {inert(warning)}")
+        lines.append(f"kbopt: warning: Prometheus answered in part: {terminal_text(warning)}")
     return "\n".join(lines) + "\n"

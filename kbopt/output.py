@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from kbopt.errors import KboptError
 
@@ -57,7 +57,8 @@ def write_output(text: str, output: str | None) -> None:
     """Write all or nothing: a temporary file beside the target, renamed into place."""
     text = _utf8(text)
     if output is None or output == "-":
-        sys.stdout.write(text)
+        WrittenTo(sys.stdout, STDOUT).write(text)
+        WrittenTo(sys.stdout, STDOUT).flush()
         return
     try:
         _write_file(text, output)
@@ -65,9 +66,50 @@ def write_output(text: str, output: str | None) -> None:
         raise _cannot_write(output, error) from None
 
 
+STDOUT = "-"     # what _cannot_write calls standard output
+
+
 def _cannot_write(output: str, error: OSError | RuntimeError) -> KboptError:
     reason = getattr(error, "strerror", None) or str(error)
-    return KboptError(f"-o {output}: cannot write there: {reason}")
+    return KboptError(("standard output" if output == STDOUT else f"-o {output}") + f": cannot write there: {reason}")
+
+
+class Lines(Protocol):
+    """Where a stream of bytes is written: what `advise --facts-jsonl` uses of its output."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+    def fileno(self) -> int: ...
+
+
+class WrittenTo:
+    """An output (standard output, a device, a file) that says where a write failed (a full disk,
+    /dev/full) in a one-paragraph message, exit 2, rather than as an OSError from deep inside a
+    batch. A reader gone from a pipe stays a BrokenPipeError (main() ends quietly on it)."""
+
+    def __init__(self, handle: IO[Any], output: str):
+        self.handle, self.output = handle, output
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.handle.write(data)
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise _cannot_write(self.output, error) from None
+
+    def flush(self) -> None:
+        try:
+            self.handle.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise _cannot_write(self.output, error) from None
+
+    def fileno(self) -> int:
+        return self.handle.fileno()
 
 
 def _write_file(text: str, output: str) -> None:
@@ -98,7 +140,7 @@ def _destination(output: str) -> tuple[Path, bool]:
 
 
 @contextmanager
-def written_binary(output: str) -> Iterator[IO[bytes]]:
+def written_binary(output: str) -> Iterator[Lines]:
     """A binary handle on what `-o output` names, by write_output's rules, for output written
     as it is made (`kbopt advise --facts-jsonl`): a file is replaced all or nothing, a FIFO,
     device or socket written through."""
@@ -109,10 +151,11 @@ def written_binary(output: str) -> Iterator[IO[bytes]]:
         raise _cannot_write(output, error) from None
     if handle is None:
         with replaced_binary(target, output) as replacing:
-            yield replacing
+            yield WrittenTo(replacing, output)
         return
     with terminations_interrupt(), handle:
-        yield handle
+        yield WrittenTo(handle, output)
+        WrittenTo(handle, output).flush()     # a device's last bytes fail here, not in close()
 
 
 @contextmanager

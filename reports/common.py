@@ -1,7 +1,6 @@
 """Helpers every renderer shares: they read an Advice, never the rules or the facts."""
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 
 from kbopt.engine.advice.command import Command
@@ -11,32 +10,6 @@ from kbopt.engine.advice.launch import Launch, deployed_launch
 from kbopt.engine.advice.model import Advice, Firing, StrategyAdvice
 from kbopt.engine.advice.whatif import Gain, label, number
 from kbopt.engine.lang.text import fmt
-
-# What an input string (a fact's value, a label an exporter wrote, a file name, a pack's text) must
-# not carry into a report: C0 controls (ESC starts a terminal's screen clears and OSC 8 links, CR
-# overwrites a line, BEL), DEL and C1 controls (0x9B is a one-byte CSI), bidirectional controls
-# (which make a line read backwards) and the line and paragraph separators. Each is shown as a
-# visible `<U+001B>` instead.
-_BIDI = "\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c"
-_UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}\u2028\u2029]")
-_UNSAFE_BUT_LAYOUT = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}\u2028\u2029]")
-
-
-def _visible(match: re.Match[str]) -> str:
-    return f"<U+{ord(match.group()):04X}>"
-
-
-def safe_text(text: str) -> str:
-    """An input string for a format that lays out newlines and tabs itself (HTML, Markdown):
-    every other control character, and every bidirectional control, made visible. A string without
-    any is returned as it is, so that markup the HTML renderer made (a str subclass) stays markup."""
-    return _UNSAFE_BUT_LAYOUT.sub(_visible, text) if _UNSAFE_BUT_LAYOUT.search(text) else text
-
-
-def terminal_text(line: str) -> str:
-    """One line for a terminal: every control character made visible, newline and tab included
-    (a line of the report holds none of its own)."""
-    return _UNSAFE.sub(_visible, line)
 
 
 def firings(advice: Advice) -> dict[str, Firing]:

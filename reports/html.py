@@ -24,8 +24,8 @@ from kbopt.reports.common import (
     origin_detail,
     origin_text,
     params_text,
-    safe_text,
 )
+from kbopt.reports.escape import safe_text
 from kbopt.reports.graph_layout import layout
 
 if TYPE_CHECKING:  # jinja2 itself is imported only when an HTML report is rendered

@@ -24,8 +24,8 @@ from kbopt.reports.common import (
     origin_text,
     params_text,
     rejection_label,
-    terminal_text,
 )
+from kbopt.reports.escape import terminal_text
 
 WIDTH = 100
 TOP = 5           # actions in the summary (the summary stays within about 20 lines)

@@ -7,6 +7,7 @@ KBOPT_FUZZ=long runs many more random cases, for releases (docs/fuzzing.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -353,3 +354,208 @@ def test_rendered_outputs_keep_input_strings_inert(name, source, metric, form):
 @pytest.mark.skipif(not LONG, reason="KBOPT_FUZZ=long only")
 def test_long_profile_is_selected():
     assert PROFILE.derandomize is False
+
+
+# ---------------------------------------------------------------- a hostile HTTP server: kbopt fleet, collect --metrics URL
+
+TIMEOUT = 0.4          # --timeout of these cases: a trickled answer meets it
+JSON_VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-(10 ** 400), 10 ** 400), st.floats(),
+                                     st.text(max_size=12), st.sampled_from(["3", "NaN", "+Inf", "1e999", "", "abc"])),
+                           lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner,
+                                                                                               max_size=3)), max_leaves=6)
+
+
+@st.composite
+def prometheus_bodies(draw: st.DrawFn) -> bytes:
+    """What a server may send as a query's answer: Prometheus' own, with fields of any type, or not."""
+    kind = draw(st.sampled_from(["vector", "vector", "typed", "nested", "error", "junk"]))
+    if kind == "vector":              # well-formed, with labels and values Prometheus would never send
+        rows = draw(st.lists(st.tuples(st.dictionaries(st.sampled_from(["instance", "model_name", "pod", "namespace",
+                                                                        "le", "gpu", "x"]),
+                                                       st.one_of(st.text(max_size=8), st.none(), st.booleans(),
+                                                                 st.integers())), JSON_VALUES), max_size=3))
+        extra = {"warnings": draw(JSON_VALUES)} if draw(st.booleans()) else {}
+        return json.dumps({"status": "success", **extra, "data": {"resultType": "vector", "result": [
+            {"metric": {"instance": "10.0.0.1:8000", "model_name": "m", **m}, "value": [0, v]} for m, v in rows]}}).encode()
+    if kind == "typed":               # any shape at any level
+        return json.dumps({"status": draw(st.sampled_from(["success", "error", None])), "data": draw(JSON_VALUES),
+                           "warnings": draw(JSON_VALUES), "error": draw(JSON_VALUES)}).encode()
+    if kind == "nested":
+        depth = draw(st.sampled_from([10, 999, 5000, 100_000]))
+        return b'{"status": "success", "data": ' + b"[" * depth + b"]" * depth + b"}"
+    if kind == "error":
+        return json.dumps({"status": "error", "errorType": "bad_data", "error": draw(st.text(max_size=40))}).encode()
+    return draw(st.binary(max_size=64))
+
+
+STATUS_LINES = st.one_of(st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.0 200 OK", b"HTTP/1.1 500 Oops", b"HTTP/1.1 429 Slow",
+                                          b"HTTP/1.1 404 Not Found", b"HTTP/1.1 422 Bad", b"HTTP/1.1 204 No Content",
+                                          b"HTTP/1.1 302 Found", b"HTTP/1.1 307 Again", b"HTTP/1.1 100 Continue",
+                                          b"HTTP/1.1 abc OK", b"HTTP/9.9 200 OK", b"SSH-2.0-OpenSSH", b"",
+                                          b"HTTP/1.1 200 " + b"x" * 70_000]),
+                         st.binary(max_size=20).filter(lambda b: b"\n" not in b))
+LOCATIONS = st.sampled_from([b"/api/v1/query", b"/prometheus/api/v1/query", b"http://127.0.0.1:1/x", b"ftp://127.0.0.1/x",
+                             b"javascript:alert(1)", b"", b"//example.invalid/x", b"http://[::1", b"/\x1b[2J"])
+HEADER_LINES = st.one_of(st.builds(lambda loc: b"Location: " + loc, LOCATIONS),
+                         st.sampled_from([b"Content-Type: application/json", b"Content-Length: abc", b"Content-Length: -5",
+                                          b"Content-Length: 99999999999999", b"Transfer-Encoding: gzip", b"X: \x00\x1b",
+                                          b"no colon here", b" folded: line", b"X-A: " + b"b" * 70_000]),
+                         st.builds(lambda n: b"\r\n".join([b"X-A: b"] * n), st.sampled_from([99, 101, 500])),
+                         st.binary(max_size=16).filter(lambda b: b"\n" not in b and b"\r" not in b))
+
+
+@st.composite
+def hostile_answers(draw: st.DrawFn) -> tuple[bytes, float]:
+    """An answer's bytes (status line, headers, framing, body) and the pause between its pieces:
+    zero, or a trickle that meets the deadline."""
+    status = draw(STATUS_LINES)
+    headers = draw(st.lists(HEADER_LINES, max_size=3))
+    body = draw(prometheus_bodies())
+    framing = draw(st.sampled_from(["length", "length", "chunked", "bad chunk", "close", "short", "long"]))
+    if framing == "chunked":
+        pieces = [body[i:i + 7] for i in range(0, len(body), 7)]
+        body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+        headers.append(b"Transfer-Encoding: chunked")
+    elif framing == "bad chunk":
+        body = draw(st.sampled_from([b"zz\r\n", b"-1\r\n", b"5\r\nab", b"ffffffffffffffff\r\n", b"7;ext\r\n"])) + body
+        headers.append(b"Transfer-Encoding: chunked")
+    elif framing in ("length", "short", "long"):
+        headers.append(b"Content-Length: %d" % (len(body) + {"length": 0, "short": -1, "long": 10}[framing]))
+    data = b"\r\n".join([status, *headers]) + b"\r\n\r\n" + body
+    trickle = draw(st.sampled_from([0.0] * 9 + [0.02]))
+    return data, trickle
+
+
+def _served(case: tuple[bytes, float]):
+    from hostile_server import HostileServer
+    data, trickle = case
+    if trickle:      # the pieces' pauses add up past the deadline
+        pieces = [(data[i:i + max(1, len(data) // 40)], trickle) for i in range(0, len(data), max(1, len(data) // 40))]
+        return HostileServer(lambda request: pieces)
+    return HostileServer(lambda request: [(data, 0.0)])
+
+
+@given(hostile_answers(), st.sampled_from(["0", "0", "1"]))
+@examples(25, 10_000)         # the release profile: 10,000 answers
+def test_fleet_against_a_hostile_server(case, retries):
+    import time
+    server = _served(case)
+    try:
+        started = time.monotonic()
+        code, _, err = cli("fleet", "--prometheus", server.url, "--timeout", str(TIMEOUT), "--retries", retries)
+        took = time.monotonic() - started
+    finally:
+        server.close()
+    assert_contract(code, err)
+    # Each query attempt ends at the deadline, the first failed query ends the read, a retry waits
+    # 0.5 s; advising the one replica a well-formed answer names takes the rest.
+    assert took < (int(retries) + 1) * TIMEOUT + 0.5 * int(retries) + 3.0, took
+
+
+@given(hostile_answers())
+@examples(15, 2_000)
+def test_collect_from_a_hostile_exporter(case):
+    server = _served(case)
+    try:
+        code, _, err = cli("collect", "--no-nvml", "--metrics", server.url + "/metrics", "--duration", "0.01")
+    finally:
+        server.close()
+    assert_contract(code, err)
+
+
+# ---------------------------------------------------------------- planted and corrupted pack cache entries
+
+@given(st.data())
+@examples(15, 1_000)
+def test_a_corrupted_cache_entry_at_worst_costs_a_rebuild(data):
+    """Bytes flipped, cut or inserted, a class name, a tag or a field replaced: loading either
+    gives a pack checked field by field or rebuilds it; nothing the entry names is ever called."""
+    from kbopt.engine.pack import cache
+    from kbopt.engine.pack.rule import Pack
+    entry = _cache_entry()
+    how = data.draw(st.sampled_from(["flip", "cut", "insert", "class", "tag", "field"]))
+    if how == "flip":
+        at = data.draw(st.integers(0, len(entry) - 1))
+        entry = entry[:at] + bytes([entry[at] ^ data.draw(st.integers(1, 255))]) + entry[at + 1:]
+    elif how == "cut":
+        entry = entry[:data.draw(st.integers(0, len(entry) - 1))]
+    elif how == "insert":
+        at = data.draw(st.integers(0, len(entry)))
+        inserted = data.draw(st.sampled_from([b"[", b'["R",999999],', b'"x",', b"1e999,", b"9" * 5000 + b","]))
+        entry = entry[:at] + inserted + entry[at:]
+    elif how == "class":
+        entry = entry.replace(b'"kbopt.engine.lang.nodes.Fact"', b'"' + data.draw(st.sampled_from(
+            [b"os.system", b"builtins.eval", b"kbopt.engine.pack.cache.io.FileIO", b"kbopt.engine.pack.rule.Pack",
+             b"subprocess.Popen"])) + b'"', 1)
+    elif how == "tag":
+        entry = entry.replace(b'["T",', b"[" + data.draw(st.sampled_from([b'"X",', b"-1,", b"99999,", b'"R",', b"true,"])), 1)
+    else:
+        entry = entry.replace(b'["rules",', b'["' + data.draw(
+            st.sampled_from([b"__class__", b"__dict__", b"__reduce__", b"rules2"])) + b'",', 1)
+    with tempfile.TemporaryDirectory() as folder, _cache_in(folder):
+        key = cache.pack_key(())
+        Path(folder, f"pack-{key}.json").write_bytes(entry)
+        os.chmod(folder, 0o700)
+        built = []
+        pack = cache.cached_pack((), lambda: built.append(1) or _built_pack())
+        assert isinstance(pack, Pack) and pack.rules
+
+
+@contextlib.contextmanager
+def _cache_in(folder: str) -> Iterator[None]:
+    previous = os.environ.get("KBOPT_CACHE_DIR")
+    os.environ["KBOPT_CACHE_DIR"] = folder
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["KBOPT_CACHE_DIR"]
+        else:
+            os.environ["KBOPT_CACHE_DIR"] = previous
+
+
+@functools.cache
+def _built_pack():
+    from kbopt.engine.pack.loader import load_pack
+    return load_pack()
+
+
+@functools.cache
+def _cache_entry() -> bytes:
+    from kbopt.engine.pack import cache
+    return cache.encode(_built_pack())
+
+
+# ---------------------------------------------------------------- big numbers in YAML facts and in exposition text
+
+BIG_INTEGERS = st.one_of(st.integers(4290, 4310), st.integers(5000, 5002), st.integers(300, 400)).map(
+    lambda n: "9" * n) | st.builds(lambda n, sign: sign + "1" + "0" * n, st.integers(15, 5000), st.sampled_from(["", "-", "+"]))
+
+
+@given(BIG_INTEGERS, st.sampled_from(["model.num_layers", "workload.itl_p99_ms", "telemetry.memory_used_ratio",
+                                      "hardware.gpu_count", "workload.x"]), st.sampled_from(["yaml", "json", "set"]))
+@examples(20, 2_000)
+def test_big_integers_in_facts(number, path, form):
+    section, name = path.split(".")
+    with tempfile.TemporaryDirectory() as folder:
+        if form == "set":
+            code, _, err = cli("advise", "--facts", str(Path(__file__).parent.parent / "examples" / "capacity-a100-chat.json"),
+                               "--set", f"{path}={number}")
+        else:
+            file = Path(folder) / f"facts.{form}"
+            file.write_text(f"kbopt: facts/1\n{section}:\n  {name}: {number}\n" if form == "yaml"
+                            else f'{{"kbopt": "facts/1", "{section}": {{"{name}": {number}}}}}', encoding="utf-8")
+            code, _, err = cli("advise", "--facts", str(file))
+    assert_contract(code, err)
+    assert code == 2 and (path in err or "--set" in err or (form == "json" and number.startswith("+"))), err
+
+
+@given(BIG_INTEGERS, st.sampled_from(['DCGM_FI_DEV_GPU_UTIL{gpu="0"}', 'vllm:num_requests_running{model_name="m"}',
+                                      'vllm:num_preemptions_total{model_name="m"}', 'DCGM_FI_DEV_FB_USED{gpu="0"}']))
+@examples(20, 2_000)
+def test_big_integers_in_exposition_text(number, sample):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "x.prom"
+        path.write_text(f'{sample} {number}\nDCGM_FI_DEV_POWER_USAGE{{gpu="0"}} 250\n', encoding="utf-8")
+        code, _, err = cli("collect", "--metrics", str(path), "--no-nvml")
+    assert_contract(code, err)

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_durable
+from hostile_server import HostileServer, answer, one_replica, trickled, vector
 
 from kbopt import output
 from kbopt.engine.evaluators import durable_available
-from kbopt.errors import MAX_MESSAGE
+from kbopt.errors import MAX_MESSAGE, KboptError
+from kbopt.kb.collectors.fleet import FAMILIES
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "capacity-a100-chat.json")
 FACTS = {"kbopt": "facts/1", "model": {"num_layers": 32}, "workload": {"itl_p99_ms": 140, "engine": "vllm"}}
@@ -550,3 +552,248 @@ def test_a_boolean_layer_count_is_not_one(tmp_path):
     code, _, err = collect(tmp_path, "config.json", json.dumps(
         {"num_hidden_layers": True, "hidden_size": 4096, "num_attention_heads": 32}))
     assert_refused(code, err, "config.json", "num_hidden_layers")
+
+
+# ---------------------------------------------------------------- a hostile HTTP server (fleet, collect --metrics URL)
+
+@pytest.fixture
+def hostile():
+    """Start HostileServer(script) on loopback; every one started is closed after the test."""
+    servers = []
+
+    def start(script):
+        servers.append(HostileServer(script))
+        return servers[-1]
+    yield start
+    for server in servers:
+        server.close()
+
+
+def fleet_cli(url: str, *args: str) -> tuple[int, str, str, float]:
+    import contextlib
+    import io
+    import time
+
+    from kbopt.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["fleet", "--prometheus", url, "--retries", "0", *args])
+    return code, out.getvalue(), err.getvalue(), time.monotonic() - started
+
+
+def test_a_trickling_server_is_cut_off_at_the_deadline(hostile):
+    server = hostile(lambda request: trickled(answer(body=one_replica(request)), 0.1))
+    code, _, err, took = fleet_cli(server.url, "--timeout", "0.5")
+    assert code == 2 and "no answer within 0.5 s (--timeout)" in err, err
+    # One deadline, not one per byte (the answer would take 20 s), nor one per query after the first
+    # failure; the rest is loading the pack, with room for a loaded machine.
+    assert took < 3.0, took
+
+
+def test_a_trickling_exporter_is_cut_off_at_the_deadline(hostile):
+    import time
+
+    from kbopt.kb.collectors.prometheus import read_exposition
+    server = hostile(lambda request: trickled(answer(body=b"tgi_queue_size 1\n" * 10), 0.05))
+    started = time.monotonic()
+    with pytest.raises(KboptError, match=r"no answer within 0\.3 s"):
+        read_exposition(server.url + "/metrics", timeout_s=0.3)
+    assert time.monotonic() - started < 2.0          # trickled whole, the answer would take 11 s
+
+
+@pytest.mark.parametrize("location", ["http://example.invalid:9090/api/v1/query", "ftp://127.0.0.1/x",
+                                      "https://127.0.0.1:{port}/x", "http://127.0.0.1:1/x", "javascript:alert(1)",
+                                      "file:///etc/passwd"])
+def test_redirects_off_the_origin_are_refused(hostile, location):
+    server = hostile(lambda request: [(answer(b"HTTP/1.1 302 Found", [b"Location: " + location.format(
+        port=server.port).encode()]), 0)])
+    code, _, err, _ = fleet_cli(server.url, "--timeout", "2")
+    assert code == 2 and "off the address given" in err and server.url in err, err
+    # Not followed (every request asks the query path), and not retried (each query asked once;
+    # how many were under way when the first failed depends on the threads).
+    assert all(r.startswith(b"POST /api/v1/query ") for r in server.requests), server.requests
+    queries = [r.rpartition(b"\r\n\r\n")[2] for r in server.requests]
+    assert len(queries) == len(set(queries)) < len(FAMILIES)
+
+
+def test_redirects_within_the_origin_are_followed_and_bounded(hostile):
+    moved = hostile(lambda request: [(answer(b"HTTP/1.1 308 Moved", [b"Location: /prometheus/api/v1/query"]), 0)]
+                    if request.startswith(b"POST /api/") else [(answer(body=one_replica(request)), 0)])
+    code, out, err, _ = fleet_cli(moved.url, "--timeout", "5")
+    assert code == 0 and json.loads(out)["kbopt"] == "fleet/1", err
+    looping = hostile(lambda request: [(answer(b"HTTP/1.1 307 Again", [b"Location: /api/v1/query"]), 0)])
+    code, _, err, _ = fleet_cli(looping.url, "--timeout", "5")
+    assert code == 2 and "more than 5 redirects" in err, err
+
+
+def _chunked(body: bytes) -> bytes:
+    return b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+
+
+MALFORMED_HTTP = {
+    "cut-short body": (lambda: answer(body=b'{"status": "success"}')[:-5],
+                       "cut short"),
+    "not HTTP": (lambda: b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not HTTP"),
+    "no answer at all": (lambda: b"", "closed the connection without answering"),
+    "too many headers": (lambda: answer(headers=[b"X-A: b"] * 150, body=b"{}"),
+                         "more than 100 headers"),
+    "an over-long header": (lambda: answer(headers=[b"X-A: " + b"b" * 70_000], body=b"{}"),
+                            "over-long line"),
+    "a chunk size that is not hexadecimal": (lambda: answer(
+        headers=[b"Transfer-Encoding: chunked"], body=b"zz\r\n{}\r\n0\r\n\r\n", length=False), "chunked encoding"),
+    "a chunk cut short": (lambda: answer(
+        headers=[b"Transfer-Encoding: chunked"], body=_chunked(b"{}" * 50)[:30], length=False), "chunked encoding"),
+    "a negative chunk size": (lambda: answer(
+        headers=[b"Transfer-Encoding: chunked"], body=b"-5\r\n{}\r\n0\r\n\r\n", length=False), "malformed HTTP answer"),
+    "deeply nested JSON": (lambda: answer(body=b"[" * 100_000 + b"]" * 100_000),
+                           "nested too deeply"),
+    "warnings is a number": (lambda: answer(
+        body=vector([], warnings=5)), "`warnings` field is int"),
+    "warnings is a string": (lambda: answer(
+        body=vector([], warnings="remote read failed")), "`warnings` field is str"),
+    "a value that is true": (lambda: answer(
+        body=vector([({"model_name": "m"}, True)])), "its value is bool"),
+    "a label that is a number": (lambda: answer(
+        body=vector([({"model_name": 5}, "1")])), "label 'model_name' is int"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_HTTP))
+def test_a_malformed_answer_is_exit_2_naming_the_server(hostile, case):
+    make, expected = MALFORMED_HTTP[case]
+    data = make()
+    server = hostile(lambda request: [(data, 0)])
+    code, _, err, _ = fleet_cli(server.url, "--timeout", "5")
+    assert code == 2 and expected in err and server.url in err, err
+    assert err.startswith("kbopt: error: ") and err.count("\n") == 1, err
+
+
+def test_an_answer_over_the_cap_is_refused(hostile):
+    from kbopt.kb.collectors.web import HttpProblem, exchange
+    for length in (True, False):
+        server = hostile(lambda request, length=length: [(answer(body=b"x" * 5000, length=length), 0)])
+        with pytest.raises(HttpProblem, match="more than"):
+            exchange(server.url, 5, max_body=1000)
+
+
+def test_a_null_label_stays_missing_and_a_huge_integer_value_is_left_out(hostile):
+    def respond(request):
+        if b"num_requests_running" in request:
+            return [(answer(body=vector([({"instance": "10.0.0.1:8000", "model_name": "m", "pod": None}, "3")])), 0)]
+        if b"num_requests_waiting" in request:
+            return [(answer(body=b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": '
+                                  b'{"instance": "10.0.0.1:8000", "model_name": "m"}, "value": [0, 1' + b"0" * 400
+                              + b"]}]}}"), 0)]
+        return [(answer(body=vector([])), 0)]
+    server = hostile(respond)
+    code, out, err, _ = fleet_cli(server.url, "--timeout", "5")
+    assert code == 0, err
+    (replica,) = json.loads(out)["replicas"]
+    assert replica["id"] == "10.0.0.1:8000" and "pod" not in replica and "None" not in out
+    assert "workload.requests_waiting_mean" not in replica["facts"]
+
+
+def test_collect_scrapes_through_the_same_client(hostile):
+    server = hostile(lambda request: [(answer(b"HTTP/1.1 301 Moved", [b"Location: ftp://127.0.0.1/metrics"]), 0)])
+    code, _, err = subprocess_free_cli("--metrics", server.url + "/metrics", "--duration", "0.01")
+    assert code == 2 and "off the address given" in err, err
+
+
+FORGING = "\x1b]0;owned\x07\x1b[2J\u202e\r\nkbopt: done, nothing wrong\x9b31m"
+
+
+@pytest.mark.parametrize("status", [b"HTTP/1.1 400 Bad Request", b"HTTP/1.1 200 OK"])
+def test_a_prometheus_error_message_reaches_the_terminal_inert(hostile, status):
+    """Issue 28: Prometheus' error text went to the terminal raw: escape codes, a title, a forged
+    `kbopt:` line. Every message passes one terminal escaper on its way out."""
+    body = json.dumps({"status": "error", "errorType": "bad_data", "error": FORGING}).encode()
+    server = hostile(lambda request: [(answer(status, body=body), 0)])
+    code, _, err, _ = fleet_cli(server.url, "--timeout", "5")
+    assert code == 2 and "<U+001B>]0;owned<U+0007>" in err and "<U+000A>kbopt: done" in err, err
+    assert not CONTROLS.search(err.rstrip("\n")) and err.count("\n") == 1 and err.startswith("kbopt: error: "), ascii(err)
+
+
+def test_prometheus_warnings_and_labels_reach_the_terminal_inert(hostile):
+    def respond(request):
+        rows = [({"instance": "10.0.0.1:8000", "model_name": "m" + FORGING}, "3")] if b"num_requests_running" in request else []
+        return [(answer(body=vector(rows, warnings=[FORGING])), 0)]
+    server = hostile(respond)
+    code, out, err, _ = fleet_cli(server.url, "--timeout", "5")
+    assert code == 0, err
+    assert not CONTROLS.search(err.replace("\n", "")), ascii(err)
+    lines = err.splitlines()
+    assert lines[0].startswith("kbopt fleet: ") and all(
+        line.startswith(("  ", "kbopt: warning: Prometheus answered in part: ")) for line in lines[1:]), lines
+    assert json.loads(out)["model"] == "m" + FORGING          # the data stays as it was sent
+
+
+def test_a_message_laid_out_in_lines_cannot_forge_a_line_of_kbopts():
+    from kbopt.reports.escape import terminal_message, terminal_text
+    text = terminal_message("error[L001]: bad\n --> x.yaml:3\nkbopt: error: forged\n\x1b[2J")
+    assert text.splitlines() == ["error[L001]: bad", " --> x.yaml:3", "  kbopt: error: forged", "<U+001B>[2J"]
+    assert terminal_text("a\nkbopt: b") == "a<U+000A>kbopt: b"
+
+
+def test_every_renderer_escapes_through_one_module():
+    """One terminal escaper and one Markdown escaper (reports/escape.py): no renderer, nor the CLI
+    or the fleet summary, keeps a pattern of control characters of its own."""
+    import kbopt
+    root = Path(kbopt.__file__).resolve().parent.parent
+    for path in [*root.glob("reports/*.py"), *root.glob("kbopt/*.py")]:
+        if path.name != "escape.py":
+            assert "\\x1f" not in path.read_text(encoding="utf-8"), path
+
+
+# ---------------------------------------------------------------- outputs that cannot be written, numbers past every bound
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("args", [("--facts", EXAMPLE), ("--facts-jsonl", "LINES", "--jobs", "1"),
+                                  ("--facts-jsonl", "LINES", "--jobs", "2")])
+@pytest.mark.parametrize("to", ["-o", "stdout"])
+def test_a_full_device_is_exit_2_as_for_one_advice(tmp_path, args, to):
+    """Issue 28: `--facts-jsonl -o /dev/full` was an internal error where one advice gave exit 2;
+    standard output on a full device was one for both."""
+    lines = tmp_path / "facts.jsonl"
+    lines.write_text(json.dumps(json.loads(Path(EXAMPLE).read_text())) + "\n")
+    command = [sys.executable, "-m", "kbopt", "advise", *(str(lines) if a == "LINES" else a for a in args)]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command + (["-o", "/dev/full"] if to == "-o" else []), stdout=full if to == "stdout" else None,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    where = "-o /dev/full" if to == "-o" else "standard output"
+    assert done.returncode == 2 and f"kbopt: error: {where}: cannot write there: No space left on device" in done.stderr, \
+        done.stderr
+
+
+DIGITS = "9" * 5001
+
+
+@pytest.mark.parametrize("name,text,where", [
+    ("facts.yaml", f"kbopt: facts/1\nmodel:\n  num_layers: {DIGITS}\n", "line 3: $.model.num_layers: an integer of 5,001 digits"),
+    ("facts.yaml", f"kbopt: facts/1\nworkload:\n  x: [1, {{a: -{DIGITS}}}]\n", "$.workload.x[1].a: an integer of 5,001 digits"),
+    ("facts.json", f'{{"kbopt": "facts/1", "model": {{"num_layers": {DIGITS}}}}}', "$.model.num_layers: an integer of 5,001 digits"),
+])
+def test_an_integer_of_5001_digits_is_refused_naming_its_field(tmp_path, run_cli, name, text, where):
+    """Python refuses to convert an integer of more than 4,300 digits: an internal error, before."""
+    code, _, err = run_cli("advise", "--facts", write_facts(tmp_path, text, name))
+    assert_refused(code, err, where)
+
+
+@pytest.mark.parametrize("form", ["yaml", "json"])
+def test_an_integer_past_a_floats_range_is_refused_naming_its_field(tmp_path, run_cli, form):
+    """Found by the fuzz suite's big numbers: the message formatted a 309-digit integer as a float."""
+    text = (f"kbopt: facts/1\nmodel:\n  num_layers: {'9' * 309}\n" if form == "yaml"
+            else f'{{"kbopt": "facts/1", "model": {{"num_layers": {"9" * 309}}}}}')
+    code, _, err = run_cli("advise", "--facts", write_facts(tmp_path, text, f"facts.{form}"))
+    assert_refused(code, err, "$.model.num_layers: an integer of 309 digits is beyond ±2^53")
+
+
+def test_an_integer_of_5001_digits_in_a_set_value_is_refused_naming_its_path(run_cli):
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "--set", f"model.num_layers={DIGITS}")
+    assert_refused(code, err, "--set model.num_layers:", "an integer of 5,001 digits")
+
+
+@pytest.mark.parametrize("value", ["9" * 400, "-" + "9" * 400, "9" * 5000])
+def test_a_huge_integer_exporter_reading_is_left_out_like_1e999(tmp_path, value):
+    code, _, err = collect(tmp_path, "x.prom", f'DCGM_FI_DEV_GPU_UTIL{{gpu="0"}} {value}\nDCGM_FI_DEV_POWER_USAGE{{gpu="0"}} 250\n')
+    assert code == 0 and "not a finite number" in err and "kernel_time_ratio left out" in err, err

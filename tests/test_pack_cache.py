@@ -27,7 +27,7 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 def _entries(folder: Path) -> list[Path]:
-    return sorted(folder.glob("pack-*.pickle")) if folder.exists() else []
+    return sorted(folder.glob("pack-*.json")) if folder.exists() else []
 
 
 def test_a_cached_pack_gives_byte_identical_advice(cache_dir):
@@ -56,9 +56,9 @@ def test_each_layering_and_each_file_content_has_its_own_entry(cache_dir, tmp_pa
 def test_a_corrupt_entry_is_rebuilt(cache_dir):
     load_checked_pack([])
     (entry,) = _entries(cache_dir)
-    entry.write_bytes(b"not a pickle")
+    entry.write_bytes(b"not JSON")
     assert load_checked_pack([]).rules
-    assert entry.read_bytes() != b"not a pickle"
+    assert entry.read_bytes() != b"not JSON"
 
 
 def test_a_broken_pack_is_never_cached(cache_dir, tmp_path):
@@ -100,19 +100,48 @@ def test_a_cold_advise_from_the_cache_loads_no_yaml_jsonschema_or_networkx(tmp_p
 
 
 def test_an_entry_others_could_write_is_not_read(cache_dir):
-    """Unpickling runs what the bytes say: an entry writable by others is rebuilt, never loaded."""
+    """An entry writable by others is rebuilt, never loaded, however well-formed."""
     import os
     load_checked_pack([])
     (entry,) = _entries(cache_dir)
+    planted = entry.read_bytes().replace(b'"title":', b'"title":', 1)
     os.chmod(entry, 0o666)
-    entry.write_bytes(b"\x80\x04K\x01.")          # a valid pickle (the integer 1): it would load
+    entry.write_bytes(planted + b" ")
     assert load_checked_pack([]).rules                # rebuilt from the rule files
-    assert entry.stat().st_mode & 0o077 == 0 and entry.read_bytes() != b"\x80\x04K\x01."
+    assert entry.stat().st_mode & 0o077 == 0 and entry.read_bytes() != planted + b" "
 
 
-def test_an_entry_that_would_call_a_function_is_refused(cache_dir, tmp_path):
-    """The unpickler builds only kbopt's own types and plain containers: an entry that would call
-    anything (here os.system) is treated as corrupt and rebuilt, and nothing runs."""
+def _planted(entry: Path, old: bytes, new: bytes) -> None:
+    data = entry.read_bytes()
+    assert old in data
+    entry.write_bytes(data.replace(old, new, 1))
+
+
+@pytest.mark.parametrize("plant", [
+    # issue 28: the unpickler accepted a dotted global inside a kbopt module (io.FileIO, imported
+    # by the cache module) and truncated a chosen file. An entry is JSON now: a class not in the
+    # table of a pack's own dataclasses is refused, whatever its name.
+    (b'"kbopt.engine.pack.rule.Pack"', b'"kbopt.engine.pack.cache.io.FileIO"'),
+    (b'"kbopt.engine.pack.rule.Pack"', b'"os.system"'),
+    (b'"kbopt.engine.pack.rule.Pack"', b'"kbopt.engine.pack.cache.Path"'),
+    (b'"kbopt.engine.pack.rule.Pack"', b'"kbopt.engine.pack.rule.Rule"'),       # another class's fields
+    (b'["rules","version"', b'["rules","__class__"'),                             # fields not the class's
+    (b'"format":"kbopt-pack-cache/2"', b'"format":"kbopt-pack-cache/1"'),
+    (b'"pack":[', b'"pack":["R",0],"x":['),                                     # a reference to nothing
+])
+def test_a_planted_entry_at_worst_costs_a_rebuild(cache_dir, tmp_path, plant):
+    load_checked_pack([])
+    (entry,) = _entries(cache_dir)
+    _planted(entry, *plant)
+    planted = entry.read_bytes()
+    victim = tmp_path / "victim"
+    victim.write_text("kept")
+    assert load_checked_pack([]).rules
+    assert victim.read_text() == "kept" and entry.read_bytes() != planted      # rebuilt
+
+
+def test_an_old_pickle_entry_is_not_unpickled(cache_dir, tmp_path):
+    """The exploit of issue 28 as a pickle, planted under the entry's name: never unpickled."""
     import pickle
 
     load_checked_pack([])
@@ -126,6 +155,36 @@ def test_an_entry_that_would_call_a_function_is_refused(cache_dir, tmp_path):
     entry.write_bytes(pickle.dumps(Call()))
     assert load_checked_pack([]).rules
     assert not marker.exists()
+
+
+def test_a_field_of_the_wrong_type_is_refused(cache_dir):
+    """Every field is checked against its annotation, containers' elements included."""
+    import json
+    document = json.loads(cache.encode(load_checked_pack([])))
+    names = next(row for row in document["classes"] if row and row[0] == "kbopt.engine.pack.rule.Pack")[1]
+    for field, wrong in (("version", 17), ("rules", ["L"]), ("rules", ["T", "a rule"]), ("kb", "text"),
+                         ("producers", ["D", "derived.x", ["T", 1]])):
+        planted = json.loads(json.dumps(document))
+        planted["pack"][1 + names.index(field)] = wrong
+        with pytest.raises(cache.CorruptEntry, match=f"Pack.{field} is"):
+            cache.decode(json.dumps(planted).encode())
+    assert cache.checker(tuple[str, ...])(("a",)) and not cache.checker(tuple[str, ...])(("a", 1))
+    assert cache.checker(float)(1) and not cache.checker(int | None)("1")
+
+
+def test_every_class_a_pack_holds_has_checkable_fields():
+    """A field whose annotation cannot be resolved would be let through unchecked: none is."""
+    import typing
+    for name, cls in cache.value_classes().items():
+        assert typing.get_type_hints(cls), name
+
+
+def test_a_cached_pack_is_the_pack_built(cache_dir):
+    built = load_checked_pack([str(PACK)])
+    loaded = cache.decode(cache.encode(built))
+    assert loaded.rules == built.rules and loaded.kb == built.kb and loaded.producers == built.producers
+    persistent = {k: v for k, v in built.artefacts.items() if k.startswith("persist:")}
+    assert loaded.artefacts == persistent and persistent
 
 
 def test_every_knowledge_file_a_pack_carries_is_in_its_key(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""A compiled-pack cache: a pack that loaded cleanly is kept, pickled, in the user's cache folder.
+"""A compiled-pack cache: a pack that loaded cleanly is kept, as plain JSON data, in the user's cache folder.
 
 Loading a pack parses every YAML file, checks it against the rule schema (jsonschema) and compiles
 every expression; a cold `kbopt advise` spent most of its own time there. The key covers everything
@@ -7,20 +7,35 @@ data files, and kbopt's own code (size and modification time of each module) and
 edit anywhere makes a new entry. A stale, unreadable or corrupt entry is ignored and rebuilt; a
 pack with problems is never cached (loading it again reports them).
 
+An entry is data, never code: JSON whose values are text, numbers, booleans, null, containers and
+kbopt's own frozen dataclasses (the rule IR, condition nodes, the knowledge base), each written as
+its class's index in a table of the classes a pack is made of and its fields' values in order.
+Reading one calls nothing the entry names: an object is made without its `__init__` and given its
+declared fields, and each field's value is checked against the field's type before the pack is
+used. Anything else (a class not in the table, fields that are not the class's, a value of the
+wrong type, JSON that does not parse) makes the entry corrupt, and it is rebuilt: a planted entry
+can at worst cost a rebuild (or, shaped as a valid pack, say what a rule file could). (Until
+kbopt-pack-cache/2 entries were pickles, and a pickle runs what its bytes say.)
+
 KBOPT_CACHE_DIR names the folder (default: $XDG_CACHE_HOME/kbopt or ~/.cache/kbopt);
-KBOPT_NO_CACHE=1 turns the cache off. Entries are pickles of kbopt's own Pack values, never of rule
-text; they are read only from a folder and files this user owns and nobody else can write.
+KBOPT_NO_CACHE=1 turns the cache off. Entries are read only from a folder and files this user owns
+and nobody else can write.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
-import io
+import itertools
+import json
 import os
-import pickle
 import sys
-from collections.abc import Callable
+import types
+import typing
+from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 from kbopt.diagnostics import Diagnostic
 from kbopt.engine.pack import files
@@ -29,10 +44,13 @@ from kbopt.kb.engines import profile_files
 from kbopt.kb.knowledge import adopt
 from kbopt.kb.packaged import package_dir
 
-FORMAT = b"kbopt-pack-cache/1"
+FORMAT = b"kbopt-pack-cache/2"
 KB_FILES = ("vocabulary.yaml", "strategies.yaml", "gpus.yaml", "sources.yaml", "models.yaml", "model_errors.yaml")
 CODE_PACKAGES = ("kbopt", "kbopt.engine", "kbopt.engine.lang", "kbopt.engine.pack", "kbopt.engine.evaluators",
                  "kbopt.engine.advice", "kbopt.engine.authoring", "kbopt.kb")
+# The modules whose dataclasses a pack is made of: an entry may hold these and nothing else.
+VALUE_MODULES = ("kbopt.engine.pack.rule", "kbopt.engine.lang.nodes", "kbopt.kb.knowledge", "kbopt.kb.vocabulary",
+                 "kbopt.kb.sources", "kbopt.kb.engines", "kbopt.kb.catalog")
 
 
 def cache_dir() -> Path | None:
@@ -79,15 +97,14 @@ def cached_pack(dirs: tuple[str, ...], build: Callable[[], Pack]) -> Pack:
     key = pack_key(dirs) if folder is not None else None
     if folder is None or key is None:
         return build()
-    entry = folder / f"pack-{key}.pickle"
+    entry = folder / f"pack-{key}.json"
     data = _read_private(folder, entry)
     if data is not None:
         try:
-            pack = _PackUnpickler(io.BytesIO(data)).load()
-            if isinstance(pack, Pack):
-                adopt(pack.kb)
-                return pack
-        except Exception:       # a corrupt or incompatible entry: rebuild it
+            pack = decode(data)
+            adopt(pack.kb)
+            return pack
+        except Exception:       # a corrupt, planted or incompatible entry: rebuild it
             pass
         with contextlib.suppress(OSError):
             entry.unlink()
@@ -96,20 +113,182 @@ def cached_pack(dirs: tuple[str, ...], build: Callable[[], Pack]) -> Pack:
     return pack
 
 
-# What a cached pack is made of: kbopt's own values and plain containers. Anything else in an
-# entry (a function to call, a module's class) is refused, so reading one can only build data.
-_BUILTINS = frozenset({"tuple", "list", "dict", "set", "frozenset", "str", "bytes", "int", "float", "bool", "complex"})
+# ------------------------------------------------------------------ a pack as plain data
+# A value is JSON itself (text, a number, a boolean, null), or an array whose first element says
+# what it is: ["T", ...] a tuple, ["L", ...] a list, ["D", key, value, ...] a dict, ["S", ...] a set,
+# ["F", ...] a frozenset, [n, field values...] an object of the n-th class of the entry's table,
+# ["R", n] the n-th object already read (an object met twice is written once, as pickle did).
 
 
-class _PackUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> type:
-        if (module == "kbopt" or module.startswith("kbopt.")) and not name.startswith("_"):
-            found = super().find_class(module, name)
-            if isinstance(found, type):
-                return found
-        elif module == "builtins" and name in _BUILTINS:
-            return super().find_class(module, name)  # type: ignore[no-any-return]  # a builtin type
-        raise pickle.UnpicklingError(f"a pack cache entry may not hold {module}.{name}")
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class CorruptEntry(ValueError):
+    """A cache entry that is not a pack as this kbopt writes one."""
+
+
+@cache
+def value_classes() -> dict[str, type]:
+    """Every class a cached pack may hold, by `module.Name`: the dataclasses of VALUE_MODULES."""
+    found: dict[str, type] = {}
+    for module in VALUE_MODULES:
+        for name, value in vars(sys.modules[module] if module in sys.modules else __import__(module, fromlist=["_"])).items():
+            if isinstance(value, type) and dataclasses.is_dataclass(value) and value.__module__ == module:
+                found[f"{module}.{name}"] = value
+    return found
+
+
+def encode(pack: Pack) -> bytes:
+    """The pack as an entry (TypeError for a value it cannot hold: such a pack is not cached)."""
+    classes = value_classes()
+    index_of = {cls: n for n, cls in enumerate(classes.values())}
+    seen: dict[int, int] = {}
+    used: set[int] = set()
+
+    def plain(value: object) -> object:
+        if value is None or isinstance(value, (str, bool, int, float)):
+            return value
+        kind = type(value)
+        if isinstance(value, tuple) and kind is tuple:
+            return ["T", *map(plain, value)]
+        if isinstance(value, list) and kind is list:
+            return ["L", *map(plain, value)]
+        if isinstance(value, dict) and kind is dict:
+            return ["D", *(plain(part) for item in value.items() for part in item)]
+        if isinstance(value, (set, frozenset)) and kind in (set, frozenset):
+            return ["S" if kind is set else "F", *map(plain, sorted(value, key=repr))]
+        if kind in index_of:
+            if id(value) in seen:
+                return ["R", seen[id(value)]]
+            seen[id(value)] = len(seen)
+            used.add(index_of[kind])
+            state = typing.cast(dict[str, object], value.__getstate__() if "__getstate__" in vars(kind) else vars(value))
+            return [index_of[kind], *(plain(state[name]) for name in _field_names(kind))]
+        raise TypeError(f"a pack cache entry cannot hold {kind.__module__}.{kind.__qualname__}")
+
+    body = plain(pack)
+    table = [[name, _field_names(cls)] if n in used else None for n, (name, cls) in enumerate(classes.items())]
+    return json.dumps({"format": FORMAT.decode(), "classes": table, "pack": body},
+                      ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> Pack:
+    """The pack an entry holds, or CorruptEntry (or the JSON decoder's own ValueError or
+    RecursionError): nothing an entry names is called, and every field is checked for its type."""
+    document = json.loads(data)
+    if not isinstance(document, dict) or document.get("format") != FORMAT.decode() \
+            or not isinstance(document.get("classes"), list):
+        raise CorruptEntry("not a kbopt pack cache entry of this format")
+    known = value_classes()
+    table: list[tuple[type, tuple[tuple[str, Callable[[object], bool]], ...]] | None] = []
+    for row in document["classes"]:
+        if row is None:
+            table.append(None)
+            continue
+        name, names = row
+        cls = known.get(name) if isinstance(name, str) else None
+        if cls is None or names != _field_names(cls):
+            raise CorruptEntry(f"an entry may not hold {str(name)[:80]}")
+        table.append((cls, field_checks(cls)))
+    made: list[object] = []
+    scalars = _SCALARS
+
+    # The entry's leaves (most of it: names, paths, numbers) are taken as they are in each
+    # container's loop; only arrays call value(), which is most of a cold start's reading time.
+    def value(item: object) -> object:
+        if type(item) is not list:
+            if type(item) in scalars:
+                return item
+            raise CorruptEntry("a bare JSON object")
+        if not item:
+            raise CorruptEntry("an empty array")
+        tag = item[0]
+        if tag == "T":
+            return tuple([x if type(x) in scalars else value(x) for x in itertools.islice(item, 1, None)])
+        if tag == "L":
+            return [x if type(x) in scalars else value(x) for x in itertools.islice(item, 1, None)]
+        if tag == "D":
+            if not len(item) % 2:
+                raise CorruptEntry("a dict without a value for its last key")
+            pairs = [x if type(x) in scalars else value(x) for x in itertools.islice(item, 1, None)]
+            return dict(zip(pairs[::2], pairs[1::2], strict=True))
+        if tag in ("S", "F"):
+            return (set if tag == "S" else frozenset)(value(x) for x in itertools.islice(item, 1, None))
+        if tag == "R" and len(item) == 2 and type(item[1]) is int and 0 <= item[1] < len(made):
+            return made[item[1]]
+        if type(tag) is not int or not 0 <= tag < len(table) or table[tag] is None:
+            raise CorruptEntry(f"an unknown tag {str(tag)[:20]}")
+        cls, checks = table[tag]       # type: ignore[misc]  # not None, just checked
+        if len(item) != len(checks) + 1:
+            raise CorruptEntry(f"{cls.__name__} with {len(item) - 1} fields")
+        made_object = object.__new__(cls)
+        made.append(made_object)
+        state = vars(made_object)
+        for (name, check), x in zip(checks, itertools.islice(item, 1, None), strict=True):
+            field = x if type(x) in scalars else value(x)
+            if not check(field):
+                raise CorruptEntry(f"{cls.__name__}.{name} is a {type(field).__name__}")
+            state[name] = field
+        return made_object
+
+    pack = value(document.get("pack"))
+    if type(pack) is not Pack:
+        raise CorruptEntry("not a pack")
+    return pack
+
+
+@cache
+def field_checks(cls: type) -> tuple[tuple[str, Callable[[object], bool]], ...]:
+    """Each field with the check of its annotated type (anything where it cannot be resolved)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:
+        hints = {}
+    return tuple((name, checker(hints.get(name, Any))) for name in _field_names(cls))
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(typing.cast(Any, cls))]     # value_classes() holds dataclasses
+
+
+def _anything(value: object) -> bool:
+    return True
+
+
+@cache
+def checker(wanted: object) -> Callable[[object], bool]:
+    """Whether a value is of the annotated type `wanted`, containers' elements included (a float
+    takes an int, as Python's numbers do; a type the check does not follow, such as a TypeVar or
+    a Callable, takes anything)."""
+    origin, args = typing.get_origin(wanted), typing.get_args(wanted)
+    if wanted is Any or wanted is object:
+        return _anything
+    if origin in (typing.Union, types.UnionType):
+        if all(isinstance(arg, type) and arg is not float for arg in args):
+            plain = tuple(args)
+            return lambda value: isinstance(value, plain)
+        each = tuple(map(checker, args))
+        return lambda value: any(check(value) for check in each)
+    if origin is typing.Literal:
+        return lambda value: value in args
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = checker(args[0])
+        return lambda value: type(value) is tuple and (item is _anything or all(map(item, value)))
+    if origin is tuple:
+        items = tuple(map(checker, args))
+        return lambda value: type(value) is tuple and (not items or (
+            len(value) == len(items) and all(check(v) for check, v in zip(items, value, strict=True))))
+    if origin in (list, set, frozenset):
+        kind, item = origin, checker(args[0]) if args else _anything
+        return lambda value: type(value) is kind and (item is _anything or all(map(item, value)))   # type: ignore[call-overload]
+    if origin in (dict, Mapping):
+        key, item = (checker(args[0]), checker(args[1])) if args else (_anything, _anything)
+        return lambda value: type(value) is dict and all(key(k) and item(v) for k, v in value.items())
+    if wanted is float:
+        return lambda value: type(value) in (float, int)
+    if isinstance(wanted, type):
+        return lambda value: isinstance(value, wanted)
+    return _anything
 
 
 def _private(stat: os.stat_result) -> bool:
@@ -119,8 +298,8 @@ def _private(stat: os.stat_result) -> bool:
 
 def _read_private(folder: Path, entry: Path) -> bytes | None:
     """The entry's bytes, only when the folder and the entry are this user's own and nobody else
-    can write them. Unpickling runs what the bytes say, so an entry someone else could have written
-    is treated as absent (and rebuilt); kbopt creates the folder 0700 and the entries 0600."""
+    can write them: an entry someone else could have written is treated as absent (and rebuilt);
+    kbopt creates the folder 0700 and the entries 0600."""
     try:
         if not (_private(os.stat(folder)) and _private(os.lstat(entry))):
             return None
@@ -137,10 +316,10 @@ def _store(folder: Path, entry: Path, pack: Pack) -> None:
         fd, temporary = tempfile.mkstemp(dir=folder, prefix=".pack-")     # created 0600
         try:
             with os.fdopen(fd, "wb") as handle:
-                pickle.dump(pack, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                handle.write(encode(pack))
             os.replace(temporary, entry)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
-    except OSError:
+    except (OSError, TypeError):     # TypeError: the pack holds what an entry cannot (encode)
         pass

@@ -183,7 +183,7 @@ class Pack:
     producers: dict[str, tuple[str, ...]] = field(default_factory=dict)   # derived fact -> rule ids
     kb: KnowledgeBase = field(default_factory=builtin_knowledge)          # what the rules were checked against
     # What backends compile from the rules, kept as long as the pack (an evaluator per backend,
-    # closures). Not part of the pack's value. Only plain data under a PERSISTENT key is pickled
+    # closures). Not part of the pack's value. Only plain data under a PERSISTENT key is written
     # into the compiled-pack cache (durable_rules' ruleset texts); closures and evaluators are not.
     artefacts: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 

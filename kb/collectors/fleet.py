@@ -12,21 +12,21 @@ import json
 import math
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.prometheus import READ_FAMILIES, Scrape, facts_from_scrapes
+from kbopt.kb.collectors.web import HttpProblem, check_url, exchange
 from kbopt.kb.provenance import Provenance
 
 Kind = Literal["gauge", "info", "counter", "buckets"]
 Labels = dict[str, str]
 Rows = list[tuple[Labels, float]]
+T = TypeVar("T")
 
 # What the Prometheus collector reads (prometheus.READ_FAMILIES), with how each is read over a
 # window. A test checks that every READ_FAMILIES entry is here: add a family there, add it here.
@@ -125,80 +125,107 @@ class PrometheusClient:
     url: str
     timeout_s: float = 10.0
     retries: int = 2
-    opener: Callable[..., Any] = urllib.request.urlopen    # a test replaces it to count or break requests
     sleep: Callable[[float], None] = time.sleep
     queries: int = 0                # HTTP requests sent, retries included
     warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        parsed = urllib.parse.urlsplit(self.url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        if check_url(self.url) is not None:
             raise PrometheusError(f"--prometheus {self.url}: give the server's http(s) address, e.g. http://127.0.0.1:9090")
         self.url = self.url.rstrip("/")
 
     def query(self, expr: str, at: float) -> list[tuple[Labels, float]]:
-        """An instant query's vector: [(labels, value)], NaN and infinite values left out."""
+        """An instant query's vector: [(labels, value)], NaN and infinite values left out. Every
+        field is checked for its type: the server is untrusted (a label that is null is left out,
+        a value must be a number or its text, never true)."""
         body = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}", "timeout": f"{self.timeout_s:g}s"}).encode()
         answer = self._post("/api/v1/query", body, expr)
         data = answer.get("data")
         if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
             raise PrometheusError(f"--prometheus {self.url}: {expr}: the answer is not an instant vector")
-        for warning in answer.get("warnings") or ():
-            self.warnings.append(f"{expr}: {warning}")
+        warnings = answer.get("warnings")
+        if warnings is not None and not (isinstance(warnings, list) and all(isinstance(w, str) for w in warnings)):
+            raise PrometheusError(f"--prometheus {self.url}: {expr}: the answer's `warnings` field is "
+                                  f"{type(warnings).__name__}, not a list of texts: is this a Prometheus server?")
+        self.warnings.extend(f"{expr}: {warning}" for warning in warnings or ())
         rows: list[tuple[Labels, float]] = []
-        for item in data["result"]:
-            try:
-                labels = {str(k): str(v) for k, v in item["metric"].items()}
-                value = float(item["value"][1])
-            except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-                raise PrometheusError(f"--prometheus {self.url}: {expr}: a malformed sample in the answer") from None
-            if math.isfinite(value):
-                rows.append((labels, value))
+        for index, item in enumerate(data["result"]):
+            sample = _sample(item)
+            if isinstance(sample, str):
+                raise PrometheusError(f"--prometheus {self.url}: {expr}: a malformed sample in the answer "
+                                      f"(result[{index}]: {sample})")
+            if sample is not None:
+                rows.append(sample)
         return rows
 
     def _post(self, path: str, body: bytes, expr: str) -> dict[str, Any]:
-        request = urllib.request.Request(self.url + path, data=body, method="POST",
-                                         headers={"Content-Type": "application/x-www-form-urlencoded",
-                                                  "Accept": "application/json"})
         problem = ""
         for attempt in range(self.retries + 1):
             if attempt:
                 self.sleep(min(0.25 * 2 ** attempt, 2.0))
             self.queries += 1
             try:
-                with self.opener(request, timeout=self.timeout_s) as response:
-                    raw: bytes = response.read()
-                return self._decode(raw, expr)
-            except urllib.error.HTTPError as error:
-                detail = _error_text(error.read())
-                problem = f"HTTP {error.code} {error.reason}" + (f": {detail}" if detail else "")
-                if error.code < 500 and error.code != 429:
-                    # A query Prometheus refuses (400 bad_data, 422 execution) will be refused again.
+                answer = exchange(self.url + path, self.timeout_s, body,
+                                  {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"})
+            except HttpProblem as error:
+                problem = str(error)
+                if not error.retry:     # past the deadline, not HTTP, off the origin: another try is the same
                     raise PrometheusError(f"--prometheus {self.url}: {expr}: {problem}") from None
-            except TimeoutError:
-                problem = f"no answer within {self.timeout_s:g} s (--timeout)"
-            except (urllib.error.URLError, OSError) as error:
-                reason = getattr(error, "reason", error)
-                problem = "timed out" if isinstance(reason, TimeoutError) else f"cannot reach it: {reason}"
+                continue
+            if answer.status == 200:
+                return self._decode(answer.body, expr)
+            detail = _error_text(answer.body)
+            problem = f"HTTP {answer.status} {answer.reason}" + (f": {detail}" if detail else "")
+            if answer.status < 500 and answer.status != 429:
+                # A query Prometheus refuses (400 bad_data, 422 execution) will be refused again.
+                raise PrometheusError(f"--prometheus {self.url}: {expr}: {problem}")
         raise PrometheusError(f"--prometheus {self.url}: {problem} (after {self.retries + 1} tries)")
 
     def _decode(self, raw: bytes, expr: str) -> dict[str, Any]:
         try:
             answer = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise PrometheusError(f"--prometheus {self.url}: the answer is not JSON: is this a Prometheus server?") from None
+        except RecursionError:
+            raise PrometheusError(f"--prometheus {self.url}: {expr}: the answer's JSON is nested too deeply") from None
+        except (ValueError, UnicodeDecodeError) as error:
+            raise PrometheusError(f"--prometheus {self.url}: the answer is not JSON ({str(error)[:120]}): "
+                                  "is this a Prometheus server?") from None
         if not isinstance(answer, dict) or answer.get("status") != "success":
             detail = answer.get("error") if isinstance(answer, dict) else None
             raise PrometheusError(f"--prometheus {self.url}: {expr}: " + (str(detail) if detail else "not a Prometheus answer"))
         return answer
 
 
+def _sample(item: object) -> tuple[Labels, float] | str | None:
+    """One element of an instant vector: (labels, value); None for a NaN or infinite value (left
+    out); what is wrong with it as text. Labels must be texts (null ones are left out); the value
+    is [time, text], as Prometheus writes it, or a number (never a boolean)."""
+    if not isinstance(item, dict) or not isinstance(item.get("metric"), dict) or not isinstance(item.get("value"), list):
+        return "not {metric: {...}, value: [time, value]}"
+    labels: Labels = {}
+    for name, text in item["metric"].items():
+        if isinstance(text, str):
+            labels[name] = text
+        elif text is not None:
+            return f"label {str(name)[:60]!r} is {type(text).__name__}, not text"
+    pair = item["value"]
+    raw = pair[1] if len(pair) == 2 else None
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+        return f"its value is {type(raw).__name__}, not a number"
+    try:
+        value = float(raw)
+    except OverflowError:           # an integer past a float's range: infinite
+        return None
+    except ValueError:
+        return f"its value {str(raw)[:40]!r} is not a number"
+    return (labels, value) if math.isfinite(value) else None
+
+
 def _error_text(raw: bytes) -> str:
     try:
         answer = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return raw[:200].decode("utf-8", errors="replace").strip()
-    return str(answer.get("error", "")) if isinstance(answer, dict) else ""
+    return str(answer.get("error", ""))[:1000] if isinstance(answer, dict) else ""
 
 
 # ------------------------------------------------------------------ replicas
@@ -275,15 +302,17 @@ def read_fleet(client: PrometheusClient, window: str = "30m", selector: str | No
     matchers = selector_matchers(selector)
     at = time.time() if at is None else at       # one evaluation time for every query: a consistent join
     expressions = [promql(name, kind, window, matchers) for name, kind in FAMILIES]
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [pool.submit(client.query, expr, at) for expr in expressions]
-        try:
-            results = [future.result() for future in futures]
-        except BaseException:
-            # An unusable server (or Ctrl-C): the queries not yet sent are not sent at all.
-            for future in futures:
-                future.cancel()
-            raise
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    futures = [pool.submit(client.query, expr, at) for expr in expressions]
+    try:
+        results = [future.result() for future in as_completed_in_order(futures)]
+    except BaseException:
+        # An unusable server (or Ctrl-C): the queries not yet sent are not sent at all, and those
+        # under way are not waited for (each ends at its own deadline): the first failure ends
+        # the read, not the slowest query after it.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     by_family = {name: rows for (name, _), rows in zip(FAMILIES, results, strict=True)}
     queries = dict(zip((name for name, _ in FAMILIES), expressions, strict=True))
 
@@ -322,6 +351,18 @@ def read_fleet(client: PrometheusClient, window: str = "30m", selector: str | No
                                len(by_host.get(replica.host, ())), queries, window, window_s)
                 for replica, rows in sorted(engine_rows.items(), key=lambda item: item[0].id)]
     return FleetFacts(replicas, client.queries, expressions, list(client.warnings), window, at, len(unmatched))
+
+
+def as_completed_in_order(futures: list[Future[T]]) -> Iterable[Future[T]]:
+    """The futures in their order once all are done, or the first that failed as soon as it does
+    (Future.result() in order would wait on an earlier, slower one first)."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+        for future in done:
+            if future.exception() is not None:
+                yield future
+    yield from futures
 
 
 def _scrapes(source: str, families: Mapping[str, Rows]) -> tuple[Scrape, Scrape]:

@@ -11,14 +11,13 @@ import itertools
 import math
 import re
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
 from kbopt.kb.collectors.nvml import SLOWDOWN_REASONS
+from kbopt.kb.collectors.web import HttpProblem, exchange
 from kbopt.kb.provenance import Provenance
 
 Labels = tuple[tuple[str, str], ...]
@@ -44,12 +43,12 @@ class Scrape:
 def read_exposition(source: str, timeout_s: float = 5.0) -> str:
     if source.startswith(("http://", "https://")):
         try:
-            with urllib.request.urlopen(source, timeout=timeout_s) as response:
-                body: bytes = response.read()       # urlopen's response is untyped in typeshed
-                return body.decode("utf-8", errors="replace")
-        except (urllib.error.URLError, OSError, ValueError) as error:
-            reason = getattr(error, "reason", error)
-            raise KboptError(f"--metrics {source}: cannot scrape it: {reason}") from None
+            answer = exchange(source, timeout_s, headers={"Accept": "text/plain"})
+        except HttpProblem as error:
+            raise KboptError(f"--metrics {source}: cannot scrape it: {error}") from None
+        if answer.status != 200:
+            raise KboptError(f"--metrics {source}: cannot scrape it: HTTP {answer.status} {answer.reason}")
+        return answer.body.decode("utf-8", errors="replace")
     if "://" in source:
         raise KboptError(f"--metrics {source}: only files and http(s) URLs are supported")
     try:
@@ -202,6 +201,16 @@ def prefilter(text: str) -> str:
     return "\n".join(line for line, kept in zip(lines, keep, strict=True) if kept)
 
 
+def _float(value: float) -> float:
+    """A sample's value as a float. prometheus_client reads `123` as an int, and one past a
+    float's range (a 400-digit count) is the infinity it rounds to, like 1e999: a reading that is
+    not finite, left out with a note (an OverflowError, before)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def parse(text: str, source: str, filtered: bool = True, at: float | None = None) -> Scrape:
     """`filtered=False` parses every line (the benchmark's and the filter test's reference); `at`:
     when it was read (time.monotonic()), for rates between two scrapes."""
@@ -210,7 +219,7 @@ def parse(text: str, source: str, filtered: bool = True, at: float | None = None
     try:
         for family in text_string_to_metric_families(prefilter(text) if filtered else text):
             for sample in family.samples:
-                samples.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+                samples.setdefault(sample.name, []).append((dict(sample.labels), _float(sample.value)))
     except (ValueError, TypeError, IndexError) as error:
         raise KboptError(f"--metrics {source}: not Prometheus text exposition: {error}") from None
     if not samples:
