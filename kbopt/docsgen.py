@@ -66,13 +66,17 @@ def facts_page() -> str:
             "| " + " | ".join(f"{b:g}" for b in vocabulary.dtype_bytes.values()) + " |", ""]
     out += ["## GPU catalog", "",
             "When `hardware.gpu_name` matches an entry (first match wins), kbopt fills",
-            "`hardware.compute_capability` and `hardware.memory_total_gib` when absent; their origin reads",
-            "`catalog:<gpu>`. Throughput is dense tensor math (TFLOPS or TOPS); 0 where the format has no",
-            "tensor-core support.", "",
-            "| gpu | compute capability | memory GiB | bandwidth GB/s | FP16 | INT8 | FP8 | source |",
-            "|---|---|---|---|---|---|---|---|"]
-    out += [f"| {g.id} | {g.compute_capability} | {g.memory_gib:g} | {g.bandwidth_gbps:g} | {g.fp16_tflops:g} | "
-            f"{g.int8_tops:g} | {g.fp8_tflops:g} | [datasheet]({g.source}) |" for g in gpus()]
+            "`hardware.vendor`, `hardware.compute_capability`, memory, bandwidth and throughput when absent; their",
+            "origin reads `catalog:<gpu>`. Throughput is dense tensor math (TFLOPS or TOPS); 0 where the format",
+            "has no tensor-core support. AMD parts have no CUDA compute capability (—): rules decide FP8 there from",
+            "`hardware.fp8_tflops`. A GPU no row matches is named in the advice, never guessed; give its",
+            "`hardware.*` facts by hand (an AMD GPU: `hardware.gpu_name` as `amd-smi static --asic` prints its",
+            "market name, e.g. \"AMD Instinct MI300X\", and `hardware.vendor: amd`).", "",
+            "| gpu | vendor | compute capability | memory GiB | bandwidth GB/s | FP16 | INT8 | FP8 | FP4 | source |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    out += [f"| {g.id} | {g.vendor} | {g.compute_capability or '—'} | {g.memory_gib:g} | {g.bandwidth_gbps:g} | "
+            f"{g.fp16_tflops:g} | {g.int8_tops:g} | {g.fp8_tflops:g} | {g.fp4_tflops:g} | [datasheet]({g.source}) |"
+            for g in gpus()]
     return "\n".join(out) + "\n"
 
 
