@@ -164,8 +164,9 @@ def engines_page() -> str:
 
     out = [HEADER.format(what="kb/engines/*.yaml") + "# Engine settings", "",
            "How each strategy and its parameters are set in each serving engine. Every strategy in the",
-           "advice carries `settings` for the deployment's engine (`workload.engine`; all four when it is",
-           "not given), for the version in `serving.engine_version` (the latest covered one when not",
+           "advice carries `settings` for the deployment's engine (`workload.engine`; when it is not given,",
+           "every engine that runs on the GPU's maker: all four on NVIDIA, all but TensorRT-LLM on AMD),",
+           "for the version in `serving.engine_version` (the latest covered one when not",
            "given; a version no profile covers is written for as the nearest covered one, with a warning;",
            "below an engine's floor `--emit` stops with a message). `kbopt advise --emit vllm|sglang|trtllm|tgi`",
            "prints the deployment after the advice as a launch script ([usage](usage.md)): today's settings",
@@ -186,10 +187,13 @@ def engines_page() -> str:
            "after the weights, activations and memory outside PyTorch is what each engine is given, in",
            "its own denominator (SGLang: weights + KV over the device; TensorRT-LLM: KV over what is free",
            "after weights and activations; TGI: the whole process over the device).", "",
-           "## Engines", "", "| engine | versions read | started with | notes | source |", "|---|---|---|---|---|"]
+           "## Engines", "", "A profile's `vendors` names the GPU makers the engine runs on (`hardware.vendor`); `--emit`",
+           "for an engine that does not run on the deployment's GPU stops with a message.", "",
+           "| engine | versions read | GPUs | started with | notes | source |", "|---|---|---|---|---|---|"]
     for engine in engines.engines.values():
         out.append(f"| {engine.id}: {_cell(engine.title)} | {', '.join(version_text(v) for v in engine.versions)} | "
-                   f"`{engine.command}` | {_cell('; '.join(engine.notes))} | {cite(engine.source)} |")
+                   f"{', '.join(v.upper() for v in engine.vendors)} | `{engine.command}` | {_cell('; '.join(engine.notes))} | "
+                   f"{cite(engine.source)} |")
     out += ["", "## Flags by version", "",
             "Every argument kbopt emits or reads, as each engine's source has it (a name without `--` is a key",
             "of TensorRT-LLM's YAML file, or an environment variable in capitals).", "",
