@@ -23,7 +23,6 @@ def _load(name: str) -> Any:  # a parsed YAML document
 class Gpu:
     id: str
     match: str
-    compute_capability: str
     memory_gib: float
     bandwidth_gbps: float
     fp16_tflops: float
@@ -32,7 +31,11 @@ class Gpu:
     fp8_tensor_cores: bool
     fp4_tensor_cores: bool
     source: str
-    fp4_tflops: float = 0.0            # dense FP4 (NVFP4) tensor math; 0 before Blackwell
+    # CUDA compute capability "major.minor"; None for an AMD part, which has none (rules decide from
+    # hardware.vendor and the throughput columns there).
+    compute_capability: str | None = None
+    vendor: Literal["nvidia", "amd"] = "nvidia"
+    fp4_tflops: float = 0.0            # dense FP4 tensor math (NVFP4; MXFP4 on AMD CDNA 4); 0 without FP4 tensor cores
     # One MIG compute slice's share of the whole GPU's SMs (the datasheet peak counts them all): an
     # A100 slice has 14 of 108 SMs, not 1/7 of them, since MIG mode leaves 10 SMs unused. 0: not given.
     mig_slice_sm_share: float = 0.0

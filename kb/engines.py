@@ -20,6 +20,7 @@ from kbopt.kb.packaged import package_dir
 Kind = Literal["cli", "yaml", "env", "note"]
 KINDS: tuple[Kind, ...] = ("cli", "yaml", "env", "note")
 ENGINES = ("vllm", "sglang", "trtllm", "tgi")        # the order every report lists them in
+VENDORS = ("nvidia", "amd")                          # GPU makers (hardware.vendor, kb/gpus.yaml `vendor`)
 TYPES = ("int", "float", "str", "flag", "bool", "json", "choice")
 Version = tuple[int, ...]
 
@@ -183,6 +184,7 @@ class Engine:
     invoked_as: tuple[str, ...] = ()   # how a launch command of this engine starts (kbopt advise --launch)
     model_flags: tuple[str, ...] = ()  # options that name the model besides the positional
     unknown_flag: str = "unrecognized argument {flag}"   # the engine's own message for an argument it lacks
+    vendors: tuple[str, ...] = VENDORS   # the GPU makers it runs on (hardware.vendor)
 
     @property
     def latest(self) -> Version:
@@ -358,7 +360,10 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                     tuple(_refusal(item, where) for item in raw.get("refuses") or ()),
                     tuple(_carry(item) for item in raw.get("deployment") or ()),
                     tuple(raw.get("invoked_as") or ()), tuple(raw.get("model_flags") or ()),
-                    str(raw.get("unknown_flag") or "unrecognized argument {flag}"))
+                    str(raw.get("unknown_flag") or "unrecognized argument {flag}"),
+                    tuple(raw.get("vendors") or VENDORS))
+    if not set(engine.vendors) <= set(VENDORS):
+        raise ValueError(f"{where}: vendors {list(engine.vendors)} are not among {list(VENDORS)}")
     entries = tuple(_entry(engine_id, item, where) for item in raw.get("settings") or ())
     known = {flag.name for flag in flags}
     for name in [n for e in entries for n in (*e.names, *e.removes)] + [c.name for c in engine.deployment]:

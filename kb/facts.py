@@ -350,7 +350,8 @@ def enrich_from_catalog(values: dict[str, Any], provenance: dict[str, Provenance
     gpu = builtin_knowledge().match_gpu(name) if isinstance(name, str) else None
     if gpu is None:
         return
-    for path, value in (("hardware.compute_capability", gpu.compute_capability),
+    for path, value in (("hardware.vendor", gpu.vendor),
+                        ("hardware.compute_capability", gpu.compute_capability),
                         ("hardware.memory_total_gib", gpu.memory_gib),
                         ("hardware.bandwidth_gbps", gpu.bandwidth_gbps),
                         ("hardware.fp16_tflops", gpu.fp16_tflops),
@@ -470,8 +471,18 @@ def check_consistency(values: dict[str, Any], name: str, vocabulary: Vocabulary)
     name_ = values.get("hardware.gpu_name")
     gpu = builtin_knowledge().match_gpu(name_) if isinstance(name_, str) else None
     given = values.get("hardware.compute_capability")
-    if gpu and given and given != gpu.compute_capability:
+    vendor = gpu.vendor if gpu else values.get("hardware.vendor")
+    if gpu and values.get("hardware.vendor") not in (None, gpu.vendor):
+        problems.append(f"$.hardware.vendor: {values['hardware.vendor']} contradicts hardware.gpu_name {name_!r}, "
+                        f"an {gpu.vendor.upper()} part ({gpu.source})")
+    if given and vendor == "amd":
+        problems.append(f"$.hardware.compute_capability: {given} is a CUDA compute capability and the GPU is AMD's, "
+                        "which has none; leave it out (PyTorch on ROCm reports the gfx version, 9.4 on an MI300X, "
+                        "in its place)")
+    elif gpu and given and given != gpu.compute_capability:
         problems.append(f"$.hardware.compute_capability: {given} contradicts hardware.gpu_name {name_!r}, "
                         f"which has compute capability {gpu.compute_capability} ({gpu.source})")
+    if vendor == "amd" and values.get("workload.engine") == "trtllm":
+        problems.append("$.workload.engine: trtllm (TensorRT-LLM) runs on NVIDIA GPUs only, and the GPU is AMD's")
     if problems:
         raise FactsError(f"{name}: inconsistent facts: " + " ".join(problems))

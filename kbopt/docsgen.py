@@ -66,13 +66,17 @@ def facts_page() -> str:
             "| " + " | ".join(f"{b:g}" for b in vocabulary.dtype_bytes.values()) + " |", ""]
     out += ["## GPU catalog", "",
             "When `hardware.gpu_name` matches an entry (first match wins), kbopt fills",
-            "`hardware.compute_capability` and `hardware.memory_total_gib` when absent; their origin reads",
-            "`catalog:<gpu>`. Throughput is dense tensor math (TFLOPS or TOPS); 0 where the format has no",
-            "tensor-core support.", "",
-            "| gpu | compute capability | memory GiB | bandwidth GB/s | FP16 | INT8 | FP8 | source |",
-            "|---|---|---|---|---|---|---|---|"]
-    out += [f"| {g.id} | {g.compute_capability} | {g.memory_gib:g} | {g.bandwidth_gbps:g} | {g.fp16_tflops:g} | "
-            f"{g.int8_tops:g} | {g.fp8_tflops:g} | [datasheet]({g.source}) |" for g in gpus()]
+            "`hardware.vendor`, `hardware.compute_capability`, memory, bandwidth and throughput when absent; their",
+            "origin reads `catalog:<gpu>`. Throughput is dense tensor math (TFLOPS or TOPS); 0 where the format",
+            "has no tensor-core support. AMD parts have no CUDA compute capability (—): rules decide FP8 there from",
+            "`hardware.fp8_tflops`. A GPU no row matches is named in the advice, never guessed; give its",
+            "`hardware.*` facts by hand (an AMD GPU: `hardware.gpu_name` as `amd-smi static --asic` prints its",
+            "market name, e.g. \"AMD Instinct MI300X\", and `hardware.vendor: amd`).", "",
+            "| gpu | vendor | compute capability | memory GiB | bandwidth GB/s | FP16 | INT8 | FP8 | FP4 | source |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    out += [f"| {g.id} | {g.vendor} | {g.compute_capability or '—'} | {g.memory_gib:g} | {g.bandwidth_gbps:g} | "
+            f"{g.fp16_tflops:g} | {g.int8_tops:g} | {g.fp8_tflops:g} | {g.fp4_tflops:g} | [datasheet]({g.source}) |"
+            for g in gpus()]
     return "\n".join(out) + "\n"
 
 
@@ -160,8 +164,9 @@ def engines_page() -> str:
 
     out = [HEADER.format(what="kb/engines/*.yaml") + "# Engine settings", "",
            "How each strategy and its parameters are set in each serving engine. Every strategy in the",
-           "advice carries `settings` for the deployment's engine (`workload.engine`; all four when it is",
-           "not given), for the version in `serving.engine_version` (the latest covered one when not",
+           "advice carries `settings` for the deployment's engine (`workload.engine`; when it is not given,",
+           "every engine that runs on the GPU's maker: all four on NVIDIA, all but TensorRT-LLM on AMD),",
+           "for the version in `serving.engine_version` (the latest covered one when not",
            "given; a version no profile covers is written for as the nearest covered one, with a warning;",
            "below an engine's floor `--emit` stops with a message). `kbopt advise --emit vllm|sglang|trtllm|tgi`",
            "prints the deployment after the advice as a launch script ([usage](usage.md)): today's settings",
@@ -182,10 +187,13 @@ def engines_page() -> str:
            "after the weights, activations and memory outside PyTorch is what each engine is given, in",
            "its own denominator (SGLang: weights + KV over the device; TensorRT-LLM: KV over what is free",
            "after weights and activations; TGI: the whole process over the device).", "",
-           "## Engines", "", "| engine | versions read | started with | notes | source |", "|---|---|---|---|---|"]
+           "## Engines", "", "A profile's `vendors` names the GPU makers the engine runs on (`hardware.vendor`); `--emit`",
+           "for an engine that does not run on the deployment's GPU stops with a message.", "",
+           "| engine | versions read | GPUs | started with | notes | source |", "|---|---|---|---|---|---|"]
     for engine in engines.engines.values():
         out.append(f"| {engine.id}: {_cell(engine.title)} | {', '.join(version_text(v) for v in engine.versions)} | "
-                   f"`{engine.command}` | {_cell('; '.join(engine.notes))} | {cite(engine.source)} |")
+                   f"{', '.join(v.upper() for v in engine.vendors)} | `{engine.command}` | {_cell('; '.join(engine.notes))} | "
+                   f"{cite(engine.source)} |")
     out += ["", "## Flags by version", "",
             "Every argument kbopt emits or reads, as each engine's source has it (a name without `--` is a key",
             "of TensorRT-LLM's YAML file, or an environment variable in capitals).", "",

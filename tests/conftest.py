@@ -19,6 +19,16 @@ needs_durable = pytest.mark.skipif(durable_available() is not None,
                                    reason=f"durable_rules does not import here: {durable_available()}")
 
 
+def engine_runs_on(engine: str, example) -> bool:
+    """Whether a serving engine runs on a facts file's GPU: TensorRT-LLM is NVIDIA's only, and an
+    AMD example refuses it (tests/test_gpu_catalog.py), so tests that pair every example with every
+    engine leave that pair out."""
+    from kbopt.kb.engines import engine_catalog
+    from kbopt.kb.facts import load_facts
+    vendor = load_facts(example).values.get("hardware.vendor")
+    return vendor is None or vendor in engine_catalog().engines[engine].vendors
+
+
 @pytest.fixture(scope="session")
 def pack():
     return load_pack()

@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import engine_runs_on
 
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.launch import build_launch
@@ -29,7 +30,7 @@ HERE = Path(__file__).parent
 EXAMPLES = sorted(p for p in [*(ROOT / "examples").iterdir(), *(HERE / "data" / "emit").iterdir()]
                   if p.suffix in (".json", ".yaml"))
 CASES = [(example, engine, version_text(version)) for example in EXAMPLES for engine in ENGINES
-         for version in engine_catalog().engines[engine].versions]
+         if engine_runs_on(engine, example) for version in engine_catalog().engines[engine].versions]
 FACTS = HERE / "data" / "emit" / "vllm-8b-h100.json"
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import engine_runs_on
 
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.evaluators import available_evaluators
@@ -14,6 +15,10 @@ from kbopt.kb.facts import facts_from_document
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
+
+
+def _examples(engine):
+    return [example for example in EXAMPLES if engine_runs_on(engine, example)]
 ENGINES = ("vllm", "sglang", "tgi", "trtllm")
 
 
@@ -50,7 +55,7 @@ def test_fusion_goes_with_an_fp8_quantization_or_not_at_all(pack):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_continuous_batching_is_never_a_change_on_an_engine_that_always_batches_so(pack, engine):
-    for example in EXAMPLES:
+    for example in _examples(engine):
         advice = _advice(pack, example.name, engine)
         for strategy in advice.strategies:
             if strategy.id == "continuous_batching":
@@ -67,7 +72,7 @@ def test_continuous_batching_is_a_change_when_the_cap_changes(pack):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_every_triggered_methodology_strategy_is_shown(pack, engine):
     checked = 0
-    for example in EXAMPLES:
+    for example in _examples(engine):
         advice = _advice(pack, example.name, engine)
         derived, shown = advice.derived, _shown(advice)
         if derived.get("derived.long_sequence_heavy") is True:            # K4.6

@@ -24,7 +24,7 @@ from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.model import Advice, StrategyAdvice
 from kbopt.engine.advice.settings import Setting, Target, clean, settings_for, targets, variant_of
 from kbopt.errors import KboptError
-from kbopt.kb.engines import ENGINES, Carry, Engine, version_text
+from kbopt.kb.engines import ENGINES, Carry, Engine, engine_catalog, version_text
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 SIXTEEN_BIT = ("bf16", "fp16", "fp32")
@@ -244,6 +244,11 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     facts = advice.facts
     target = targets(facts, engine)[0]
     spec = target.spec
+    vendor = facts.get("hardware.vendor")
+    if vendor is not None and vendor not in spec.vendors:
+        raise KboptError(f"--emit {engine}: {spec.title} runs on {' and '.join(v.upper() for v in spec.vendors)} GPUs "
+                         f"only, and hardware.vendor is {vendor}; emit one of "
+                         f"{', '.join(e for e in ENGINES if vendor in engine_catalog().engines[e].vendors)}")
     if target.below_floor:
         assert spec.floor is not None
         raise KboptError(f"serving.engine_version {version_text(target.version)} is below the oldest {spec.title} "

@@ -80,13 +80,17 @@ def clean(text: object) -> str:
 
 
 def targets(facts: Mapping[str, Any], engine: str | None = None) -> tuple[Target, ...]:
-    """The engine the settings are for: `engine` when asked, else workload.engine; all four when
-    neither names a covered engine. The version is serving.engine_version for the deployed
-    engine, else the latest covered; a stated version no profile covers is written for as the
-    nearest covered one (`asked` keeps it), unless it is below the engine's floor."""
+    """The engine the settings are for: `engine` when asked, else workload.engine; every engine
+    that runs on hardware.vendor's GPUs (all four on NVIDIA) when neither names a covered engine.
+    The version is serving.engine_version for the deployed engine, else the latest covered; a
+    stated version no profile covers is written for as the nearest covered one (`asked` keeps
+    it), unless it is below the engine's floor."""
     deployed = facts.get("workload.engine")
-    chosen = (engine,) if engine else (deployed,) if deployed in ENGINES else ENGINES
     catalog = engine_catalog()
+    vendor = facts.get("hardware.vendor")
+    # No engine named: every engine that runs on the GPU's maker (TensorRT-LLM is NVIDIA's only).
+    chosen = (engine,) if engine else (deployed,) if deployed in ENGINES else tuple(
+        name for name in ENGINES if vendor is None or vendor in catalog.engines[name].vendors)
     out = []
     for name in chosen:
         spec = catalog.engines.get(str(name))
