@@ -41,7 +41,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
         out += [f"- {markdown_text(s.text())} ({markdown_text(s.note())})" for s in advice.symptoms]
         out.append("")
     if advice.restated:
-        out += [f"**What-if (--set):** {_cell(advice.restated.text())}", ""]
+        out += [f"**What-if (--set):** {markdown_text(advice.restated.text())}", ""]
     if advice.bottleneck_rule:
         out.append(f"**Bottleneck:** `{advice.bottleneck}`, because:")
         out += [f"- {markdown_code(check_text(c))} ({markdown_text(origin_text(advice, c.fact))}; {markdown_code(f.rule)}, {_sources(f.source)})"
@@ -149,7 +149,7 @@ def _comparison(c: Comparison) -> list[str]:
         + [f"- Parameter {markdown_code(x.name)}: {markdown_text(fmt(x.before))} → {markdown_text(fmt(x.after))}" for x in c.params] \
         + [f"- Now rejected: `{k}`" for k in c.newly_rejected] \
         + [f"- No longer rejected: `{k}`" for k in c.no_longer_rejected]
-    moved = ["", "| estimate | " + _cell(c.before_label) + " | " + _cell(c.after_label) + " | change |", "|---|---|---|---|"] \
-        + [f"| {_code(x.name)} | {_cell(fmt(x.before))} | {_cell(fmt(x.after))} | {_cell(relative_text(x.before, x.after))} |"
-           for x in c.estimates] if c.estimates else []
+    moved = ["", f"| estimate | {markdown_text(c.before_label)} | {markdown_text(c.after_label)} | change |", "|---|---|---|---|"] \
+        + [f"| {markdown_code(x.name)} | {markdown_text(fmt(x.before))} | {markdown_text(fmt(x.after))} | "
+           f"{markdown_text(relative_text(x.before, x.after))} |" for x in c.estimates] if c.estimates else []
     return out + (changes or ["The advice is the same."]) + moved
