@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -180,6 +181,27 @@ def test_an_input_that_names_a_derived_fact_gives_way_once_a_rule_derives_it():
             assert ("S-N-B" in result.fired) == (low and seq_len_cv <= 0.5), values
 
 
+# GPUs whose name, vendor and compute capability agree, so that random documents are not
+# refused as inconsistent hardware before any rule runs (that refusal has its own tests).
+_COHERENT_GPUS = (("NVIDIA L4", "nvidia", "8.9"), ("NVIDIA A100-SXM4-40GB", "nvidia", "8.0"),
+                  ("Tesla T4", "nvidia", "7.5"), ("something else", "nvidia", "9.0"),
+                  ("AMD Instinct MI300X", "amd", None))
+
+
+def _make_hardware_coherent(hardware: dict, rng: random.Random) -> None:
+    """Overwrite the drawn GPU name, vendor and compute capability (those present) with one coherent GPU."""
+    name, vendor, capability = rng.choice(_COHERENT_GPUS)
+    if "gpu_name" in hardware:
+        hardware["gpu_name"] = name
+    if "vendor" in hardware:
+        hardware["vendor"] = vendor
+    if "compute_capability" in hardware:
+        if capability is None:
+            del hardware["compute_capability"]
+        else:
+            hardware["compute_capability"] = capability
+
+
 def test_evaluators_agree_on_random_facts(pack):
     """Random facts over the whole vocabulary: both evaluators give byte-identical advice."""
     rng = random.Random(20261202)
@@ -213,13 +235,16 @@ def test_evaluators_agree_on_random_facts(pack):
                           ("concurrency_mean", "concurrency_peak"), ("arrival_rate_per_s", "arrival_rate_peak_per_s")):
             if low in workload and high in workload and workload[low] > workload[high]:
                 workload[low], workload[high] = workload[high], workload[low]
+                if isinstance(workload[low], int) and not isinstance(workload[high], int):
+                    workload[high] = math.ceil(workload[high])    # an integer maximum stays an integer
+        _make_hardware_coherent(document.get("hardware", {}), rng)
         try:
             facts = facts_from_document(document, "random")
         except FactsError:
             continue        # e.g. a mean above the maximum: refused before any rule runs
         checked += 1
         assert advise(facts, pack, "durable").to_json() == advise(facts, pack, "reference").to_json(), document
-    assert checked >= 100
+    assert checked >= 200, checked
 
 
 def test_fact_values_are_encoded_as_dumps_writes_them():
