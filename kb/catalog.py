@@ -46,6 +46,9 @@ class ParamSpec:
     description: str
     min: float | None = None
     max: float | None = None
+    # A budget of the running server (a chunk budget, a page count): computed on the deployment as
+    # the whole plan leaves it (FP8 weights shorten the step and grow the pool), not on today's.
+    after_plan: bool = False
 
     def violated_by(self, value: object) -> str | None:
         """Why a computed value is out of range, or None."""

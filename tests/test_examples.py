@@ -37,10 +37,12 @@ def test_capacity_bound_a100_chat(pack):
     assert "length_bucketing" not in {s.id for s in advice.strategies}
     assert [r.because for r in advice.rejected if r.id == "length_bucketing"] == [("R-LENGTH-BUCKETING-ONE-REPLICA",)]
     assert "static_kv_preallocation" not in chosen                 # excluded by the paged KV cache
-    # vLLM's rule by default: 80 GiB x 0.9 - 14.9 GiB of fp16 weights - 1.3 GiB of activations (the API
-    # server's 2,048 batched tokens on an A100) - 0.13 GiB outside PyTorch = 55.67 GiB, over 16-token
-    # pages of 128 KiB per token: 28,502 pages.
-    assert chosen["paged_kv_cache"].params == {"page_size": 16, "max_pages": 28502}
+    # vLLM's rule by default, on the deployment the plan leaves (FP8 weights, an FP8 KV cache):
+    # 80 GiB x 0.9 - 7.45 GiB of FP8 weights - 1.3 GiB of activations (the API server's 2,048 batched
+    # tokens on an A100) - 0.13 GiB outside PyTorch = 63.1 GiB, over 16-token pages of 64 KiB per
+    # token: 64,634 pages (28,502 today, with 16-bit weights and KV, as the note says).
+    assert chosen["paged_kv_cache"].params == {"page_size": 16, "max_pages": 64634}
+    assert any("28502 on today's deployment" in note.text for note in chosen["paged_kv_cache"].caveats)
     # FP8 on Ampere is weight-only (Marlin W8A16): decode bytes, no activation quantization, so
     # nothing to keep in mixed precision.
     assert chosen["quantization"].params["scheme"] == "fp8"

@@ -17,7 +17,7 @@ from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
 from kbopt.engine.lang.compiled import compile_condition
-from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, value_of
+from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, evaluate, value_of
 from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.parse import parse_condition
 from kbopt.engine.lang.text import fmt, render_template
@@ -43,8 +43,15 @@ class _Explained:
 
 def fill_because(explained: _Explained, lookup: Lookup) -> str:
     """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in."""
-    parameters = explained.parameters
+    return template.fill_compiled(explained.because, _placeholder_values(explained.parameters, lookup))
 
+
+def fill_text(text: str, rule: Rule, lookup: Lookup) -> str:
+    """A caveat's text with its placeholders filled in as a `because` is."""
+    return template.fill(text, _placeholder_values({p.name: p.value for p in rule.parameters}, lookup))
+
+
+def _placeholder_values(parameters: dict[str, Any], lookup: Lookup) -> Callable[[str, str | None], str]:
     def replace(name: str, spec: str | None) -> str:
         if name in parameters:
             value = parameters[name]
@@ -58,8 +65,7 @@ def fill_because(explained: _Explained, lookup: Lookup) -> str:
             except (ValueError, TypeError):
                 pass
         return fmt(value)
-
-    return template.fill_compiled(explained.because, replace)
+    return replace
 
 
 class _Texts:
@@ -167,8 +173,10 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     engines = targets(final.inputs)          # the engines each strategy's settings are written for
     for key in resolution.chosen:
         c = candidates[key]
-        params, notes = _params(c, final, catalog[c.strategy])
+        params, notes = _params(c, final.lookup, catalog[c.strategy])
         sized: list[tuple[str, str]] = []
+        if key not in kept and plan is not None:     # budgets sized on the deployment after the whole plan
+            sized.extend(_sized_after_plan(c, params, plan, final, catalog[c.strategy], notes))
         if key not in kept:                  # a cap is sized after the whole plan: one number everywhere
             for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
                 params[name], why = sized_cap(int(params[name]), plan, final.derived, final.inputs)
@@ -179,7 +187,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         texts = []
         for caveat in caveats:
             if refers_to(caveat.conclusion.strategy, caveat.conclusion.variant, c.strategy, c.variant):
-                texts.append(RuleNote(caveat.rule, caveat.conclusion.text))
+                lapsed = _lapses_after_plan(rules[caveat.rule], plan, final) if key not in kept else None
+                texts.append(RuleNote(caveat.rule, lapsed or fill_text(caveat.conclusion.text, rules[caveat.rule], final.lookup)))
                 because.append(caveat.rule)
         # Several rules may draw the same edge: order by what the edge says.
         for edge in sorted(graph.in_edges(key), key=lambda e: (e.source, e.kind, e.because)):
@@ -250,8 +259,53 @@ def _drawn(pack: Pack, fired: tuple[str, ...], kind: type[C]) -> list[Drawn[C]]:
     return [drawn for rule_id in fired for drawn in by_kind[rule_id]]
 
 
-def _params(candidate: Candidate, final: FinalFacts, strategy: Strategy) -> tuple[dict[str, Any], list[RuleNote]]:
-    """Evaluate each parameter on the final facts; say so when facts were missing or the value
+def _after_plan(plan: Plan, final: FinalFacts) -> tuple[dict[str, Any], Lookup]:
+    """The estimates the whole plan leaves (derived path -> value), and a lookup of the final
+    facts with them in place of today's."""
+    after = {f"derived.{gain.metric}": gain.after for gain in plan.expected}
+
+    def planned(path: str) -> tuple[str, Any]:
+        return (KNOWN, after[path]) if path in after else final.lookup(path)
+    return after, planned
+
+
+def _sized_after_plan(candidate: Candidate, params: dict[str, Any], plan: Plan, final: FinalFacts, strategy: Strategy,
+                      notes: list[RuleNote]) -> list[tuple[str, str]]:
+    """Re-evaluate the budgets of the running server (parameters marked `after_plan` in
+    kb/strategies.yaml) on the estimates as the whole plan leaves them: a chunk budget computed on
+    today's 16-bit step is not printed beside FP8 weights that shorten it. Updates `params` and `notes`; returns what moved, and why."""
+    after, planned = _after_plan(plan, final)
+    if not after:
+        return []
+    replanned, _ = _params(candidate, planned, strategy)
+    sized = []
+    for name, value in replanned.items():
+        if not strategy.params[name].after_plan or name not in params or value == params[name]:
+            continue
+        node, rule_id = candidate.params[name]
+        moved = [f"{path} {fmt(final.lookup(path)[1])} -> {fmt(after[path])}" for path in unique_facts(node) if path in after]
+        why = f"sized after the plan ({', '.join(plan.strategies)}): {fmt(params[name])} on today's deployment; {'; '.join(moved)}"
+        params[name] = value
+        sized.append((name, why))
+        notes.append(RuleNote(rule_id, f"{name}={fmt(value)}: {why}"))
+    return sized
+
+
+def _lapses_after_plan(rule: Rule, plan: Plan | None, final: FinalFacts) -> str | None:
+    """Why a caveat drawn on today's estimates no longer holds once the whole plan is applied
+    (its condition is false on the estimates the plan leaves), or None where it still holds."""
+    if plan is None:
+        return None
+    after, planned = _after_plan(plan, final)
+    moved = [path for path in unique_facts(rule.when) if path in after and after[path] != final.lookup(path)[1]]
+    if not moved or evaluate(rule.when, planned) is not False:
+        return None
+    return (f"holds on today's deployment, not after the plan ({', '.join(plan.strategies)}): "
+            + "; ".join(f"{path} {fmt(final.lookup(path)[1])} -> {fmt(after[path])}" for path in moved))
+
+
+def _params(candidate: Candidate, facts: Lookup, strategy: Strategy) -> tuple[dict[str, Any], list[RuleNote]]:
+    """Evaluate each parameter on the facts; say so when facts were missing or the value
     falls outside the parameter's range (then it is not given)."""
     params: dict[str, Any] = {}
     notes: list[RuleNote] = []
@@ -259,7 +313,7 @@ def _params(candidate: Candidate, final: FinalFacts, strategy: Strategy) -> tupl
         looked_up_unknown: list[str] = []
 
         def lookup(path: str, looked_up_unknown: list[str] = looked_up_unknown) -> tuple[str, Any]:
-            status, value = final.lookup(path)
+            status, value = facts(path)
             if status != KNOWN:
                 looked_up_unknown.append(path)
             return status, value
@@ -270,8 +324,7 @@ def _params(candidate: Candidate, final: FinalFacts, strategy: Strategy) -> tupl
             continue
         problem = strategy.params[name].violated_by(params[name])
         if problem:
-            used = ", ".join(f"{p}={fmt(final.lookup(p)[1])}" for p in unique_facts(node)
-                             if final.lookup(p)[0] == KNOWN)
+            used = ", ".join(f"{p}={fmt(facts(p)[1])}" for p in unique_facts(node) if facts(p)[0] == KNOWN)
             notes.append(RuleNote(rule_id, f"{name} not given: it computes to {fmt(params.pop(name))}, "
                                          f"{problem}" + (f" (from {used})" if used else "")))
             continue

@@ -188,6 +188,13 @@ def _carried(spec: Engine, target: Target, facts: Mapping[str, Any], notes: list
                 notes.append(f"serving.quantization = fp8 with an FP8 checkpoint ({clean(facts.get('model.name'))}): "
                              "the engine reads its quantization config, no flag")
                 continue
+            if carry.fact == "serving.quantization" and value == "fp4":
+                # FP4 weights always come from a checkpoint, in one of two formats (NVFP4 from ModelOpt, MXFP4 as
+                # gpt-oss ships): the engine reads which from its config, and a flag naming the other is refused
+                # (vllm/config/model.py@0.12.0:1045 "does not match the quantization method").
+                notes.append(f"serving.quantization = fp4 ({clean(facts.get('model.name'))}): an FP4 checkpoint, NVFP4 or "
+                             "MXFP4; the engine reads which from its quantization config, no flag")
+                continue
             value = mapped
         if carry.value == "expert_size":
             value = facts.get("serving.tensor_parallel_size") or 1
