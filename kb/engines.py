@@ -169,6 +169,16 @@ class Carry:
 
 
 @dataclass(frozen=True)
+class RankTotals:
+    """Flags the engine reads as a total over its data-parallel attention ranks and divides among
+    them, where kbopt's facts and parameters are per GPU (serving.dp_attention)."""
+    switch: str                        # the flag that turns data-parallel attention on
+    size: str                          # the flag that gives the number of ranks
+    flags: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
 class Engine:
     id: str
     title: str
@@ -185,6 +195,7 @@ class Engine:
     model_flags: tuple[str, ...] = ()  # options that name the model besides the positional
     unknown_flag: str = "unrecognized argument {flag}"   # the engine's own message for an argument it lacks
     vendors: tuple[str, ...] = VENDORS   # the GPU makers it runs on (hardware.vendor)
+    rank_totals: RankTotals | None = None
 
     @property
     def latest(self) -> Version:
@@ -338,6 +349,12 @@ def _refusal(raw: dict[str, Any], where: str) -> Refusal:
                    _version(raw.get("max"), where))
 
 
+def _rank_totals(raw: dict[str, Any] | None) -> RankTotals | None:
+    if raw is None:
+        return None
+    return RankTotals(raw["switch"], raw["size"], tuple(raw["flags"]), raw["source"])
+
+
 def _carry(raw: dict[str, Any]) -> Carry:
     mapping = raw.get("value")
     return Carry(raw["fact"], raw["set"], raw.get("kind", "cli"), raw.get("when"),
@@ -361,12 +378,14 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                     tuple(_carry(item) for item in raw.get("deployment") or ()),
                     tuple(raw.get("invoked_as") or ()), tuple(raw.get("model_flags") or ()),
                     str(raw.get("unknown_flag") or "unrecognized argument {flag}"),
-                    tuple(raw.get("vendors") or VENDORS))
+                    tuple(raw.get("vendors") or VENDORS), _rank_totals(raw.get("dp_attention_totals")))
     if not set(engine.vendors) <= set(VENDORS):
         raise ValueError(f"{where}: vendors {list(engine.vendors)} are not among {list(VENDORS)}")
     entries = tuple(_entry(engine_id, item, where) for item in raw.get("settings") or ())
     known = {flag.name for flag in flags}
-    for name in [n for e in entries for n in (*e.names, *e.removes)] + [c.name for c in engine.deployment]:
+    totals = engine.rank_totals
+    for name in ([n for e in entries for n in (*e.names, *e.removes)] + [c.name for c in engine.deployment]
+                 + ([totals.switch, totals.size, *totals.flags] if totals else [])):
         if name not in known:
             raise ValueError(f"{where}: {name} is set but not in the profile's flags")
     return engine, entries

@@ -18,6 +18,7 @@ import pytest
 from conftest import engine_runs_on
 
 from kbopt.engine.advice.advisor import advise
+from kbopt.engine.advice.caps import CAP_PARAMS
 from kbopt.engine.advice.launch import build_launch
 from kbopt.engine.evaluators import available_evaluators
 from kbopt.kb.engines import ENGINES, engine_catalog, version_text
@@ -518,3 +519,32 @@ def test_one_deployments_options_are_refused_with_facts_jsonl(run_cli, tmp_path,
     lines.write_text(json.dumps(json.loads(FACTS.read_text())) + "\n")
     code, out, err = run_cli("advise", "--facts-jsonl", str(lines), *option)
     assert code == 2 and out == "" and option[0] in err and "--facts-jsonl" in err
+
+
+def test_an_fp4_checkpoint_is_served_without_a_quantization_flag(pack):
+    """gpt-oss ships MXFP4, ModelOpt NVFP4: the engine reads which from the checkpoint, and a flag
+    naming the other is refused (vllm/config/model.py@0.12.0:1045), so today's FP4 sets none."""
+    advice = _advice(pack, **{"serving.quantization": "fp4", "model.weight_dtype": "fp4", "model.name": "openai/gpt-oss-120b"})
+    for engine in ("vllm", "sglang"):
+        launch = build_launch(advice, engine)
+        assert "--quantization" not in dict(launch.argv()), engine
+        assert any("FP4 checkpoint" in note for note in launch.notes), engine
+
+
+def test_sglang_caps_under_dp_attention_are_the_total_it_divides_among_ranks(pack):
+    """SGLang hands each DP-attention rank --max-running-requests // --dp-size
+    (tp_worker.py@0.5.1:128-136); kbopt's serving.max_num_seqs is per GPU there."""
+    from kbopt.engine.advice.command import read_command
+    command = read_command("python -m sglang.launch_server --model-path org/moe --tp-size 8 --dp-size 8 "
+                           "--enable-dp-attention --max-running-requests 2048")
+    assert dict(command.facts)["serving.max_num_seqs"] == 256 and dict(command.facts)["serving.dp_attention"] is True
+    advice = _advice(pack, **{"serving.tensor_parallel_size": 8, "serving.data_parallel_size": 8,
+                              "serving.dp_attention": "true", "serving.max_num_seqs": 256, "hardware.gpu_count": 8})
+    launch = build_launch(advice, "sglang")
+    argv = dict(launch.argv())
+    assert "--enable-dp-attention" in argv and argv["--dp-size"] == "8"
+    cap = next(a for a in launch.args if a.name == "--max-running-requests")
+    per_gpu = next(value for s in advice.strategies for (sid, name), value in
+                   (((s.id, n), v) for n, v in s.params.items()) if (sid, name) in CAP_PARAMS)
+    assert int(cap.value) == 8 * per_gpu and cap.today == "2048", cap
+    assert any("per GPU x 8 data-parallel attention ranks" in note for note in launch.notes)

@@ -175,7 +175,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         c = candidates[key]
         params, notes = _params(c, final.lookup, catalog[c.strategy])
         sized: list[tuple[str, str]] = []
-        if key not in kept and plan is not None:     # budgets sized on the deployment after the whole plan
+        if plan is not None:     # budgets sized on the deployment after the whole plan (in place or not)
             sized.extend(_sized_after_plan(c, params, plan, final, catalog[c.strategy], notes))
         if key not in kept:                  # a cap is sized after the whole plan: one number everywhere
             for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
@@ -187,7 +187,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         texts = []
         for caveat in caveats:
             if refers_to(caveat.conclusion.strategy, caveat.conclusion.variant, c.strategy, c.variant):
-                lapsed = _lapses_after_plan(rules[caveat.rule], plan, final) if key not in kept else None
+                lapsed = _lapses_after_plan(rules[caveat.rule], plan, final)
                 texts.append(RuleNote(caveat.rule, lapsed or fill_text(caveat.conclusion.text, rules[caveat.rule], final.lookup)))
                 because.append(caveat.rule)
         # Several rules may draw the same edge: order by what the edge says.

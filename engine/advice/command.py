@@ -152,6 +152,12 @@ def _facts(spec: Engine, args: list[tuple[str, str | None]], model: str | None) 
         fact = _fact(spec, carry, given[name])
         if fact is not None:
             out.setdefault(carry.fact, fact)
+    totals = spec.rank_totals
+    if totals is not None and totals.switch in given and str(given.get(totals.size)).isdigit():
+        ranks = int(str(given[totals.size]))      # a per-GPU fact from the total the engine divides (kb/engines.py RankTotals)
+        for carry in spec.deployment:
+            if carry.name in totals.flags and isinstance(out.get(carry.fact), int) and ranks > 1:
+                out[carry.fact] = max(1, out[carry.fact] // ranks)
     return sorted(out.items())
 
 

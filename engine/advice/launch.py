@@ -16,7 +16,7 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard
 
 from kbopt.engine.advice.caps import plan_metric
@@ -314,6 +314,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                 args[name], set_by[name] = arg, rule
     if cap_name is not None and cap_name in args:
         _check_pool_fits(advice)
+    _as_rank_totals(spec, args, facts, notes)
     if engine == "trtllm" and (command is None or command.engine != engine):
         # stated, where kbopt writes the command: the settings are the PyTorch backend's (today's command keeps its own)
         args.setdefault("--backend", Arg("--backend", "cli", "pytorch", None, "kbopt: the PyTorch backend these settings are for"))
@@ -325,6 +326,28 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                 del args[option]
     kept, dropped = _checked(spec, target, list(args.values()))
     return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed))
+
+
+def _as_rank_totals(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], notes: list[str]) -> None:
+    """Per-GPU caps written as the totals the engine divides among its data-parallel attention
+    ranks (SGLang's --max-running-requests), where the launch turns that attention on. A value
+    from today's command is its own total already."""
+    totals = spec.rank_totals
+    size = args.get(totals.size) if totals is not None else None
+    if totals is None or totals.switch not in args or size is None or not str(size.value).isdigit() or int(str(size.value)) < 2:
+        return
+    ranks = int(str(size.value))
+    # today's value is per GPU only where today's server had data-parallel attention too
+    today_ranks = int(facts.get("serving.data_parallel_size") or 1) if facts.get("serving.dp_attention") is True else 1
+    for flag in totals.flags:
+        arg = args.get(flag)
+        if arg is None or arg.rule.startswith("today: --launch") or not str(arg.value).isdigit():
+            continue
+        per_gpu = int(str(arg.value))
+        today = str(int(arg.today) * today_ranks) if arg.today is not None and arg.today.isdigit() else arg.today
+        args[flag] = replace(arg, value=str(per_gpu * ranks), today=today)
+        notes.append(f"{flag} {per_gpu * ranks}: {per_gpu} per GPU x {ranks} data-parallel attention ranks; "
+                     f"{spec.title} divides it among them ({totals.source})")
 
 
 def _first_flag(spec: Engine) -> str:

@@ -245,6 +245,12 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
     if entry.value == "expert_size":
         size = params.get("expert_size") or params.get("tensor") or params.get("degree")
         return ({"value": size}, "") if _number(size) else (None, "expert: no degree given to size expert parallelism; not set")
+    if entry.value == "under_budget":
+        budget = params.get("max_num_batched_tokens")
+        if _number(raw) and _number(budget) and raw >= budget:
+            return None, (f"long_prefill_token_threshold: {raw:g} is not under the step's budget of {budget:g} tokens, "
+                          "which already caps every prefill chunk: the flag would change nothing, not set")
+        return {"value": raw}, ""
     if entry.value == "queue_limit":
         # admission_control may be a yes/no: only a number is a queue limit.
         return ({"value": raw}, "") if _number(raw) and raw > 0 else (None, "admission_control: no limit given")
