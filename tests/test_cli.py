@@ -19,7 +19,7 @@ def test_text_advice_shows_evidence_chain_rejections(run_cli):
     assert code == 0 and (err == "" or "using the reference evaluator" in err)
     assert "bottleneck: memory_capacity" in out
     assert "evidence: telemetry.memory_used_ratio = 0.93 > 0.9 (capacity_threshold)  (input; D-CAPACITY-MEMORY-FULL)" in out
-    assert "paged_kv_cache [storage]  page_size=16 max_pages=28502" in out
+    assert "paged_kv_cache [storage]  page_size=16 max_pages=64634" in out      # sized after the plan
     assert "<- D-BOTTLENECK-CAPACITY" in out
     assert "quantization (scheme=int8)" in out and "excluded by quantization[fp8]" in out
 
@@ -44,7 +44,7 @@ def test_markdown_advice(run_cli):
     assert code == 0
     assert out.startswith("# kbopt advice: memory capacity")
     # The rank and the number of rejections depend on what else the pack recommends and rejects.
-    assert re.search(r"\| \d+ \| `paged_kv_cache` \| change \| storage \| page_size=16 max_pages=28502 \|", out)
+    assert re.search(r"\| \d+ \| `paged_kv_cache` \| change \| storage \| page_size=16 max_pages=64634 \|", out)
     assert re.search(r"^## Rejected \(\d+\)$", out, re.M)
 
 

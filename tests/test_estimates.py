@@ -202,6 +202,8 @@ def test_builtin_effects_parse_against_the_vocabulary(pack):
                 assert spec is not None and not spec.derived, (strategy.id, path)
                 if isinstance(raw, str) and raw.startswith("="):
                     parse_value(raw[1:], vocabulary, parameters)
+                elif isinstance(raw, str) and raw.startswith("param:"):
+                    assert raw.removeprefix("param:") in strategy.params, (strategy.id, path, raw)
                 elif raw is not None and spec.values:
                     assert raw in spec.values, (strategy.id, path, raw)
 
@@ -302,7 +304,7 @@ def _changed(inputs, effects, rng):
             out.pop(key, None)
             touched.append(key)
         if raw is not None and rng.random() < 0.8:
-            out[path] = raw if not (isinstance(raw, str) and raw.startswith("=")) else inputs.get(path, 1)
+            out[path] = raw if not (isinstance(raw, str) and raw.startswith(("=", "param:"))) else inputs.get(path, 1)
             out["quality." + path] = "user"
     return out, touched
 

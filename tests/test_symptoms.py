@@ -60,8 +60,13 @@ def test_advice_and_json_carry_the_symptoms(pack):
     assert [(s.kind, s.source) for s in advice.symptoms] == [("ttft", MEASURED), ("itl", ESTIMATED)]
     document = json.loads(render(advice, "json"))
     ttft, itl = document["symptoms"]
+    projected = ttft.pop("after_plan", None)
     assert ttft == {"kind": "ttft", "fact": "workload.ttft_p99_ms", "value": 1350, "unit": "ms", "source": "measured",
-                    "objective": 1000, "objective_fact": "constraints.ttft_slo_ms", "miss": 0.35}
+                    "objective": 1000, "objective_fact": "constraints.ttft_slo_ms", "miss": 0.35,
+                    **({"after_plan_basis": "derived.ttft_expected_ms", "meets_after_plan": projected <= 1000} if projected else {})}
+    if projected is not None:      # the measurement scaled as the plan moves the modelled TTFT
+        move = next(g for g in advice.plan.expected if g.metric == "ttft_expected_ms")
+        assert projected == pytest.approx(1350 * move.after / move.before)
     assert itl["fact"] == "derived.itl_expected_ms" and itl["source"] == "estimated" and itl["miss"] > 0
     assert json.loads(render(_advice(pack, MET), "json"))["symptoms"] == []
 
@@ -96,4 +101,7 @@ def test_no_symptoms_when_nothing_is_missed(pack, fmt):
 def test_cli_text_first_lines(run_cli):
     code, out, _ = run_cli("advise", "--facts", str(MISSED))
     assert code == 0
-    assert out.splitlines()[:2] == ["kbopt advice — symptoms (2)", f"  {TTFT_LINE}  (measured: workload.ttft_p99_ms)"]
+    lines = out.splitlines()
+    assert lines[0] == "kbopt advice — symptoms (2)" and lines[1].startswith(f"  {TTFT_LINE}")
+    first = " ".join(line.strip() for line in lines[1:lines.index(next(x for x in lines[2:] if x.startswith("  ITL")))])
+    assert first.endswith("(measured: workload.ttft_p99_ms)") and "after the plan" in first

@@ -12,7 +12,7 @@ from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote,
 from kbopt.engine.advice.settings import differs_from_today, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
-from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason
+from kbopt.engine.advice.whatif import PARAM, Outcome, Plan, WhatIf, negligible_reason
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
@@ -133,7 +133,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         fired=tuple(firings), not_evaluated=not_evaluated, facts=dict(facts.values), provenance=dict(facts.provenance),
         derived=dict(sorted(final.derived.items())), graph=edges, pack_version=pack.version, warnings=warnings,
         bottleneck_missing=bottleneck_missing, estimates=estimates, plan=plan,
-        symptoms=symptoms(facts.values, final.derived), to_collect=facts_to_collect(pack, not_evaluated, final))
+        symptoms=symptoms(facts.values, final.derived, plan), to_collect=facts_to_collect(pack, not_evaluated, final))
 
 
 def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatIf | None
@@ -167,19 +167,39 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     resolution = resolve(graph, candidates)
     chosen = set(resolution.chosen)
 
-    plan = whatif.plan([(key, catalog[candidates[key].strategy], candidates[key].variant)
-                        for key in resolution.chosen if key not in kept]) if whatif else None
+    evaluated = {key: _params(candidates[key], final.lookup, catalog[candidates[key].strategy]) for key in resolution.chosen}
+    # The plan: every change, a strategy in place whose parameters change included, with the values it prints.
+    planned = [key for key in resolution.chosen if key not in kept or differs_from_today(
+        candidates[key].strategy, key, evaluated[key][0], final.inputs, final.derived)]
+
+    def plan_of() -> Plan | None:
+        return whatif.plan([(key, catalog[candidates[key].strategy], candidates[key].variant, evaluated[key][0])
+                            for key in planned]) if whatif else None
+    plan = plan_of()
+    sized_by_key: dict[str, list[tuple[str, str]]] = {key: [] for key in resolution.chosen}
+    if plan is not None:     # budgets sized on the deployment after the whole plan (in place or not)
+        for key in resolution.chosen:
+            c = candidates[key]
+            params, notes = evaluated[key]
+            sized_by_key[key] = _sized_after_plan(c, params, plan, final, catalog[c.strategy], notes)
+        if any(sized_by_key[key] and _effects_read_params(catalog[candidates[key].strategy], candidates[key].variant)
+               for key in planned):
+            plan = plan_of()     # once more with the budgets it sized (what the model evaluates is what is printed)
+            for key in planned:  # and each such strategy's own what-if with the value it prints
+                strategy = catalog[candidates[key].strategy]
+                if sized_by_key[key] and key in outcomes and _effects_read_params(strategy, candidates[key].variant):
+                    outcome = whatif.strategy(strategy, candidates[key].variant, key, evaluated[key][0]) if whatif else None
+                    if outcome is not None:
+                        outcomes[key] = outcome
     out = []
     engines = targets(final.inputs)          # the engines each strategy's settings are written for
     for key in resolution.chosen:
         c = candidates[key]
-        params, notes = _params(c, final.lookup, catalog[c.strategy])
-        sized: list[tuple[str, str]] = []
-        if plan is not None:     # budgets sized on the deployment after the whole plan (in place or not)
-            sized.extend(_sized_after_plan(c, params, plan, final, catalog[c.strategy], notes))
+        params, notes = evaluated[key]
+        sized = sized_by_key[key]
         if key not in kept:                  # a cap is sized after the whole plan: one number everywhere
             for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
-                params[name], why = sized_cap(int(params[name]), plan, final.derived, final.inputs)
+                params[name], why = sized_cap(int(params[name]), plan, final.derived, final.inputs, c.strategy)
                 if why:
                     sized.append((name, why))
                     notes.append(RuleNote(c.params[name][1], f"{name}={params[name]}: {why}"))
@@ -240,16 +260,24 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
     threshold = whatif.pack.kb.negligible_change
     for key in sorted(candidates):
         c = candidates[key]
-        outcome = whatif.strategy(catalog[c.strategy], c.variant, key)
+        outcome = whatif.strategy(catalog[c.strategy], c.variant, key, _params(c, whatif.baseline.lookup, catalog[c.strategy])[0]
+                                  if _effects_read_params(catalog[c.strategy], c.variant) else None)
         if outcome is None:
             continue
         outcomes[key] = outcome
-        if outcome.negligible(threshold):
+        # A setting the model reads (a token budget, `param:`) may show only beside the plan's other
+        # changes (chunks change nothing under static batching until continuous batching comes), so
+        # it is not vetoed as negligible on its own.
+        if outcome.negligible(threshold) and not _effects_read_params(catalog[c.strategy], c.variant):
             moved = sorted(outcome.gains, key=lambda g: -round(abs(g.change), 6))   # float noise is no tie-break
             known_before = [name for name in outcome.reached if name in whatif.before]   # one may appear only after
             rule = moved[0].rules[0] if moved else (whatif.before[known_before[0]].rule if known_before else c.rules[0])
             vetoes.append(Drawn(rule, Reject(c.strategy, c.variant, negligible_reason(outcome, whatif.before))))
     return outcomes
+
+
+def _effects_read_params(strategy: Strategy, variant: str | None) -> bool:
+    return any(isinstance(raw, str) and raw.startswith(PARAM) for _, raw in strategy.effects_of(variant))
 
 
 def _drawn(pack: Pack, fired: tuple[str, ...], kind: type[C]) -> list[Drawn[C]]:

@@ -11,7 +11,10 @@ from typing import Any, TypeGuard
 from kbopt.engine.advice.whatif import Plan
 
 # (strategy, parameter) pairs that are a running-batch cap (the engine's max_num_seqs or its equivalent)
-CAP_PARAMS = frozenset({("continuous_batching", "max_batch_size"), ("memory_budget", "max_num_seqs")})
+CAP_PARAMS = frozenset({("continuous_batching", "max_batch_size"), ("memory_budget", "max_num_seqs"), ("batch_cap", "max_num_seqs")})
+# A cap whose point is to run fewer requests than today (the ITL objective's): sized on the plan's
+# max_batch_itl and kept below today's batch, saying so.
+ITL_CAPS = frozenset({"batch_cap"})
 
 
 def _number(value: Any) -> TypeGuard[float]:
@@ -39,9 +42,13 @@ def today_batch(facts: Mapping[str, Any]) -> tuple[float, str] | None:
     return None
 
 
-def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[int, str]:
+def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any],
+              strategy: str = "") -> tuple[int, str]:
     """The cap sized on the KV pool after the plan and kept at or above today's running batch (or
-    saying why not); the reason is empty where the rule's cap stands as it is."""
+    saying why not); the reason is empty where the rule's cap stands as it is. An ITL cap is
+    sized on the largest batch that meets the objective after the plan, below today's batch."""
+    if strategy in ITL_CAPS:
+        return _itl_cap(cap, plan, derived, facts)
     before, after = plan_metric(plan, derived, "kv_pool_sequences")
     why = ""
     if before is not None and after is not None and after != before and abs(cap - math.floor(before)) <= 1:
@@ -55,4 +62,17 @@ def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
                    "sequences of the mean length, so a larger cap would preempt")
         else:
             cap, why = floor, f"raised to {what} ({floor}): a lower cap would queue requests that run today"
+    return cap, why
+
+
+def _itl_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[int, str]:
+    before, after = plan_metric(plan, derived, "max_batch_itl")
+    why = ""
+    if before is not None and after is not None and math.floor(after) != math.floor(before) and cap == math.floor(before):
+        cap = max(1, math.floor(after))
+        why = f"sized after the plan: {math.floor(before)} -> {cap} requests meet the ITL objective"
+    today = today_batch(facts)
+    if today is not None and cap < math.ceil(today[0]):
+        why = ((why + "; ") if why else "") + (f"below {today[1]} ({math.ceil(today[0])}) on purpose: the largest batch whose "
+                                               "step meets the ITL objective (M-MAX-BATCH-ITL); the rest wait or go to another replica")
     return cap, why

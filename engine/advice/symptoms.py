@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kbopt.engine.advice.whatif import number
+from kbopt.engine.advice.whatif import Plan, number
 
 MEASURED, ESTIMATED = "measured", "estimated"
 
@@ -25,6 +25,14 @@ _OBJECTIVES = (
     ("itl", "ITL", "constraints.itl_slo_ms", (("workload.itl_p99_ms", "p99"), ("workload.itl_mean_ms", "mean")),
      "derived.itl_expected_ms"),
 )
+# The estimate whose move under the plan scales each measured statistic: a p99 ITL moves as the
+# modelled p99 (its prefill stalls included), a TTFT p99 as the modelled TTFT (its queueing included).
+_SCALED_BY = {"workload.itl_p99_ms": "derived.itl_p99_expected_ms", "workload.itl_mean_ms": "derived.itl_expected_ms",
+              "workload.ttft_p99_ms": "derived.ttft_expected_ms", "workload.ttft_mean_ms": "derived.ttft_expected_ms"}
+# Where the estimate is of the measured statistic itself, a model that reads today's value this far
+# off (either way) does not scale it: its ratio would carry its own error into the projection.
+_SAME_STATISTIC = frozenset({"workload.itl_p99_ms", "workload.itl_mean_ms", "workload.ttft_mean_ms"})
+AGREEMENT = 1.5
 
 
 @dataclass(frozen=True)
@@ -42,12 +50,17 @@ class Symptom:
     against: float | None = None
     against_fact: str | None = None
     label: str = ""                  # `TTFT p99`
+    after: float | None = None       # a missed objective's value after the whole plan (the model's ratio applied)
+    after_basis: str | None = None   # the estimate whose before -> after ratio scales it
+    unprojected: str = ""            # why the plan's move is not projected onto the measurement
 
     def text(self) -> str:
-        """`TTFT p99 1,350 ms against a 1,000 ms objective (+35%)`."""
+        """`TTFT p99 1,350 ms against a 1,000 ms objective (+35%)`, and where the plan moves it,
+        `; after the plan about 900 ms: meets it`."""
         if self.objective is not None and self.miss is not None:
-            return (f"{self.label} {number(self.value)} {self.unit} against a {number(self.objective)} {self.unit} "
-                    f"objective (+{self.miss:.0%})" if self.miss >= 0.1 else f"objective (+{self.miss:.1%})")
+            miss = f"+{self.miss:.0%}" if self.miss >= 0.1 else f"+{self.miss:.1%}"
+            return f"{self.label} {number(self.value)} {self.unit} against a {number(self.objective)} {self.unit} objective ({miss})" \
+                + self._after_text()
         if self.kind == "queue_timeouts":
             return f"{_percent(self.value)} of requests time out in the queue"
         if self.kind == "preemptions":
@@ -58,6 +71,15 @@ class Symptom:
         if self.kind == "prefill_share":
             return f"prefills take {_percent(self.value)} of the GPU's math"
         return f"{self.fact} = {number(self.value)}"
+
+    def _after_text(self) -> str:
+        if self.unprojected:
+            return f"; {self.unprojected}"
+        if self.after is None or self.objective is None:
+            return ""
+        verdict = "meets it" if self.after <= self.objective else f"still over by {self.after / self.objective - 1:.0%}"
+        how = "" if self.source == ESTIMATED else f", as {self.after_basis} moves"
+        return f"; after the plan about {number(self.after)} {self.unit}{how}: {verdict}"
 
     def note(self) -> str:
         """Where it comes from: `measured: workload.ttft_p99_ms`, or the model's estimate."""
@@ -71,6 +93,10 @@ class Symptom:
                                "source": self.source}
         if self.objective is not None:
             out.update(objective=self.objective, objective_fact=self.objective_fact, miss=round(self.miss or 0.0, 4))
+        if self.after is not None:
+            out.update(after_plan=self.after, after_plan_basis=self.after_basis, meets_after_plan=self.after <= (self.objective or 0))
+        if self.unprojected:
+            out.update(after_plan_not_projected=self.unprojected)
         if self.against is not None:
             out.update(against=self.against, against_fact=self.against_fact)
         return out
@@ -80,6 +106,10 @@ def _percent(ratio: float) -> str:
     return f"{number(ratio * 100)}%"
 
 
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
 def _number(values: Mapping[str, Any], path: str) -> float | None:
     value = values.get(path)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -87,9 +117,12 @@ def _number(values: Mapping[str, Any], path: str) -> float | None:
     return value
 
 
-def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any]) -> tuple[Symptom, ...]:
+def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any], plan: Plan | None = None) -> tuple[Symptom, ...]:
     """The symptoms of `facts` (the input facts) and `derived` (the final derived facts), in a
-    fixed order: objectives (TTFT, ITL), queue timeouts, preemptions, queueing, prefill share."""
+    fixed order: objectives (TTFT, ITL), queue timeouts, preemptions, queueing, prefill share.
+    A missed objective says where the whole plan leaves it: a measurement scaled by the ratio the
+    model gives its statistic (after / before), an estimate by the model's after-value."""
+    moves = {f"derived.{g.metric}": (g.before, g.after) for g in plan.expected} if plan is not None else {}
     out: list[Symptom] = []
     for kind, name, objective_fact, measured, estimate in _OBJECTIVES:
         objective = _number(facts, objective_fact)
@@ -105,8 +138,18 @@ def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any]) -> tuple[Symp
                 continue
             path, value, source, label = estimate, expected, ESTIMATED, f"{name} expected"
         if value > objective:
+            basis = _SCALED_BY.get(path, path)
+            before, after = moves.get(basis, (None, None))
+            projected, unprojected = None, ""
+            if _positive(before) and _positive(after):
+                if source == MEASURED and path in _SAME_STATISTIC and not 1 / AGREEMENT <= before / value <= AGREEMENT:
+                    unprojected = (f"after the plan the model's {basis} goes {number(before)} -> {number(after)} ms, but it "
+                                   f"reads {number(before)} ms where {number(value)} ms is measured: not projected")
+                else:
+                    projected = after if source == ESTIMATED else value * after / before
             out.append(Symptom(kind, path, value, "ms", source, objective, objective_fact, value / objective - 1,
-                               label=label))
+                               label=label, after=projected, after_basis=basis if projected is not None else None,
+                               unprojected=unprojected))
     timeouts = _number(facts, "workload.queue_timeout_ratio")
     if timeouts is not None and timeouts > 0:
         out.append(Symptom("queue_timeouts", "workload.queue_timeout_ratio", timeouts, "ratio", MEASURED))

@@ -255,18 +255,19 @@ class WhatIf:
                 levels.append(input_confidence(fact, quality if isinstance(quality, str) else None))
         return weakest(levels)
 
-    def strategy(self, strategy: Strategy, variant: str | None, key: str) -> Outcome | None:
+    def strategy(self, strategy: Strategy, variant: str | None, key: str,
+                 params: Mapping[str, Any] | None = None) -> Outcome | None:
         """The outcome of applying one candidate, or None when it has no effects."""
-        effects = strategy.effects_of(variant)
+        effects = bound(strategy.effects_of(variant), params or {})
         return self.run(effects, key) if effects else None
 
-    def plan(self, chosen: list[tuple[str, Strategy, str | None]]) -> Plan | None:
-        """Every chosen strategy's effects together, evaluated once. Where two change the same
-        fact, the stronger (earlier) strategy's change stands."""
+    def plan(self, chosen: list[tuple[str, Strategy, str | None, Mapping[str, Any]]]) -> Plan | None:
+        """Every chosen strategy's effects together (with its parameters' values), evaluated once.
+        Where two change the same fact, the stronger (earlier) strategy's change stands."""
         merged: dict[str, Any] = {}
         applied = []
-        for key, strategy, variant in chosen:
-            effects = strategy.effects_of(variant)
+        for key, strategy, variant, params in chosen:
+            effects = bound(strategy.effects_of(variant), params)
             if effects:
                 applied.append(key)
                 for path, value in effects:
@@ -277,6 +278,16 @@ class WhatIf:
         if outcome.unevaluated is not None:
             return None
         return Plan(tuple(applied), outcome.gains)
+
+
+PARAM = "param:"     # an effect that sets a fact to the strategy's parameter (`param:max_num_batched_tokens`)
+
+
+def bound(effects: tuple[tuple[str, Any], ...], params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The effects with each `param:NAME` replaced by the parameter's value (FORGET where the
+    advice gives none): the setting the strategy prints is the one the model evaluates."""
+    return tuple((path, params.get(raw.removeprefix(PARAM), FORGET) if isinstance(raw, str) and raw.startswith(PARAM) else raw)
+                 for path, raw in effects)
 
 
 def gains_of(after: Model, moved: list[tuple[str, Estimate, Any]]) -> tuple[Gain, ...]:
