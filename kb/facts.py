@@ -356,6 +356,7 @@ def enrich_from_catalog(values: dict[str, Any], provenance: dict[str, Provenance
                         ("hardware.bandwidth_gbps", gpu.bandwidth_gbps),
                         ("hardware.fp16_tflops", gpu.fp16_tflops),
                         ("hardware.fp8_tflops", gpu.fp8_tflops),
+                        ("hardware.int8_tops", gpu.int8_tops),
                         ("hardware.fp4_tflops", gpu.fp4_tflops),
                         ("hardware.mig_slice_sm_share", gpu.mig_slice_sm_share or None)):
         if value is None:
