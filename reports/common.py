@@ -114,7 +114,7 @@ def bottleneck_evidence(advice: Advice, most: int = 6) -> list[tuple[Firing, Che
 
 
 # The metrics a reader asks about first, in that order; the rest follow by how much they move.
-HEADLINE = ("decode_tokens_per_s", "itl_expected_ms", "ttft_expected_ms", "decode_step_expected_ms", "kv_pool_tokens",
+HEADLINE = ("service_tokens_per_s", "decode_tokens_per_s", "itl_expected_ms", "ttft_expected_ms", "decode_step_expected_ms", "kv_pool_tokens",
             "kv_pool_sequences", "weights_overflow_gib", "ttft_floor_ms", "decode_step_floor_ms")
 
 
@@ -127,6 +127,9 @@ def headline(gains: Iterable[Gain], most: int = 3) -> list[Gain]:
     # without prefills sharing the steps the client's ITL is the decode step: say it once
     itl = {(g.before, g.after) for g in gains if g.metric == "itl_expected_ms"}
     gains = [g for g in gains if not (g.metric == "decode_step_expected_ms" and (g.before, g.after) in itl)]
+    # one replica's tokens and the service's move alike unless the replicas change: say it once
+    decode = {round(g.change, 9) for g in gains if g.metric == "decode_tokens_per_s"}
+    gains = [g for g in gains if not (g.metric == "service_tokens_per_s" and round(g.change, 9) in decode)]
     return sorted(gains, key=rank)[:most]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -200,8 +201,10 @@ def test_builtin_effects_parse_against_the_vocabulary(pack):
             for path, raw in strategy.effects_of(variant):
                 spec = vocabulary.get(path)
                 assert spec is not None and not spec.derived, (strategy.id, path)
-                if isinstance(raw, str) and raw.startswith("="):
-                    parse_value(raw[1:], vocabulary, parameters)
+                if isinstance(raw, str) and raw.startswith("="):     # `{param}`: the strategy's parameter, a number
+                    for name in re.findall(r"\{([a-z_][a-z0-9_]*)\}", raw):
+                        assert name in strategy.params, (strategy.id, path, name)
+                    parse_value(re.sub(r"\{[a-z_][a-z0-9_]*\}", "2", raw[1:]), vocabulary, parameters)
                 elif isinstance(raw, str) and raw.startswith("param:"):
                     assert raw.removeprefix("param:") in strategy.params, (strategy.id, path, raw)
                 elif raw is not None and spec.values:

@@ -12,7 +12,7 @@ from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote,
 from kbopt.engine.advice.settings import differs_from_today, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
-from kbopt.engine.advice.whatif import PARAM, Outcome, Plan, WhatIf, negligible_reason
+from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason, reads_params
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
@@ -277,7 +277,7 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
 
 
 def _effects_read_params(strategy: Strategy, variant: str | None) -> bool:
-    return any(isinstance(raw, str) and raw.startswith(PARAM) for _, raw in strategy.effects_of(variant))
+    return any(reads_params(raw) for _, raw in strategy.effects_of(variant))
 
 
 def _drawn(pack: Pack, fired: tuple[str, ...], kind: type[C]) -> list[Drawn[C]]:

@@ -10,6 +10,7 @@ next roof (max of compute and bandwidth) instead of multiplying.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -281,13 +282,30 @@ class WhatIf:
 
 
 PARAM = "param:"     # an effect that sets a fact to the strategy's parameter (`param:max_num_batched_tokens`)
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")   # a parameter's number inside an `=expression` effect
+
+
+def reads_params(raw: Any) -> bool:
+    return isinstance(raw, str) and (raw.startswith(PARAM) or (raw.startswith("=") and _PLACEHOLDER.search(raw) is not None))
 
 
 def bound(effects: tuple[tuple[str, Any], ...], params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """The effects with each `param:NAME` replaced by the parameter's value (FORGET where the
-    advice gives none): the setting the strategy prints is the one the model evaluates."""
-    return tuple((path, params.get(raw.removeprefix(PARAM), FORGET) if isinstance(raw, str) and raw.startswith(PARAM) else raw)
-                 for path, raw in effects)
+    """The effects with the strategy's parameters in place: `param:NAME` is the parameter's value,
+    `{NAME}` in an `=expression` its number (FORGET where the advice gives none), so the setting
+    the strategy prints is the one the model evaluates."""
+    out = []
+    for path, raw in effects:
+        if isinstance(raw, str) and raw.startswith(PARAM):
+            raw = params.get(raw.removeprefix(PARAM), FORGET)
+        elif isinstance(raw, str) and raw.startswith("="):
+            names = _PLACEHOLDER.findall(raw)
+            values = {name: params.get(name) for name in names}
+            if any(not isinstance(v, int | float) or isinstance(v, bool) for v in values.values()):
+                raw = FORGET if names else raw
+            else:
+                raw = _PLACEHOLDER.sub(lambda match: repr(values[match.group(1)]), raw)
+        out.append((path, raw))
+    return tuple(out)
 
 
 def gains_of(after: Model, moved: list[tuple[str, Estimate, Any]]) -> tuple[Gain, ...]:
