@@ -303,7 +303,7 @@ def bound(effects: tuple[tuple[str, Any], ...], params: Mapping[str, Any]) -> tu
             if any(not isinstance(v, int | float) or isinstance(v, bool) for v in values.values()):
                 raw = FORGET if names else raw
             else:
-                raw = _PLACEHOLDER.sub(lambda match: repr(values[match.group(1)]), raw)
+                raw = _PLACEHOLDER.sub(lambda match, values=values: repr(values[match.group(1)]), raw)
         out.append((path, raw))
     return tuple(out)
 
