@@ -107,7 +107,7 @@ def test_the_suite_passes_on_a_pack_with_new_rules(tmp_path):
     # The browser test is slow and needs chromium; this module must not run itself again. The
     # README's excerpt is the built-in pack's output, which a pack with a new recommendation
     # rightly changes (a new rule adds an action to the summary): it is the README's, not a rule's.
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto",
                              "-k", "not browser and not readme_example", "-m", "not acceptance", "tests"],
                             cwd=src, env=env, capture_output=True, text=True, check=False, timeout=600)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
