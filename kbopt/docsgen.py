@@ -216,6 +216,18 @@ def engines_page() -> str:
                     else ", ".join(f"{k} {'/'.join(v)}" for k, v in refusal.json_values) or "/".join(refusal.values))
             out.append(f"| {engine.id} | `{refusal.flag}` | {_cell(what)} | {refusal.range_text()} |"
                        f" {_cell(refusal.why)} | `{_cell(refusal.source)}` |")
+    totals = [engine for engine in engines.engines.values() if engine.rank_totals is not None]
+    if totals:
+        out += ["", "## Caps over data-parallel attention ranks", "",
+                "kbopt's caps are per GPU under data-parallel attention (`serving.dp_attention`); these engines read",
+                "the flag as the total over the ranks and divide it, so the script writes the per-GPU value times",
+                "the ranks, and a launch command read in is divided back.", "",
+                "| engine | flags | with | ranks | source |", "|---|---|---|---|---|"]
+        for engine in totals:
+            rank = engine.rank_totals
+            assert rank is not None
+            out.append(f"| {engine.id} | {', '.join(f'`{flag}`' for flag in rank.flags)} | `{rank.switch}` | `{rank.size}` |"
+                       f" `{_cell(rank.source)}` |")
     out += ["", "## Settings", "",
             "`{value}` is the strategy's parameter (or the engine's own conversion of it). A note means the",
             "engine has no such setting.", "",
