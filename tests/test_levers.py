@@ -195,3 +195,34 @@ def test_collectors_read_the_engines_speculation_metrics():
     sglang = "# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} 2.4\n"
     facts = {path: value for path, (value, _) in facts_from_scrapes(parse(sglang, "s")).facts.items()}
     assert facts["telemetry.spec_accept_length"] == pytest.approx(2.4)
+
+
+LLAMA_70B_FP8 = {"name": "nvidia/Llama-3.1-70B-Instruct-FP8", "params_billion": 70.6, "num_layers": 80, "num_kv_heads": 8,
+                 "head_dim": 128, "num_attention_heads": 64, "hidden_size": 8192, "vocab_size": 128256,
+                 "weight_dtype": "fp8", "kv_cache_dtype": "bf16"}
+
+
+def test_a_missed_itl_objective_caps_the_batch_below_today_and_says_why_and_where_it_leaves_it(pack):
+    """70B FP8 on 2 H100s at 64 running against a 25 ms objective: the step alone is about 31 ms, so
+    the cap is the largest batch that meets it (M-MAX-BATCH-ITL), below today's 64 on purpose, the
+    rest go to a second replica, and the first screen says where the plan leaves the objective."""
+    document = {"hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "interconnect": "nvlink"},
+                "model": LLAMA_70B_FP8,
+                "workload": {"task": "generation", "engine": "vllm", "prompt_len_mean": 1200, "output_len_mean": 500,
+                             "requests_running_mean": 64, "requests_waiting_mean": 2, "itl_mean_ms": 31},
+                "serving": {"engine_version": "0.12.0", "tensor_parallel_size": 2, "quantization": "fp8", "max_num_seqs": 128},
+                "constraints": {"objective": "latency", "itl_slo_ms": 25}}
+    advice = _advice(pack, document)
+    chosen = {s.key: s for s in advice.strategies}
+    cap = chosen["batch_cap"].params["max_num_seqs"]
+    max_batch_itl = advice.derived["derived.max_batch_itl"]
+    assert 1 <= cap < 64 and abs(cap - max_batch_itl) <= max(2, 0.2 * max_batch_itl)     # sized after the plan
+    assert any("below today's running batch (64) on purpose" in why for _, why in chosen["batch_cap"].sized)
+    assert chosen["scale_out"].params["replicas"] >= 2
+    arg = next(a for a in build_launch(advice, "vllm").args if a.name == "--max-num-seqs")
+    assert arg.value == str(cap) and "on purpose" in arg.why
+    itl = next(s for s in advice.symptoms if s.kind == "itl")
+    assert itl.after is not None and itl.after < itl.value and itl.after_basis == "derived.itl_expected_ms"
+    # the plan's mean ITL meets the objective within the model's band
+    move = next(g for g in advice.plan.expected if g.metric == "itl_expected_ms")
+    assert move.after <= 25 * 1.05
