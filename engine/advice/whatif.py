@@ -303,9 +303,13 @@ def bound(effects: tuple[tuple[str, Any], ...], params: Mapping[str, Any]) -> tu
             if any(not isinstance(v, int | float) or isinstance(v, bool) for v in values.values()):
                 raw = FORGET if names else raw
             else:
-                raw = _PLACEHOLDER.sub(lambda match, values=values: repr(values[match.group(1)]), raw)
+                raw = _PLACEHOLDER.sub(functools.partial(_placeholder_value, values), raw)
         out.append((path, raw))
     return tuple(out)
+
+
+def _placeholder_value(values: Mapping[str, Any], match: re.Match[str]) -> str:
+    return repr(values[match.group(1)])
 
 
 def gains_of(after: Model, moved: list[tuple[str, Estimate, Any]]) -> tuple[Gain, ...]:
