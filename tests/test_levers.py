@@ -226,3 +226,69 @@ def test_a_missed_itl_objective_caps_the_batch_below_today_and_says_why_and_wher
     # the plan's mean ITL meets the objective within the model's band
     move = next(g for g in advice.plan.expected if g.metric == "itl_expected_ms")
     assert move.after <= 25 * 1.05
+
+
+def test_dp_attention_multiplies_the_mla_pool_by_the_ranks_in_its_what_if(pack):
+    # DeepSeek-R1 on 8 H200s at TP 8: every GPU keeps the whole 576-value latent of each token
+    # (M-KV-BYTES-PER-GPU-MLA); with attention data-parallel over the 8 ranks each keeps its own
+    # requests' latents, so the replica's pool holds 8x the tokens from the same memory.
+    document = {"hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8, "interconnect": "nvlink"},
+                "telemetry": {"compute_utilization": 0.45, "bandwidth_utilization": 0.5, "kv_cache_usage_ratio": 0.96},
+                "model": {**DEEPSEEK_R1, "kv_cache_dtype": "bf16"},
+                "workload": {"task": "generation", "engine": "sglang", "prompt_len_mean": 1500, "output_len_mean": 3500,
+                             "requests_running_mean": 96, "requests_waiting_mean": 60, "preemption_ratio": 0.02,
+                             "itl_mean_ms": 45, "memory_preallocated": True},
+                "serving": {"engine_version": "0.5.2", "tensor_parallel_size": 8, "memory_fraction": 0.85},
+                "constraints": {"objective": "throughput"}}
+    advice = _advice(pack, document)
+    parallelism = next(s for s in advice.strategies if s.id == "parallelism")
+    assert parallelism.params.get("dp_attention") is True
+    moved = {gain.metric: gain for gain in parallelism.expected}
+    pool = moved["kv_pool_tokens"]
+    assert pool.after == pytest.approx(8 * pool.before, rel=0.001)
+    # the step reads a rank's share of the cache: shorter, so more tokens a second at today's batch
+    assert moved["decode_tokens_per_s"].after > moved["decode_tokens_per_s"].before
+
+
+def test_a_prefill_heavy_replica_is_compute_bound_not_decode_roofline(pack):
+    # 6,000-token prompts at 4 a second into an 8B on one H100: ~4 x 6,000 x 2 x 8.03e9 FLOP a
+    # second is 0.39 PFLOP/s, 39% of the 989 TFLOP/s peak at full efficiency; at the model's
+    # compute efficiency prefills take over half the GPU's math, although a decode step at 14
+    # running is far under the ridge.
+    document = {"hardware": H100, "telemetry": {"compute_utilization": 0.62, "bandwidth_utilization": 0.55,
+                                                "kv_cache_usage_ratio": 0.35},
+                "model": {**LLAMA3_8B, "kv_cache_dtype": "bf16"},
+                "workload": {"task": "generation", "engine": "vllm", "prompt_len_mean": 6000, "output_len_mean": 250,
+                             "arrival_rate_per_s": 4.0, "requests_running_mean": 14, "requests_waiting_mean": 3,
+                             "itl_mean_ms": 14}}
+    advice = _advice(pack, document)
+    d = advice.derived
+    assert d["derived.prefill_load"] >= 0.5
+    assert d["derived.arithmetic_intensity"] < d["derived.ridge_point"]
+    assert d["derived.bottleneck"] == "compute_capacity"
+    assert "D-BOTTLENECK-PREFILL" in {f.rule for f in advice.fired}
+    # a quarter of the arrivals leaves the decode roofline in charge
+    document["workload"]["arrival_rate_per_s"] = 1.0
+    assert _advice(pack, document).derived["derived.bottleneck"] == "memory_bandwidth"
+
+
+def test_a_step_held_back_by_reads_at_an_ordinary_efficiency_is_not_overhead_bound(pack):
+    # DeepSeek-V3 on 8 B200s, 28 ms between tokens at 128 running: the step reaches under 60% of
+    # its bandwidth floor, but the fixed costs are a quarter of it and the bytes are read at about
+    # 65% of peak once they are taken out: memory-bandwidth-bound, so fewer bytes (NVFP4) pay.
+    document = {"hardware": {"gpu_name": "NVIDIA B200", "gpu_count": 8, "interconnect": "nvlink"},
+                "telemetry": {"compute_utilization": 0.35, "bandwidth_utilization": 0.4, "kv_cache_usage_ratio": 0.3},
+                "model": {**DEEPSEEK_R1, "kv_cache_dtype": "bf16"},
+                "workload": {"task": "generation", "engine": "trtllm", "prompt_len_mean": 2000, "output_len_mean": 800,
+                             "requests_running_mean": 128, "requests_waiting_mean": 0, "itl_mean_ms": 28},
+                "serving": {"tensor_parallel_size": 8}, "constraints": {"objective": "throughput",
+                                                                        "allowed_precisions": ["bf16", "fp8", "fp4"]}}
+    advice = _advice(pack, document)
+    d = advice.derived
+    assert d["derived.achieved_bandwidth_ratio"] < 0.6
+    hand_share = (d["derived.step_overhead_ms"] + 0.004 * 128) / 28
+    assert d["derived.fixed_cost_share"] == pytest.approx(hand_share) and hand_share < 0.5
+    assert d["derived.bandwidth_efficiency"] >= 0.4
+    assert d["derived.bottleneck"] == "memory_bandwidth"
+    assert any(s.id == "quantization" and s.params.get("scheme") == "nvfp4" and s.status != "keep"
+               for s in advice.strategies)
