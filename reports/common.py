@@ -1,11 +1,11 @@
 """Helpers every renderer shares: they read an Advice, never the rules or the facts."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.estimates import Estimate
-from kbopt.engine.advice.explain import Check
+from kbopt.engine.advice.explain import Check, NotEvaluated
 from kbopt.engine.advice.launch import Launch, deployed_launch
 from kbopt.engine.advice.model import Advice, Firing, StrategyAdvice
 from kbopt.engine.advice.whatif import Gain, label, number
@@ -93,6 +93,18 @@ def facts_to_collect(advice: Advice) -> list[tuple[str, int]]:
     """Input facts that would let more rules be evaluated, those that could change most first
     (engine/advice/wanted.py), with the rules waiting on each."""
     return [(wanted.fact, wanted.rules) for wanted in advice.to_collect]
+
+
+def needs_text(item: NotEvaluated, code: Callable[[str], str] = str) -> str:
+    """What a waiting rule needs, in words: `a, b` when it needs them all, `a or b` when any one
+    decides it, `(a and b) or c` when the ways to decide it take several facts each; `code` formats
+    a fact path for the format at hand."""
+    if not item.one_of:
+        return ", ".join(code(path) for path in item.missing)
+    if all(len(way) == 1 for way in item.one_of):
+        return " or ".join(code(way[0]) for way in item.one_of)
+    return " or ".join(code(way[0]) if len(way) == 1 else "(" + " and ".join(code(p) for p in way) + ")"
+                       for way in item.one_of)
 
 
 def bottleneck_evidence(advice: Advice, most: int = 6) -> list[tuple[Firing, Check]]:

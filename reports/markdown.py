@@ -16,6 +16,7 @@ from kbopt.reports.common import (
     deployed,
     engine_settings,
     facts_to_collect,
+    needs_text,
     origin_detail,
     origin_text,
     params_text,
@@ -87,7 +88,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
     out += ["", f"## Not evaluated for lack of facts ({len(advice.not_evaluated)})", ""]
     if advice.not_evaluated:
         out += ["To close the gap, collect: " + ", ".join(f"{markdown_code(p)} ({n} rules)" for p, n in facts_to_collect(advice)), ""]
-    out += [f"- {markdown_code(n.rule)} {markdown_text(n.title)}: needs {', '.join(markdown_code(m) for m in n.missing)}"
+    out += [f"- {markdown_code(n.rule)} {markdown_text(n.title)}: needs {needs_text(n, markdown_code)}"
             for n in advice.not_evaluated] or ["None."]
     if advice.graph:
         out += ["", "## Conflict graph", "", "| from | relation | to | because |", "|---|---|---|---|"]

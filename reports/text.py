@@ -20,6 +20,7 @@ from kbopt.reports.common import (
     gains_text,
     headline,
     model_evidence,
+    needs_text,
     origin_detail,
     origin_text,
     params_text,
@@ -176,7 +177,7 @@ def render_text(advice: Advice, explain: bool = False, command: Command | None =
         collect = ", ".join(f"{path} ({count})" for path, count in facts_to_collect(advice))
         lines.extend(_wrap(f"collect, most decisive first (rules waiting on each): {collect}", "  "))
     for item in advice.not_evaluated:
-        lines.extend(_wrap(f"- {item.rule} ({item.title}): needs {', '.join(item.missing)}", "  "))
+        lines.extend(_wrap(f"- {item.rule} ({item.title}): needs {needs_text(item)}", "  "))
     if advice.estimates:
         lines.append("")
         lines.append(f"Estimates ({len(advice.estimates)})")

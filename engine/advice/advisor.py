@@ -119,7 +119,7 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         made = {path: credit[0] for path in said.derives if (credit := derived.get(path)) is not None and credit[1] == rule_id}
         firings.append(Firing(rule.id, rule.title, rule.layer, values, checks, rule.when_text, rule.sources, said.location,
                               rule.pack, made, _Texts(said, shown_values, final.lookup)))
-    not_evaluated = final.not_evaluated()
+    not_evaluated = final.with_alternatives(final.not_evaluated())
 
     strategies_out, rejected, edges, plan = _settle(pack, derivation.fired, final, whatif)
     warnings = tuple(RuleNote(drawn.rule, drawn.conclusion.text) for drawn in _drawn(pack, derivation.fired, Warn))

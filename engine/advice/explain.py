@@ -17,7 +17,7 @@ from kbopt.engine.lang.compiled import (
     compile_final_own,
     own_of,
 )
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, evaluate, undecided_by
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, alternatives, evaluate, undecided_by
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
 from kbopt.engine.pack.graph import strongly_connected
@@ -69,10 +69,12 @@ class _Compiled:
 
 
 class NotEvaluated(NamedTuple):      # about forty an advice: a tuple is built in a third of the time
-    """A rule left undecided, and the input facts that, once known, would decide it."""
+    """A rule left undecided, and the input facts that, once known, would decide it; where its
+    condition leaves a choice, the sets of them any one of which would (`one_of`, else empty)."""
     rule: str
     title: str
     missing: tuple[str, ...]
+    one_of: tuple[tuple[str, ...], ...] = ()
 
 
 WALKS_KEPT = 256       # not-evaluated walks a pack keeps: about 14 KB each, 3.5 MB at most
@@ -190,6 +192,28 @@ class FinalFacts:
                           for rule, missing in zip(undecided, self._walk(undecided), strict=True))
             walks.offer(key, found)
         return found
+
+    def with_alternatives(self, waiting: tuple[NotEvaluated, ...]) -> tuple[NotEvaluated, ...]:
+        """`waiting` (not_evaluated's) with `one_of` where a rule's condition can be decided in
+        more than one way: `x > 1 or y > 1` needs x or y, not both. A derived fact it waits on
+        stands for everything its undecided producers wait on."""
+        missing_of = {item.rule: item.missing for item in waiting}
+        out = []
+        for item in waiting:
+            ways: list[frozenset[str]] = []
+            for way in alternatives(self.rules[item.rule].fire_condition, self.lookup):
+                facts: set[str] = set()
+                for path in way:
+                    if path.startswith("derived."):
+                        facts.update(*(missing_of.get(p, ()) for p in self._waited_on(path)))
+                    else:
+                        facts.add(path)
+                ways.append(frozenset(facts))
+            unique = [way for way in dict.fromkeys(ways) if way]
+            unique = [way for way in unique if not any(other < way for other in unique)]
+            out.append(item._replace(one_of=tuple(sorted(tuple(sorted(way)) for way in unique)))
+                       if len(unique) > 1 else item)
+        return tuple(out)
 
     def _walk(self, undecided: list[Rule]) -> tuple[tuple[str, ...], ...]:
         """not_evaluated's missing inputs of each undecided rule, in the order given."""

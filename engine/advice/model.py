@@ -134,7 +134,9 @@ class Advice:
             "rejected": [{"id": r.id, **({"params": r.params} if r.params else {}), "because": list(r.because),
                           "reason": r.reason} for r in self.rejected],
             "fired": [_firing(f) for f in self.fired],
-            "not_evaluated": [{"rule": n.rule, "missing": list(n.missing)} for n in self.not_evaluated],
+            "not_evaluated": [{"rule": n.rule, "missing": list(n.missing),
+                               **({"one_of": [list(way) for way in n.one_of]} if n.one_of else {})}
+                              for n in self.not_evaluated],
             "warnings": [{"rule": w.rule, "text": w.text} for w in self.warnings],
             "symptoms": [s.to_dict() for s in self.symptoms],     # after advice/1's keys, which keep their order
             "to_collect": [w.to_dict() for w in self.to_collect],

@@ -113,6 +113,40 @@ def undecided_by(node: Condition, lookup: Lookup) -> list[str]:
             assert_never(unreachable)
 
 
+# More alternatives than this and "one of" stops helping a reader: the facts are then given as one set.
+MOST_ALTERNATIVES = 8
+
+
+def alternatives(node: Condition, lookup: Lookup) -> list[frozenset[str]]:
+    """The ways to decide an undecided `node`, as sets of the facts it lacks: knowing every fact of
+    any one set decides it (an `or` gives one way per undecided branch, an `and` the combinations of
+    its undecided parts). Empty where `node` is decided; one set, all its facts, past
+    MOST_ALTERNATIVES."""
+    if evaluate(node, lookup) is not None:
+        return []
+    match node:
+        case Or(items=items):
+            ways = [way for item in items for way in alternatives(item, lookup)]
+        case And(items=items):
+            ways = [frozenset()]
+            for item in items:
+                parts = alternatives(item, lookup)
+                if parts:
+                    ways = [way | part for way in ways for part in parts]
+                if len(ways) > MOST_ALTERNATIVES:
+                    break
+        case Not(item=item):
+            ways = alternatives(item, lookup)
+        case Cmp() | OneOf() | Contains() | Known() | Needs():
+            ways = [frozenset(undecided_by(node, lookup))]
+        case _ as unreachable:
+            assert_never(unreachable)
+    if len(ways) > MOST_ALTERNATIVES:
+        return [frozenset(undecided_by(node, lookup))]
+    unique = list(dict.fromkeys(ways))
+    return [way for way in unique if not any(other < way for other in unique)]
+
+
 def witnesses(node: Condition, lookup: Lookup) -> list[Condition]:
     """The leaves that made a true condition true (first true branch of each `or`)."""
     match node:
