@@ -151,9 +151,24 @@ def _pack_options(parser, engine: bool = True) -> None:
                         help="extra rule directory laid out as <layer>/<id>.yaml (repeatable; "
                              "KBOPT_RULES, a list of directories separated by ':', adds packs by default)")
     if engine:
-        parser.add_argument("--engine", choices=("auto", "durable", "reference"), default="auto",
-                            help="evaluator: durable_rules, or the pure-Python reference "
-                                 "(auto: durable_rules where it imports)")
+        parser.add_argument("--evaluator", choices=EVALUATOR_CHOICES, default="auto",
+                            help="the rule evaluator: durable_rules, or the pure-Python reference, which gives "
+                                 "the same advice (auto: durable_rules where it imports)")
+        parser.add_argument("--engine", choices=EVALUATOR_CHOICES, dest="evaluator", action=_OldEvaluatorSpelling,
+                            help=argparse.SUPPRESS)
+
+
+EVALUATOR_CHOICES = ("auto", "durable", "reference")
+
+
+class _OldEvaluatorSpelling(argparse.Action):
+    """`--engine`, the evaluator option's first name: it read as the serving engine beside `--emit
+    ENGINE`, so it is `--evaluator` now; the old spelling still works, with a note."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print("kbopt: note: --engine is now --evaluator (the serving engine is --emit's and the facts'); "
+              "the old spelling will go in a later release", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _collect_options(group) -> None:
@@ -216,8 +231,8 @@ def _evaluator(choice: str) -> str:
     if problem is None:
         return "durable"
     if choice == "durable":
-        raise KboptError(f"--engine durable: durable_rules does not import here ({problem}); "
-                         "use --engine reference (same advice) or Python 3.11/3.12")
+        raise KboptError(f"--evaluator durable: durable_rules does not import here ({problem}); "
+                         "use --evaluator reference (same advice) or Python 3.11/3.12")
     print(f"kbopt: note: durable_rules does not import here ({problem}); "
           "using the reference evaluator, which gives the same advice", file=sys.stderr)
     return "reference"
@@ -252,7 +267,7 @@ def _advise(args) -> int:
                              f"engine: give {command.engine}'s with --set serving.engine_version=VERSION")
     launched = command.overrides() if command else []
     facts = read(launched + args.overrides)   # bad input before anything is said
-    evaluator = _evaluator(args.engine)
+    evaluator = _evaluator(args.evaluator)
     # Even one advice set off collections that walked the whole loaded pack (kbopt.gctuning).
     with many_advices():
         today = advise(read(launched), pack, evaluator) if args.overrides else None
@@ -287,7 +302,7 @@ def _advise_jsonl(args, pack) -> int:
     from kbopt.batch import advise_stream, input_lines, streamed_output
     if args.format not in ("text", "json"):
         raise KboptError(f"--facts-jsonl writes JSON lines; --format {args.format} is for one facts file")
-    evaluator = _evaluator(args.engine)
+    evaluator = _evaluator(args.evaluator)
     source = "-" if args.facts_jsonl == "-" else Path(args.facts_jsonl).name
     # With --jobs 1 this process advises every line itself (the workers tune their own).
     with streamed_output(args.output) as out, many_advices():
@@ -306,7 +321,7 @@ def _fleet(args) -> int:
     from kbopt.kb.collectors.fleet import PrometheusClient, read_fleet
     started = time.monotonic()
     pack = load_checked_pack(args.rules)
-    evaluator = _evaluator(args.engine)
+    evaluator = _evaluator(args.evaluator)
     client = PrometheusClient(args.prometheus, timeout_s=args.timeout, retries=max(0, args.retries))
     read = read_fleet(client, args.window, args.selector)
     if not read.replicas:
@@ -333,7 +348,7 @@ def _report(args) -> int:
     base_facts = load_facts(args.facts)
     other = args.compare or args.facts
     other_facts = load_facts(other, args.overrides) if (args.compare or args.overrides) else None
-    evaluator = _evaluator(args.engine)
+    evaluator = _evaluator(args.evaluator)
     base = advise(base_facts, pack, evaluator)
     comparison, shown = None, base
     if other_facts is not None:

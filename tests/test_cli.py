@@ -50,7 +50,7 @@ def test_markdown_advice(run_cli):
 
 @needs_durable
 def test_same_input_gives_byte_identical_json(run_cli):
-    runs = {run_cli("advise", "--facts", EXAMPLE, "--format", "json", "--engine", engine)[1]
+    runs = {run_cli("advise", "--facts", EXAMPLE, "--format", "json", "--evaluator", engine)[1]
             for engine in ("durable", "reference", "durable", "auto")}
     assert len(runs) == 1
 
@@ -159,8 +159,20 @@ def test_without_durable_rules_auto_falls_back_to_the_reference(run_cli, monkeyp
     code, out, err = run_cli("advise", "--facts", EXAMPLE, "--format", "json")
     assert code == 0 and json.loads(out)["bottleneck"] == "memory_capacity"
     assert "using the reference evaluator" in err
-    code, _, err = run_cli("advise", "--facts", EXAMPLE, "--engine", "durable")
-    assert code == 2 and "--engine reference" in err
+    code, _, err = run_cli("advise", "--facts", EXAMPLE, "--evaluator", "durable")
+    assert code == 2 and "--evaluator reference" in err
+
+
+def test_the_evaluator_option_is_evaluator_and_the_old_engine_spelling_still_works_with_a_note(run_cli, capsys):
+    # `--engine` read as the serving engine beside `--emit ENGINE`; it stays as an alias
+    code, new_out, new_err = run_cli("advise", "--facts", EXAMPLE, "--format", "json", "--evaluator", "reference")
+    assert code == 0 and new_err == ""
+    code, old_out, old_err = run_cli("advise", "--facts", EXAMPLE, "--format", "json", "--engine", "reference")
+    assert code == 0 and old_out == new_out and "--engine is now --evaluator" in old_err
+    with pytest.raises(SystemExit):
+        run_cli("advise", "--help")
+    help_text = capsys.readouterr().out
+    assert "--evaluator" in help_text and "--engine" not in help_text
 
 
 def test_output_to_a_directory_or_empty_name_is_exit_2(run_cli, tmp_path):
@@ -202,7 +214,7 @@ def test_absurd_numbers_are_exit_2_with_the_same_message_on_both_engines(run_cli
     path = tmp_path / "facts.json"
     path.write_text('{"model": {"params_billion": 8, "weight_dtype": "fp16", "num_layers": 32, "num_attention_heads": 32,'
                     ' "head_dim": 128}, "hardware": {"gpu_name": "NVIDIA L4", "gpu_count": 1}, "workload": {"prompt_len_mean": 1e300}}')
-    code, out, err = run_cli("advise", "--facts", str(path), "--engine", engine)
+    code, out, err = run_cli("advise", "--facts", str(path), "--evaluator", engine)
     assert code == 2 and out == ""
     assert err == ("kbopt: error: rule M-TTFT-FLOOR (rules/diagnosis/m-ttft-floor.yaml:1) computes derived.ttft_floor_ms"
                    " = inf: not a finite number (from model.params_billion=8, workload.prompt_len_mean=1e+300, model.num_layers=32,"

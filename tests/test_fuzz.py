@@ -84,7 +84,7 @@ def assert_contract(code: int, err: str) -> None:
 
 def advise_everywhere(*args: str) -> tuple[int, str]:
     """advise on every evaluator: the same exit code, and the same JSON when it succeeds."""
-    results = [cli("advise", "--format", "json", "--engine", engine, *args) for engine in ENGINES]
+    results = [cli("advise", "--format", "json", "--evaluator", engine, *args) for engine in ENGINES]
     for code, _, err in results:
         assert_contract(code, err)
     codes = {code for code, _, _ in results}

@@ -82,7 +82,7 @@ def test_membership_lists_at_the_durable_limit(tmp_path, count):
                       + ", ".join(str(i + 1) for i in range(count)) + "]")
     facts = write_facts(tmp_path, json.dumps(FACTS))
     lint = kbopt("rules", "lint", str(pack))
-    advised = {engine: kbopt("advise", "--facts", facts, "--rules", str(pack), "--engine", engine, "--format", "json")
+    advised = {engine: kbopt("advise", "--facts", facts, "--rules", str(pack), "--evaluator", engine, "--format", "json")
                for engine in ("durable", "reference")}
     if count <= 126:
         assert lint.returncode == 0, lint.stdout + lint.stderr
@@ -314,7 +314,7 @@ def test_pack_file_size_is_bounded(tmp_path, run_cli):
 def test_extreme_numbers_give_the_same_advice_on_both_evaluators(run_cli, fact):
     results = []
     for engine in ("durable", "reference") if durable_available() is None else ("reference",):
-        code, out, err = run_cli("advise", "--facts", EXAMPLE, "--set", fact, "--format", "json", "--engine", engine)
+        code, out, err = run_cli("advise", "--facts", EXAMPLE, "--set", fact, "--format", "json", "--evaluator", engine)
         assert code in (0, 2) and "internal error" not in err, err
         results.append((code, out))
     assert len(set(results)) == 1

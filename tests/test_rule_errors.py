@@ -100,7 +100,7 @@ def test_a_derived_value_of_the_wrong_type_is_exit_2(run_cli, tmp_path):
         "derive: {derived.bottleneck: memory_capacity}", "derive: {derived.long_sequence_heavy: '= telemetry.memory_used_ratio * 2'}")
     pack = _pack_with(tmp_path, "x-broken-rule.yaml", text)
     examples = HERE.parent / "examples" / "capacity-a100-chat.json"
-    code, _, err = run_cli("advise", "--facts", str(examples), "--rules", str(pack), "--engine", "reference")
+    code, _, err = run_cli("advise", "--facts", str(examples), "--rules", str(pack), "--evaluator", "reference")
     assert code == 2 and "computes derived.long_sequence_heavy = 1.86: not true or false" in err
 
 
@@ -112,7 +112,7 @@ def test_conflicting_derivations_name_both_rules_in_pack_order(run_cli, tmp_path
     messages = set()
     from kbopt.engine.evaluators import available_evaluators
     for engine in available_evaluators():
-        code, _, err = run_cli("advise", "--facts", str(examples), "--rules", str(pack), "--engine", engine)
+        code, _, err = run_cli("advise", "--facts", str(examples), "--rules", str(pack), "--evaluator", engine)
         assert code == 2
         messages.add(err)
     assert messages == {"kbopt: error: rules D-BOTTLENECK-CAPACITY and X-BROKEN-RULE derive different values for "
