@@ -9,6 +9,7 @@ other tests pin the pieces: option injection, version handling, checkpoints, siz
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import shutil
 import subprocess
@@ -22,7 +23,7 @@ from kbopt.engine.advice.caps import CAP_PARAMS
 from kbopt.engine.advice.launch import build_launch
 from kbopt.engine.evaluators import available_evaluators
 from kbopt.kb.engines import ENGINES, engine_catalog, version_text
-from kbopt.kb.facts import load_facts
+from kbopt.kb.facts import facts_from_document, load_facts
 from kbopt.reports.emit import render_launch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -548,3 +549,30 @@ def test_sglang_caps_under_dp_attention_are_the_total_it_divides_among_ranks(pac
                    (((s.id, n), v) for n, v in s.params.items()) if (sid, name) in CAP_PARAMS)
     assert int(cap.value) == 8 * per_gpu and cap.today == "2048", cap
     assert any("per GPU x 8 data-parallel attention ranks" in note for note in launch.notes)
+
+
+def test_a_cap_the_model_sizes_for_the_replica_is_divided_among_the_dp_attention_ranks(pack):
+    """The model's caps count the replica's requests (its KV pool, its running batch); with DP
+    attention, which the plan turns on here, the engine's cap is a rank's, and SGLang's flag the
+    ranks' total again: the flag is the replica's cap, not 8 times it."""
+    facts = facts_from_document({"kbopt": "facts/1",
+        "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8, "interconnect": "nvlink"},
+        "telemetry": {"compute_utilization": 0.45, "bandwidth_utilization": 0.5, "kv_cache_usage_ratio": 0.96},
+        "model": {"name": "deepseek-ai/DeepSeek-R1-0528", "params_billion": 671, "active_params_billion": 37,
+                  "num_layers": 61, "num_attention_heads": 128, "hidden_size": 7168, "kv_lora_rank": 512,
+                  "qk_rope_head_dim": 64, "num_experts": 256, "experts_per_token": 8, "weight_dtype": "fp8",
+                  "kv_cache_dtype": "bf16"},
+        "workload": {"task": "generation", "engine": "sglang", "prompt_len_mean": 1500, "output_len_mean": 3500,
+                     "requests_running_mean": 96, "requests_waiting_mean": 60, "preemption_ratio": 0.02, "itl_mean_ms": 45,
+                     "memory_preallocated": True},
+        "serving": {"engine_version": "0.5.0", "tensor_parallel_size": 8, "memory_fraction": 0.85},
+        "constraints": {"objective": "throughput"}}, "dp")
+    advice = advise(facts, pack, available_evaluators()[0])
+    parallelism = next(s for s in advice.strategies if s.id == "parallelism")
+    assert parallelism.params.get("dp_attention") is True
+    budget = next(s for s in advice.strategies if s.id == "memory_budget")
+    replica = next(g.after for g in advice.plan.expected if g.metric == "max_batch_kv")
+    assert budget.params["max_num_seqs"] == math.ceil(math.floor(replica) / 8)
+    assert any("data-parallel attention ranks" in why for name, why in budget.sized if name == "max_num_seqs")
+    cap = next(a for a in build_launch(advice, "sglang").args if a.name == "--max-running-requests")
+    assert int(cap.value) == 8 * budget.params["max_num_seqs"] and int(cap.value) - math.floor(replica) < 8

@@ -193,13 +193,14 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                         outcomes[key] = outcome
     out = []
     engines = targets(final.inputs)          # the engines each strategy's settings are written for
+    ranks = _attention_ranks(final, [evaluated[key][0] for key in planned if candidates[key].strategy == "parallelism"])
     for key in resolution.chosen:
         c = candidates[key]
         params, notes = evaluated[key]
         sized = sized_by_key[key]
         if key not in kept:                  # a cap is sized after the whole plan: one number everywhere
             for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
-                params[name], why = sized_cap(int(params[name]), plan, final.derived, final.inputs, c.strategy)
+                params[name], why = sized_cap(int(params[name]), plan, final.derived, final.inputs, c.strategy, ranks)
                 if why:
                     sized.append((name, why))
                     notes.append(RuleNote(c.params[name][1], f"{name}={params[name]}: {why}"))
@@ -285,6 +286,21 @@ def _drawn(pack: Pack, fired: tuple[str, ...], kind: type[C]) -> list[Drawn[C]]:
     by_kind = pack.memo(f"drawn:{kind.__name__}", lambda: {
         rule.id: tuple(Drawn(rule.id, c) for c in rule.then if isinstance(c, kind)) for rule in pack.rules})
     return [drawn for rule_id in fired for drawn in by_kind[rule_id]]
+
+
+def _attention_ranks(final: FinalFacts, parallelism: list[dict[str, Any]]) -> int:
+    """The data-parallel attention ranks a replica has after the plan (1 without DP attention):
+    each schedules its own requests, so an engine's batch cap counts one rank's, while the model's
+    caps count the replica's. Today's setting, or the parallelism the plan turns on."""
+    planned = next((p for p in parallelism if p.get("dp_attention") is True), None)
+    if planned is None and final.lookup("serving.dp_attention") != (KNOWN, True):
+        return 1
+    tensor = (planned or {}).get("tensor")
+    if not isinstance(tensor, int) or isinstance(tensor, bool):
+        status, tensor = final.lookup("derived.tensor_parallel")
+        if status != KNOWN or not isinstance(tensor, int | float) or isinstance(tensor, bool):
+            return 1
+    return max(1, int(tensor))
 
 
 def _after_plan(plan: Plan, final: FinalFacts) -> tuple[dict[str, Any], Lookup]:

@@ -43,12 +43,22 @@ def today_batch(facts: Mapping[str, Any]) -> tuple[float, str] | None:
 
 
 def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any],
-              strategy: str = "") -> tuple[int, str]:
+              strategy: str = "", attention_ranks: int = 1) -> tuple[int, str]:
     """The cap sized on the KV pool after the plan and kept at or above today's running batch (or
     saying why not); the reason is empty where the rule's cap stands as it is. An ITL cap is
-    sized on the largest batch that meets the objective after the plan, below today's batch."""
-    if strategy in ITL_CAPS:
-        return _itl_cap(cap, plan, derived, facts)
+    sized on the largest batch that meets the objective after the plan, below today's batch.
+    The model's caps count the replica's requests; with data-parallel attention the engine's cap
+    is each rank's, so the replica's is divided among `attention_ranks`."""
+    cap, why = (_itl_cap if strategy in ITL_CAPS else _pool_cap)(cap, plan, derived, facts)
+    if attention_ranks > 1:
+        per_rank = max(1, math.ceil(cap / attention_ranks))
+        why = ((why + "; ") if why else "") + (f"{cap:,} requests across the replica, {per_rank:,} on each of its "
+                                               f"{attention_ranks} data-parallel attention ranks (the engine's cap is a rank's)")
+        cap = per_rank
+    return cap, why
+
+
+def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[int, str]:
     before, after = plan_metric(plan, derived, "kv_pool_sequences")
     why = ""
     if before is not None and after is not None and after != before and abs(cap - math.floor(before)) <= 1:
