@@ -366,8 +366,43 @@ def enrich_from_catalog(values: dict[str, Any], provenance: dict[str, Provenance
             provenance[path] = Provenance(f"catalog:{gpu.id}", "catalog", note=gpu.source)
 
 
+# Facts renamed since kbopt first read them (old path -> current path): a document that still uses
+# an old name is read under the current one, and the fact's provenance says so.
+RENAMED = {"workload.max_seq_len": "workload.seq_len_max"}
+
+
+def with_current_names(document: Any) -> Any:
+    """`document` with each renamed fact under its current name (a copy where any moved), its
+    provenance noting the name it was given under; a document that gives both keeps the current."""
+    if not isinstance(document, dict):
+        return document
+    out = document
+    for old, new in RENAMED.items():
+        section, _, key = old.partition(".")
+        fields = document.get(section)
+        if not isinstance(fields, dict) or key not in fields:
+            continue
+        if out is document:
+            out = dict(document)
+        moved = dict(out[section])
+        value = moved.pop(key)
+        moved.setdefault(new.partition(".")[2], value)
+        out[section] = moved
+        given_provenance = out.get("provenance")
+        if given_provenance is not None and not isinstance(given_provenance, dict):
+            continue                 # not a provenance table: validation names it
+        provenance = dict(given_provenance or {})
+        raw = provenance.pop(old, None)
+        if new not in provenance:
+            given = raw if isinstance(raw, dict) else {"source": "input", "quality": "user"}
+            provenance[new] = {**given, "note": f"given as {old}, its name before; kbopt reads it as {new}"}
+        out["provenance"] = provenance
+    return out
+
+
 def facts_from_document(document: Any, name: str, overrides: Sequence[str] = ()) -> Facts:
     vocabulary = builtin_knowledge().vocabulary
+    document = with_current_names(document)
     validate_document(document, name, vocabulary)
     if overrides:
         document = apply_overrides(document, list(overrides), vocabulary)
@@ -417,7 +452,7 @@ def merged_document(paths: Sequence[str]) -> tuple[dict[str, Any], str]:
     for path in paths:
         name = "<stdin>" if path == STDIN else str(path)
         text, as_yaml = _read_text(path)
-        document = parse_document(text, name, as_yaml)
+        document = with_current_names(parse_document(text, name, as_yaml))
         validate_document(document, name, vocabulary)
         documents.append(document)
     if len(documents) == 1:

@@ -214,18 +214,18 @@ def test_lint_checks_example_facts_and_expectations(run_cli, tmp_path):
 
 
 def test_no_tie_warning_when_derived_facts_keep_two_rules_apart(run_cli, tmp_path):
-    # S-PAGED-KV-VARIABLE-LENGTHS needs derived.variable_lengths, which needs max_seq_len > 512.
+    # S-PAGED-KV-VARIABLE-LENGTHS needs derived.variable_lengths, which needs seq_len_max > 512.
     rule = """id: S-STATIC-SHORT
 title: Static slots for short maxima
 layer: storage
-when: workload.max_seq_len <= 512 and workload.task == "generation"
+when: workload.seq_len_max <= 512 and workload.task == "generation"
 then:
-  - recommend: {strategy: static_kv_preallocation, weight: 2, params: {slot_tokens: "= workload.max_seq_len"}}
-because: Short sequences ({workload.max_seq_len} tokens) fit static slots.
+  - recommend: {strategy: static_kv_preallocation, weight: 2, params: {slot_tokens: "= workload.seq_len_max"}}
+because: Short sequences ({workload.seq_len_max} tokens) fit static slots.
 source: seed K4.4
 examples:
-  - {name: short, facts: {workload: {max_seq_len: 256, task: generation}}, fires: true}
-  - {name: long, facts: {workload: {max_seq_len: 4096, task: generation}}, fires: false}
+  - {name: short, facts: {workload: {seq_len_max: 256, task: generation}}, fires: true}
+  - {name: long, facts: {workload: {seq_len_max: 4096, task: generation}}, fires: false}
 """
     code, out, _ = run_cli("rules", "lint", _pack(tmp_path, {"storage/s-static-short.yaml": rule}))
     assert code == 0 and "L401" not in out

@@ -200,7 +200,7 @@ def test_collect_scrapes_a_url_twice_over_the_window(metrics_server):
 def test_azure_code_trace():
     collected = summarize_trace(str(REAL / "azure_llm_2023_code_first2000.csv"), TraceOptions())
     facts = _facts(collected)
-    assert facts["workload.max_seq_len"] == 7574
+    assert facts["workload.seq_len_max"] == 7574
     assert facts["workload.seq_len_mean"] == pytest.approx(2016.0905)
     assert facts["workload.long_seq_fraction"] == pytest.approx(0.3835)
     assert facts["workload.seq_len_p99"] == 7449
@@ -221,7 +221,7 @@ def test_long_threshold_is_an_option():
 
 def test_mooncake_trace():
     facts = _facts(summarize_trace(str(REAL / "mooncake_fast25_conversation_first610.jsonl"), TraceOptions()))
-    assert facts["workload.max_seq_len"] == 121912
+    assert facts["workload.seq_len_max"] == 121912
     assert facts["workload.arrival_rate_per_s"] == pytest.approx(610 / 204, rel=0.01)
 
 
@@ -239,7 +239,7 @@ def test_vllm_bench_per_request_arrays(tmp_path):
     path.write_text(json.dumps({"completed": 4, "duration": 2.0, "input_lens": [100, 200, 300, 4000],
                                 "output_lens": [10, 20, 30, 400], "p99_ttft_ms": 50.0}))
     facts = _facts(summarize_trace(str(path), TraceOptions()))
-    assert facts["workload.max_seq_len"] == 4400 and facts["workload.long_seq_fraction"] == 0.25
+    assert facts["workload.seq_len_max"] == 4400 and facts["workload.long_seq_fraction"] == 0.25
 
 
 def test_generic_csv_with_durations_gives_concurrency(tmp_path):
@@ -250,7 +250,7 @@ def test_generic_csv_with_durations_gives_concurrency(tmp_path):
     facts = _facts(summarize_trace(str(path), options))
     assert facts["workload.concurrency_peak"] == 3
     assert facts["workload.concurrency_mean"] == pytest.approx((1 + 2 + 3 + 1) / 4)
-    assert facts["workload.max_seq_len"] == 220
+    assert facts["workload.seq_len_max"] == 220
 
 
 def test_burstgpt_trace(tmp_path):
@@ -258,7 +258,7 @@ def test_burstgpt_trace(tmp_path):
     path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                     "0,ChatGPT,100,50,150,Conversation log\n1.5,GPT-4,3000,200,3200,API log\n")
     facts = _facts(summarize_trace(str(path), TraceOptions()))
-    assert facts["workload.max_seq_len"] == 3200 and facts["workload.long_seq_fraction"] == 0.5
+    assert facts["workload.seq_len_max"] == 3200 and facts["workload.long_seq_fraction"] == 0.5
 
 
 def test_trace_errors_name_the_line(tmp_path):
@@ -390,7 +390,7 @@ def test_collect_skips_nvml_with_a_note_when_other_sources_exist(run_cli, monkey
     monkeypatch.setattr(nvml, "load_pynvml", lambda: FakeNVML(fail_init=12))
     code, out, err = run_cli("collect", "--workload", str(REAL / "azure_llm_2023_code_first2000.csv"))
     assert code == 0 and "NVML skipped" in err
-    assert json.loads(out)["workload"]["max_seq_len"] == 7574
+    assert json.loads(out)["workload"]["seq_len_max"] == 7574
 
 
 def test_collect_uses_nvml_when_available(run_cli, monkeypatch):
@@ -462,7 +462,7 @@ def test_azure_2024_timestamps_with_an_offset(tmp_path):
                     "2024-05-10 00:00:02.009930+00:00,300,30\n")
     facts = _facts(summarize_trace(str(path), TraceOptions()))
     assert facts["workload.arrival_rate_per_s"] == pytest.approx(1.0)
-    assert facts["workload.max_seq_len"] == 330
+    assert facts["workload.seq_len_max"] == 330
 
 
 @pytest.mark.parametrize("content", ['{"completed": 3}', '{"completed": "3"}',

@@ -231,7 +231,7 @@ def test_evaluators_agree_on_random_facts(pack):
                 value = rng.choice(["NVIDIA L4", "NVIDIA A100-SXM4-40GB", "Tesla T4", "something else"])
             document.setdefault(section, {})[name] = value
         workload = document.get("workload", {})
-        for low, high in (("seq_len_mean", "max_seq_len"), ("seq_len_p99", "max_seq_len"),
+        for low, high in (("seq_len_mean", "seq_len_max"), ("seq_len_p99", "seq_len_max"),
                           ("concurrency_mean", "concurrency_peak"), ("arrival_rate_per_s", "arrival_rate_peak_per_s")):
             if low in workload and high in workload and workload[low] > workload[high]:
                 workload[low], workload[high] = workload[high], workload[low]

@@ -40,14 +40,14 @@ def lookup_from(values, absent=()):
     ("telemetry.memory_used_ratio == 0.9", "'==' on telemetry.memory_used_ratio", "never exactly equal"),
     ("workload.task == 'chat'", "not a value of workload.task", "classification"),
     ("workload.task > 'a'", "'>' on workload.task", None),
-    ("workload.max_seq_len > 'long'", "compared with 'long'", None),
+    ("workload.seq_len_max > 'long'", "compared with 'long'", None),
     ("not derived.variable_lengths", "'not' over the derived fact", "derived facts only grow"),
     ("missing(derived.bottleneck)", "over a derived fact", None),
     ("threshold > 3", "unknown name 'threshold'", "parameter"),
-    ("workload.max_seq_len > limit", "unknown name 'limit'", None),
+    ("workload.seq_len_max > limit", "unknown name 'limit'", None),
     ("__import__('os')", "", None),
     ("telemetry.memory_used_ratio.__class__ > 1", "unknown fact", None),
-    ("workload.max_seq_len + 1 > 3", "", None),
+    ("workload.seq_len_max + 1 > 3", "", None),
     ("'tpu' in constraints.allowed_precisions", "can never be in", None),
     ("constraints.allowed_precisions == 'fp8'", "is a list", None),
     ("telemetry.memory_used_ratio >", "cannot parse", None),
@@ -71,11 +71,11 @@ def test_literal_on_the_left_is_flipped_and_chains_split():
 
 
 def test_three_valued_truth():
-    node = cond("telemetry.memory_used_ratio > 0.9 or workload.max_seq_len > 512")
+    node = cond("telemetry.memory_used_ratio > 0.9 or workload.seq_len_max > 512")
     assert evaluate(node, lookup_from({"telemetry.memory_used_ratio": 0.95})) is True
     assert evaluate(node, lookup_from({"telemetry.memory_used_ratio": 0.5})) is None
-    assert evaluate(node, lookup_from({"telemetry.memory_used_ratio": 0.5, "workload.max_seq_len": 128})) is False
-    both = cond("telemetry.memory_used_ratio > 0.9 and workload.max_seq_len > 512")
+    assert evaluate(node, lookup_from({"telemetry.memory_used_ratio": 0.5, "workload.seq_len_max": 128})) is False
+    both = cond("telemetry.memory_used_ratio > 0.9 and workload.seq_len_max > 512")
     assert evaluate(both, lookup_from({"telemetry.memory_used_ratio": 0.5})) is False
 
 

@@ -226,3 +226,22 @@ def test_sizes_past_physics_are_refused_naming_the_field(tmp_path, run_cli):
                     ' "hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 8}}')
     code, out, err = run_cli("advise", "--facts", str(path), "--emit", "vllm")
     assert code == 2 and out == "" and "$.model.params_billion" in err and "Traceback" not in err
+
+
+def test_the_observed_longest_sequence_is_seq_len_max_and_the_old_name_still_reads_with_a_note(tmp_path):
+    # workload.max_seq_len read as the observed longest or as the configured limit (serving.max_model_len);
+    # it is workload.seq_len_max now, and a document written with the old name still reads
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"kbopt": "facts/1", "workload": {"max_seq_len": 4096, "seq_len_mean": 900}}))
+    facts = load_facts(path)
+    assert facts.values["workload.seq_len_max"] == 4096 and "workload.max_seq_len" not in facts.values
+    assert "given as workload.max_seq_len" in (facts.provenance["workload.seq_len_max"].note or "")
+    # a recorded provenance moves with it; the current name wins where both are given
+    facts = facts_from_document({"kbopt": "facts/1", "workload": {"max_seq_len": 9000},
+                                 "provenance": {"workload.max_seq_len": {"source": "trace:azure", "quality": "measured"}}}, "doc")
+    assert facts.provenance["workload.seq_len_max"].source == "trace:azure"
+    both = facts_from_document({"kbopt": "facts/1", "workload": {"max_seq_len": 9000, "seq_len_max": 4096}}, "doc")
+    assert both.values["workload.seq_len_max"] == 4096
+    # the consistency check reads it under its new name
+    with pytest.raises(FactsError, match="seq_len_max"):
+        facts_from_document({"kbopt": "facts/1", "workload": {"max_seq_len": 100, "seq_len_mean": 900}}, "doc")

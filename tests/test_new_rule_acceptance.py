@@ -46,20 +46,20 @@ then:
   - recommend:
       strategy: length_bucketing
       weight: 2
-      params: {bucket_edges: "= edges(workload.seq_len_mean, workload.seq_len_p99, workload.max_seq_len)"}
+      params: {bucket_edges: "= edges(workload.seq_len_mean, workload.seq_len_p99, workload.seq_len_max)"}
       gain: Short prompts stop waiting behind long ones for their first token.
 because: The first token is late and lengths vary widely, so short requests queue behind long ones.
 source: [seed K4.6, seed K1.2]
 examples:
   - name: late first token, varied lengths
     facts:
-      workload: {ttft_p99_ms: 900, max_seq_len: 4096, seq_len_mean: 900, seq_len_std: 700, seq_len_p99: 3800}
+      workload: {ttft_p99_ms: 900, seq_len_max: 4096, seq_len_mean: 900, seq_len_std: 700, seq_len_p99: 3800}
       constraints: {ttft_slo_ms: 500}
     fires: true
     expect: {chosen: [length_bucketing]}
   - name: first token on time
     facts:
-      workload: {ttft_p99_ms: 300, max_seq_len: 4096, seq_len_mean: 900, seq_len_std: 700, seq_len_p99: 3800}
+      workload: {ttft_p99_ms: 300, seq_len_max: 4096, seq_len_mean: 900, seq_len_std: 700, seq_len_p99: 3800}
       constraints: {ttft_slo_ms: 500}
     fires: false
 """,

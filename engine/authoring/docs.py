@@ -121,8 +121,8 @@ def graph_text(pack: Pack, fmt: str) -> str:
 SCAFFOLD = """id: {id}
 title: TODO one line that says what the rule concludes
 layer: {layer}
-# A condition over facts (`kbopt schema facts` lists them), e.g. workload.max_seq_len > 512
-when: workload.max_seq_len > example_threshold
+# A condition over facts (`kbopt schema facts` lists them), e.g. workload.seq_len_max > 512
+when: workload.seq_len_max > example_threshold
 parameters:
   example_threshold:
     value: 1
@@ -130,14 +130,14 @@ parameters:
 then:
   # derive | recommend | reject | caveat | require | mitigate | warn (see README, "Rules")
   - {conclusion}
-because: TODO why, with the facts that matter in braces, e.g. {{workload.max_seq_len}} tokens
+because: TODO why, with the facts that matter in braces, e.g. {{workload.seq_len_max}} tokens
 source: TODO seed K… or a public reference (URL)
 examples:
   - name: TODO a case where it fires
-    facts: {{workload: {{max_seq_len: 2048}}}}
+    facts: {{workload: {{seq_len_max: 2048}}}}
     fires: true
   - name: TODO a case where it does not
-    facts: {{workload: {{max_seq_len: 1}}}}
+    facts: {{workload: {{seq_len_max: 1}}}}
     fires: false
 """
 CONCLUSIONS = {

@@ -105,7 +105,7 @@ class TraceSummary:
             return Provenance(f"trace:{source}", "measured", metric=metric_, samples=samples,
                               window_s=round(span, 3) if span else None, note=note)
         mean = self.total / self.n
-        out.put("workload.max_seq_len", self.longest, prov())
+        out.put("workload.seq_len_max", self.longest, prov())
         out.put("workload.seq_len_mean", mean, prov())
         out.put("workload.seq_len_std", math.sqrt(max(0.0, self.total_sq / self.n - mean * mean)), prov())
         out.put("workload.seq_len_p99", self.percentile(0.99), prov())
