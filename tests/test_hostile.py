@@ -617,6 +617,13 @@ def test_redirects_off_the_origin_are_refused(hostile, location):
     assert len(queries) == len(set(queries)) < len(FAMILIES)
 
 
+def test_a_redirect_to_a_location_that_is_not_a_url_is_a_clear_error(hostile):
+    # urljoin raises on an IPv6 host left open (found by the long fuzz run)
+    server = hostile(lambda request: [(answer(b"HTTP/1.1 302 Found", [b"Location: http://[::1"]), 0)])
+    code, _, err, _ = fleet_cli(server.url, "--timeout", "2")
+    assert code == 2 and "which is not a URL" in err and "internal error" not in err, err
+
+
 def test_redirects_within_the_origin_are_followed_and_bounded(hostile):
     moved = hostile(lambda request: [(answer(b"HTTP/1.1 308 Moved", [b"Location: /prometheus/api/v1/query"]), 0)]
                     if request.startswith(b"POST /api/") else [(answer(body=one_replica(request)), 0)])

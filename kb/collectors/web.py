@@ -87,7 +87,10 @@ def exchange(url: str, timeout_s: float, data: bytes | None = None, headers: dic
             return answer
         if not location:
             raise HttpProblem(f"HTTP {answer.status} redirect without a Location")
-        target = urllib.parse.urljoin(url, location)
+        try:
+            target = urllib.parse.urljoin(url, location)
+        except ValueError as error:          # `http://[::1` (an IPv6 host left open) and the like
+            raise HttpProblem(f"HTTP {answer.status} redirect to {location[:200]!r}, which is not a URL ({error})") from None
         if check_url(target) is not None or _origin(target) != start:
             raise HttpProblem(f"redirects to {target[:200]!r}, off the address given (only redirects within "
                               "its scheme, host and port are followed): give that address itself if it is meant")
