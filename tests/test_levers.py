@@ -292,3 +292,29 @@ def test_a_step_held_back_by_reads_at_an_ordinary_efficiency_is_not_overhead_bou
     assert d["derived.bottleneck"] == "memory_bandwidth"
     assert any(s.id == "quantization" and s.params.get("scheme") == "nvfp4" and s.status != "keep"
                for s in advice.strategies)
+
+
+def test_speculation_is_in_the_model_its_what_if_and_its_calibration(pack):
+    # DeepSeek-R1 on 8 H200s at 8 running, latency: MTP's what-if moves the ITL to the verify step
+    # over the tokens it yields (M-SPEC-STEP), the plan counts it, and the action shows it.
+    advice = _advice(pack, _deepseek("sglang"))
+    d = advice.derived
+    mtp = next(s for s in advice.strategies if s.id == "speculative_decoding")
+    moved = {gain.metric: gain for gain in mtp.expected}
+    assert moved["itl_expected_ms"].before == pytest.approx(d["derived.itl_plain_ms"])
+    assert moved["itl_expected_ms"].after == pytest.approx(d["derived.spec_itl_ms"], rel=0.01)
+    hand = d["derived.itl_plain_ms"] / d["derived.spec_itl_ms"]      # same batch: tokens/s scale as 1/ITL
+    assert moved["decode_tokens_per_s"].after / moved["decode_tokens_per_s"].before == pytest.approx(hand, rel=0.01)
+    # Speculating today: the client's ITL is the verify step's, and a measured ITL (of the verify
+    # step) does not calibrate the plain step's efficiency: the default is used, and MTP is kept.
+    today = _deepseek("sglang")
+    today["serving"] = {**today["serving"], "speculative_method": "mtp"}
+    today["workload"] = {**today["workload"], "itl_mean_ms": 9.0}
+    advice = _advice(pack, today)
+    d = advice.derived
+    assert d["derived.itl_expected_ms"] == pytest.approx(d["derived.spec_itl_ms"])
+    assert d["derived.itl_expected_ms"] < d["derived.itl_plain_ms"]
+    assert "derived.achieved_bandwidth_ratio" not in d
+    assert {f.rule for f in advice.fired} >= {"M-BANDWIDTH-EFFICIENCY-DEFAULT"}
+    kept = next(s for s in advice.strategies if s.id == "speculative_decoding")
+    assert kept.status == "keep"
