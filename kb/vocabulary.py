@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
@@ -57,9 +58,14 @@ class Vocabulary:
     facts: dict[str, FactSpec]
     consistency: tuple[dict[str, str], ...] = ()
     dtype_bytes: dict[str, float] = field(default_factory=dict)
+    pack_facts: frozenset[str] = frozenset()      # derived facts declared by packs, not by kb/vocabulary.yaml
 
     def get(self, path: str) -> FactSpec | None:
         return self.facts.get(path)
+
+    def with_pack_facts(self, declared: Mapping[str, FactSpec]) -> Vocabulary:
+        """This vocabulary and the derived facts packs declare (each `derived.<pack>.<name>`)."""
+        return Vocabulary({**self.facts, **declared}, self.consistency, self.dtype_bytes, frozenset(declared))
 
     @cached_property
     def estimate_paths(self) -> tuple[str, ...]:
@@ -97,7 +103,8 @@ class Vocabulary:
         return {name: specs for name, specs in self.sections().items() if name != "derived"}
 
 
-def _spec(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
+def spec_from(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
+    """A fact's spec from its vocabulary entry (kb/vocabulary.yaml, or a pack's derived.yaml)."""
     if raw["type"] not in FACT_TYPES:
         raise ValueError(f"vocabulary: {path} has unknown type {raw['type']!r}")
     return FactSpec(
@@ -125,7 +132,7 @@ def load_vocabulary() -> Vocabulary:
     for section, fields in raw["sections"].items():
         for name, spec in fields.items():
             path = f"{section}.{name}"
-            facts[path] = _spec(path, spec, derived=(section == "derived"))
+            facts[path] = spec_from(path, spec, derived=(section == "derived"))
     for path in [p for p, spec in facts.items() if not spec.derived]:
         quality = QUALITY_PREFIX + path
         facts[quality] = FactSpec(path=quality, type="enum", values=QUALITIES, quality_of=path,

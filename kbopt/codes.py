@@ -27,7 +27,7 @@ _ENTRIES = (
     Code("L001", "error", "not a rules pack",
          "A path given as a pack is not a directory, or holds none of the files a pack may have: rule files under "
          "`<layer>/<id>.yaml` (layers: diagnosis, compute, storage, scheduling), `parameters.yaml`, `disable.yaml`, "
-         "`retired.yaml`.", "K001"),
+         "`retired.yaml`, `derived.yaml`.", "K001"),
     Code("L002", "error", "unreadable file",
          "A pack file could not be read, or is not UTF-8 text. Rule files are read as UTF-8 on every platform so that "
          "a pack means the same everywhere."),
@@ -37,7 +37,8 @@ _ENTRIES = (
     Code("L004", "error", "wrong shape",
          "The file does not have the shape its kind needs: a rule file follows `kbopt schema rules` (an unknown key, "
          "a missing key, fewer than two examples), `parameters.yaml` maps names to `{value, why}`, `disable.yaml` "
-         "lists `{id, why}`, `retired.yaml` maps ids to reasons or lists them. Only a rule file's first shape error "
+         "lists `{id, why}`, `retired.yaml` maps ids to reasons or lists them, `derived.yaml` maps names to `{type, "
+         "description}` (type ratio, number, integer, bool or enum with its `values`). Only a rule file's first shape error "
          "is shown: the later ones usually restate it (an unknown `condition` and a missing `when`)."),
     Code("L005", "error", "rule does not compile",
          "The rule's parts do not resolve: a condition or value expression that does not parse or type-check, an "

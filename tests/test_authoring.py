@@ -247,3 +247,39 @@ def test_l502_speaks_of_a_level_split_by_size_not_of_levels_alone(pack):
     assert split and all(max(sizes) <= RULESET_SIZE for sizes in split)
     (finding,) = _limits(pack)
     assert finding.code == "L502" and f"{len(split)} level(s) split" in finding.message
+
+
+ITL_RATIO_PACK = Path(__file__).parent / "data" / "packs" / "itl-ratio"
+
+
+def test_a_pack_declares_its_own_derived_facts_and_tests_arithmetic_through_them(run_cli, tmp_path):
+    """A pack's derived.yaml declares derived.<pack>.<name>: a rule derives it with arithmetic on
+    facts (ITL over its objective) and another compares it with a parameter, on both evaluators."""
+    code, out, err = run_cli("rules", "test", str(ITL_RATIO_PACK))
+    assert code == 0 and ", 0 failed" in out, out + err
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps({"kbopt": "facts/1", "workload": {"itl_mean_ms": 100}, "constraints": {"itl_slo_ms": 20}}))
+    outputs = set()
+    for evaluator in ("reference", "durable", "durable"):         # the second durable run reads the pack cache
+        code, out, err = run_cli("advise", "--facts", str(facts), "--rules", str(ITL_RATIO_PACK), "--format", "json",
+                                 "--evaluator", evaluator)
+        assert code == 0, err
+        advice = json.loads(out)
+        assert advice["derived"]["derived.itl_ratio.itl_over_slo"] == 5
+        assert any(w["rule"] == "X-ITL-WARN" for w in advice["warnings"])
+        outputs.add(out)
+    assert len(outputs) == 1
+    # a derived fact the pack does not declare is refused, and the message says where to declare it
+    undeclared = tmp_path / "undeclared" / "scheduling"
+    undeclared.mkdir(parents=True)
+    (undeclared / "x-itl-far-over.yaml").write_text((ITL_RATIO_PACK / "scheduling" / "x-itl-far-over.yaml").read_text()
+                                       .replace("derived.itl_ratio.itl_over_slo", "derived.undeclared.ratio"))
+    code, out, _ = run_cli("rules", "lint", str(undeclared.parent))
+    assert code == 2 and "'derived.undeclared.ratio' is not a derived fact" in out and "derived.yaml" in out, out
+    # a malformed declaration names its file and line
+    broken = tmp_path / "broken"
+    (broken / "scheduling").mkdir(parents=True)
+    (broken / "derived.yaml").write_text("derived:\n  ratio: {type: text, description: x}\n")
+    (broken / "scheduling" / "x-itl-far-over.yaml").write_text((ITL_RATIO_PACK / "scheduling" / "x-itl-far-over.yaml").read_text())
+    code, out, _ = run_cli("rules", "lint", str(broken))
+    assert code == 2 and "derived.yaml:2" in out and "needs `type`" in out, out

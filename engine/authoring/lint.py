@@ -15,7 +15,6 @@ from kbopt.engine.pack.files import Retired
 from kbopt.engine.pack.loader import read_pack
 from kbopt.engine.pack.rule import Derive, Pack, Recommend, Reject, Rule
 from kbopt.kb.catalog import Strategy, seed_claims, strategies
-from kbopt.kb.vocabulary import load_vocabulary
 
 OUTPUT_FACTS = {"derived.bottleneck"}          # read by reports, so never "unused"
 
@@ -103,7 +102,7 @@ def can_be_true(node: Condition, possible: dict[str, set[Any]] | None = None) ->
 
 def derivable_values(pack: Pack) -> dict[str, set[Any]]:
     """For each derived fact, the values rules can derive (None stands for any: an expression)."""
-    out: dict[str, set[Any]] = {path: set() for path in load_vocabulary().facts if path.startswith("derived.")}
+    out: dict[str, set[Any]] = {path: set() for path in pack.kb.vocabulary.facts if path.startswith("derived.")}
     for rule in pack.rules:
         if not can_be_true(rule.when):
             continue

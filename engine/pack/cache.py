@@ -82,7 +82,7 @@ def pack_key(dirs: tuple[str, ...]) -> str | None:
         try:
             for layer, file in pack.rule_files:
                 digest.update(f"{layer}/{file.name}\0".encode() + file.read_bytes() + b"\0")
-            for name in (files.PARAMETERS, files.RETIRED, files.DISABLE):
+            for name in (files.PARAMETERS, files.RETIRED, files.DISABLE, files.DERIVED):
                 found = pack.optional(name)
                 if found is not None:
                     digest.update(name.encode() + b"\0" + found.read_bytes() + b"\0")
@@ -102,7 +102,8 @@ def cached_pack(dirs: tuple[str, ...], build: Callable[[], Pack]) -> Pack:
     if data is not None:
         try:
             pack = decode(data)
-            adopt(pack.kb)
+            if not pack.kb.vocabulary.pack_facts:      # the built-in knowledge as it is on disk now
+                adopt(pack.kb)
             return pack
         except Exception:       # a corrupt, planted or incompatible entry: rebuild it
             pass

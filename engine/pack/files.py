@@ -6,6 +6,7 @@ broken file of every pack in one pass.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +17,12 @@ from kbopt.diagnostics import Diagnostic
 from kbopt.engine.pack.rule import Parameter
 from kbopt.kb.catalog import LAYERS, Layer
 from kbopt.kb.packaged import package_dir
+from kbopt.kb.vocabulary import FactSpec, spec_from
 
 if TYPE_CHECKING:       # importing importlib.resources costs a cold start its tempfile and zipfile
     from importlib.resources.abc import Traversable
 
-PARAMETERS, RETIRED, DISABLE = "parameters.yaml", "retired.yaml", "disable.yaml"
+PARAMETERS, RETIRED, DISABLE, DERIVED = "parameters.yaml", "retired.yaml", "disable.yaml", "derived.yaml"
 MAX_SNIPPET = 300
 # A pack's size limits (docs/usage.md, Limits): a rule file is a few kilobytes and the largest packs tested
 # hold 2,000 rules; these bound what one hostile pack can make every command read, parse and compile.
@@ -213,6 +215,45 @@ def read_parameters(pack: PackDir, problems: list[Diagnostic]) -> dict[str, Para
             continue
         out[name] = Parameter(name, entry["value"], " ".join(entry["why"].split()), bool(entry.get("overrides")),
                               doc.line(("parameters", name)))
+    return out
+
+
+_DERIVED_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+_DERIVED_TYPES = ("ratio", "number", "integer", "bool", "enum")     # what a derive expression computes
+
+
+def namespace(pack: PackDir) -> str:
+    """The name a pack's own derived facts go under: `derived.<namespace>.<name>`, the pack
+    directory's name with what is not a letter, digit or underscore as `_` (vllm-tuning: vllm_tuning)."""
+    base = re.sub(r"[^a-z0-9_]", "_", Path(pack.pack).name.lower()) or "pack"
+    return base if base[0].isalpha() else f"p_{base}"
+
+
+def read_derived(pack: PackDir, problems: list[Diagnostic]) -> dict[str, FactSpec]:
+    """derived.yaml: `derived: {name: {type, description, unit?, values?, min?, max?}}`, the facts the
+    pack's rules derive beside the built-in ones, as `derived.<namespace>.<name>`."""
+    doc, entries = _entries(pack, DERIVED, "derived", problems)
+    if not doc:
+        return {}
+    if not isinstance(entries, dict):
+        problems.append(doc.at((), "L004", "expected a mapping `derived: {name: {type: ..., description: ...}}`"))
+        return {}
+    out = {}
+    for name, entry in entries.items():
+        where = ("derived", name)
+        if not isinstance(name, str) or not _DERIVED_NAME.fullmatch(name):
+            problems.append(doc.at(where, "L004", f"derived fact name {str(name)[:80]!r}: use lowercase letters, digits and "
+                                   "_ (it is written derived.<pack>.<name> in rules)"))
+            continue
+        if not isinstance(entry, dict) or not {"type", "description"} <= set(entry) \
+                or not set(entry) <= {"type", "description", "unit", "values", "min", "max"} \
+                or entry["type"] not in _DERIVED_TYPES or not isinstance(entry["description"], str) \
+                or (entry["type"] == "enum") != isinstance(entry.get("values"), list):
+            problems.append(doc.at(where, "L004", f"derived fact {name!r} needs `type` (one of {', '.join(_DERIVED_TYPES)}) "
+                                   "and `description` (and may give `unit`, `min`, `max`; an enum its `values`)"))
+            continue
+        path = f"derived.{namespace(pack)}.{name}"
+        out[path] = spec_from(path, entry, derived=True)
     return out
 
 

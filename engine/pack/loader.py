@@ -2,6 +2,7 @@
 of every file collected as a Diagnostic in one pass."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
@@ -36,6 +37,7 @@ from kbopt.engine.pack.rule import (
 )
 from kbopt.errors import RuleError
 from kbopt.kb.catalog import strategies
+from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
 from kbopt.kb.vocabulary import FactSpec, Vocabulary, load_vocabulary
 
 if TYPE_CHECKING:  # jsonschema itself is imported only once a rule file is checked
@@ -182,8 +184,9 @@ class _RuleBuilder:
             if spec is None or not spec.derived:
                 hint = self.vocabulary.suggest(target) if spec is None else None
                 self.fail(path + (target,), f"{target!r} is not a derived fact",
-                          "rules derive only the facts declared under `derived:` in kb/vocabulary.yaml (a pack cannot "
-                          "declare new ones yet)" + (f"; did you mean '{hint}'?" if hint and spec is None else ""))
+                          "rules derive only the facts declared under `derived:` in kb/vocabulary.yaml, and a pack's own "
+                          "in its derived.yaml as derived.<pack>.<name> (docs/rules.md)"
+                          + (f"; did you mean '{hint}'?" if hint and spec is None else ""))
             value = self.value(raw, path + (target,), values)
             if isinstance(value, Const):
                 self.check_literal(spec, value.value, path + (target,))
@@ -362,6 +365,15 @@ def read_pack(extra_dirs: Iterable[str | Path] = ()) -> Loaded:
     packs = files.discover(dirs, problems)
     # Parameters first, from every pack, so that a retuned threshold applies to every rule.
     shared = _pack_parameters(packs, problems)
+    # The derived facts packs declare (derived.yaml), checked like the built-in ones.
+    declared: dict[str, FactSpec] = {}
+    for pack in packs[1:]:
+        found = pack.optional(files.DERIVED)
+        if found is not None:
+            digest.update(files.DERIVED.encode() + b"\0" + found.read_bytes() + b"\0")
+        declared.update(files.read_derived(pack, problems))
+    if declared:
+        vocabulary = vocabulary.with_pack_facts(declared)
     retired = {rule_id: entry for pack in packs for rule_id, entry in files.read_retired(pack, problems).items()}
     rules: dict[str, Rule] = {}          # by id, in pack order: an override keeps the place of what it replaces
     for pack in packs:
@@ -392,7 +404,8 @@ def read_pack(extra_dirs: Iterable[str | Path] = ()) -> Loaded:
     if problems:
         return Loaded(None, tuple(problems), retired, dirs)
     digest.update(repr(sorted((p.name, p.value) for p in shared.values())).encode())
-    return Loaded(build_pack(list(rules.values()), digest.hexdigest()[:12]), (), retired, dirs)
+    knowledge = dataclasses.replace(builtin_knowledge(), vocabulary=vocabulary) if declared else None
+    return Loaded(build_pack(list(rules.values()), digest.hexdigest()[:12], knowledge), (), retired, dirs)
 
 
 def _at_id(rule: Rule, message: str, help: str | None = None) -> Diagnostic:
@@ -416,7 +429,7 @@ def _pack_parameters(packs: list[PackDir], problems: list[Diagnostic]) -> dict[s
     return shared
 
 
-def build_pack(rules: list[Rule], version: str) -> Pack:
+def build_pack(rules: list[Rule], version: str, knowledge: KnowledgeBase | None = None) -> Pack:
     seen: dict[str, Rule] = {}
     for rule in rules:
         if rule.id in seen:
@@ -426,4 +439,5 @@ def build_pack(rules: list[Rule], version: str) -> Pack:
     for rule in rules:
         for path in rule.derives:
             producers.setdefault(path, []).append(rule.id)
-    return Pack(rules=tuple(rules), version=version, producers={k: tuple(v) for k, v in sorted(producers.items())})
+    return Pack(rules=tuple(rules), version=version, producers={k: tuple(v) for k, v in sorted(producers.items())},
+                kb=knowledge or builtin_knowledge())
