@@ -451,8 +451,10 @@ def test_fleet_against_a_hostile_server(case, retries):
         server.close()
     assert_contract(code, err)
     # Each query attempt ends at the deadline, the first failed query ends the read, a retry waits
-    # 0.5 s; advising the one replica a well-formed answer names takes the rest.
-    assert took < (int(retries) + 1) * TIMEOUT + 0.5 * int(retries) + 3.0, took
+    # 0.5 s; advising the one replica a well-formed answer names takes the rest. The slack is for a
+    # loaded machine (3.4-5.1 s were seen on 2 shared cores): what this catches is a read that does
+    # not stop at its deadline (a trickling server would hold it for minutes), not a slow advice.
+    assert took < (int(retries) + 1) * TIMEOUT + 0.5 * int(retries) + 10.0, took
 
 
 @given(hostile_answers())
