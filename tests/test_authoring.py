@@ -283,3 +283,6 @@ def test_a_pack_declares_its_own_derived_facts_and_tests_arithmetic_through_them
     (broken / "scheduling" / "x-itl-far-over.yaml").write_text((ITL_RATIO_PACK / "scheduling" / "x-itl-far-over.yaml").read_text())
     code, out, _ = run_cli("rules", "lint", str(broken))
     assert code == 2 and "derived.yaml:2" in out and "needs `type`" in out, out
+    (broken / "derived.yaml").write_text("derived:\n  ratio: {type: number, description: x, min: low}\n")
+    code, out, _ = run_cli("rules", "lint", str(broken))
+    assert code == 2 and "derived.yaml:2" in out and "numbers `min` and `max`" in out, out

@@ -248,9 +248,12 @@ def read_derived(pack: PackDir, problems: list[Diagnostic]) -> dict[str, FactSpe
         if not isinstance(entry, dict) or not {"type", "description"} <= set(entry) \
                 or not set(entry) <= {"type", "description", "unit", "values", "min", "max"} \
                 or entry["type"] not in _DERIVED_TYPES or not isinstance(entry["description"], str) \
-                or (entry["type"] == "enum") != isinstance(entry.get("values"), list):
+                or (entry["type"] == "enum") != isinstance(entry.get("values"), list) \
+                or not all(isinstance(v, str) for v in entry.get("values") or []) \
+                or not isinstance(entry.get("unit", ""), str) \
+                or any(isinstance(entry.get(b), bool) or not isinstance(entry.get(b, 0), int | float) for b in ("min", "max")):
             problems.append(doc.at(where, "L004", f"derived fact {name!r} needs `type` (one of {', '.join(_DERIVED_TYPES)}) "
-                                   "and `description` (and may give `unit`, `min`, `max`; an enum its `values`)"))
+                                   "and `description` (and may give a `unit` text, numbers `min` and `max`; an enum its `values`, texts)"))
             continue
         path = f"derived.{namespace(pack)}.{name}"
         out[path] = spec_from(path, entry, derived=True)
