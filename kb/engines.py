@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any, Literal
@@ -121,7 +122,8 @@ class Refusal:
     values: tuple[str, ...] = ()       # these values are refused
     json_values: tuple[tuple[str, tuple[str, ...]], ...] = ()   # these values of a key inside a JSON value
     without: str | None = None         # refused unless this flag is set too
-    beside: str | None = None          # refused when this flag is set too
+    beside: str | None = None          # refused when this flag is set too (with below_flag: only then)
+    below_flag: str | None = None      # a number below this other flag's value is refused
     noop: bool = False                 # accepted, changes nothing: never emitted
     min: Version | None = None
     max: Version | None = None
@@ -129,14 +131,22 @@ class Refusal:
     def range_text(self) -> str:
         return _range_text(self.min, self.max)
 
-    def refuses(self, value: str | None, names: set[str]) -> bool:
-        """Whether the flag given `value`, beside the flags `names`, is what this refusal names."""
+    def refuses(self, value: str | None, given: Mapping[str, str | None]) -> bool:
+        """Whether the flag given `value`, beside the flags `given` (name -> value), is what this
+        refusal names."""
         if self.noop:
             return True
         if self.without is not None:
-            return self.without not in names
+            return self.without not in given
+        if self.below_flag is not None:
+            if self.below_flag not in given or (self.beside is not None and self.beside not in given):
+                return False
+            try:
+                return float(value or "") < float(given[self.below_flag] or "")
+            except ValueError:
+                return False
         if self.beside is not None:
-            return self.beside in names
+            return self.beside in given
         if self.values:
             return value in self.values
         if self.json_values:
@@ -218,7 +228,7 @@ class Engine:
         order): an unknown name, a value of the wrong type, a flag given twice, a refused
         combination. Empty when it would start."""
         out: list[str] = []
-        names = [name for name, _ in args]
+        given = dict(args)
         seen: set[str] = set()
         for name, value in args:
             if name in seen:
@@ -234,7 +244,7 @@ class Engine:
             if problem:
                 out.append(problem)
             for refusal in self.refuses:
-                if refusal.flag == name and _in_range(version, refusal.min, refusal.max) and refusal.refuses(value, set(names)):
+                if refusal.flag == name and _in_range(version, refusal.min, refusal.max) and refusal.refuses(value, given):
                     out.append(f"{name}{'' if value is None else ' ' + value}: {refusal.why}")
         return out
 
@@ -345,7 +355,7 @@ def _refusal(raw: dict[str, Any], where: str) -> Refusal:
     return Refusal(raw["flag"], raw["why"], raw["source"], raw.get("above"), raw.get("at_most"),
                    tuple(str(v) for v in raw.get("values") or ()),
                    tuple((key, tuple(values)) for key, values in sorted((raw.get("json_values") or {}).items())),
-                   raw.get("without"), raw.get("beside"), bool(raw.get("noop")), _version(raw.get("min"), where),
+                   raw.get("without"), raw.get("beside"), raw.get("below_flag"), bool(raw.get("noop")), _version(raw.get("min"), where),
                    _version(raw.get("max"), where))
 
 

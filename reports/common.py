@@ -8,7 +8,7 @@ from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check, NotEvaluated
 from kbopt.engine.advice.launch import Launch, deployed_launch
 from kbopt.engine.advice.model import Advice, Firing, StrategyAdvice
-from kbopt.engine.advice.whatif import Gain, label, number
+from kbopt.engine.advice.whatif import TIMES, Gain, Plan, label, number
 from kbopt.engine.lang.text import fmt
 
 
@@ -155,6 +155,17 @@ def model_evidence(advice: Advice) -> list[Estimate]:
     return [advice.estimates[name] for name in
             ("itl_expected_ms", "ttft_expected_ms", "decode_tokens_per_s", "decode_step_expected_ms", "decode_step_floor_ms",
              "arithmetic_intensity", "ridge_point", "kv_pool_tokens", "weights_overflow_gib") if name in advice.estimates]
+
+
+def plan_label(plan: Plan) -> str:
+    """`all together`, or where the plan adds replicas, how many GPUs its gain takes and what is
+    left of it per GPU: new hardware is not tuning."""
+    if plan.replicas is None:
+        return "all together"
+    service = next((g for g in plan.expected if g.metric == "service_tokens_per_s"
+                    and isinstance(g.before, int | float) and isinstance(g.after, int | float) and g.before > 0), None)
+    per_gpu = f", {number(service.after / service.before / plan.replicas)}{TIMES} per GPU" if service is not None else ""
+    return f"all together, on {number(plan.replicas)} replicas ({number(plan.replicas)}{TIMES} today's GPUs{per_gpu})"
 
 
 def gains_text(gains: Iterable[Gain]) -> str:

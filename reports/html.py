@@ -24,6 +24,7 @@ from kbopt.reports.common import (
     origin_detail,
     origin_text,
     params_text,
+    plan_label,
 )
 from kbopt.reports.escape import safe_text
 from kbopt.reports.graph_layout import layout
@@ -69,7 +70,8 @@ def _environment():
     env.filters.update(fmt=fmt, check_text=check_text, params_text=params_text)
     # Every rendered string passes here: drop bidirectional controls before escaping.
     env.finalize = lambda value: safe_text(value) if isinstance(value, str) else value
-    env.globals.update(gauge=gauge, sources_of=_sources_of, engine_settings=engine_settings, relative_text=relative_text)
+    env.globals.update(gauge=gauge, sources_of=_sources_of, engine_settings=engine_settings, relative_text=relative_text,
+                       plan_label=plan_label)
     return env
 
 

@@ -20,6 +20,7 @@ from kbopt.reports.common import (
     origin_detail,
     origin_text,
     params_text,
+    plan_label,
     rejection_label,
 )
 from kbopt.reports.escape import markdown_code, markdown_text
@@ -80,6 +81,8 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
             out += [f"- **{markdown_text(c.rule)}**: {markdown_text(c.text)}" for c in strategy.caveats]
     if advice.plan:
         out += ["", f"## Plan: {' + '.join(markdown_code(k) for k in advice.plan.strategies)}, evaluated together", ""]
+        if advice.plan.replicas is not None:
+            out += [f"{markdown_text(plan_label(advice.plan))}: the service rate counts the new GPUs.", ""]
         out += _gains(advice.plan.expected)
     out += _launch(advice, command)
     out += ["", f"## Rejected ({len(advice.rejected)})", ""]

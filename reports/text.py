@@ -24,6 +24,7 @@ from kbopt.reports.common import (
     origin_detail,
     origin_text,
     params_text,
+    plan_label,
     rejection_label,
 )
 from kbopt.reports.escape import terminal_text
@@ -73,7 +74,7 @@ def _summary(advice: Advice) -> list[str]:
         if len(actions) > TOP:
             lines.append(f"  … and {len(actions) - TOP} more below")
         if advice.plan and advice.plan.expected:
-            lines.extend(_wrap("all together: " + gains_text(headline(advice.plan.expected)), "  "))
+            lines.extend(_wrap(plan_label(advice.plan) + ": " + gains_text(headline(advice.plan.expected)), "  "))
     if kept:
         lines.extend(_wrap("Keep (already in place): " + ", ".join(s.key for s in kept), ""))
     return lines

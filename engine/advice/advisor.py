@@ -9,6 +9,7 @@ from kbopt.engine.advice.caps import CAP_PARAMS, sized_cap
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
+from kbopt.engine.advice.objectives import harm, objectives
 from kbopt.engine.advice.settings import differs_from_today, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
@@ -256,9 +257,11 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
     """Each candidate's what-if, by key. One that the model can evaluate but that moves no
     estimate by the negligible share gets a veto (before resolution, so that whatever requires it
     goes too and an alternative it excluded can take its place); the rule named is the one that
-    computed the estimate that moved most."""
+    computed the estimate that moved most. So does one that works against the objectives
+    (engine/advice/objectives.py), naming the rule of the estimate it worsens."""
     outcomes: dict[str, Outcome] = {}
     threshold = whatif.pack.kb.negligible_change
+    judged_by = objectives(whatif.baseline.lookup)
     for key in sorted(candidates):
         c = candidates[key]
         outcome = whatif.strategy(catalog[c.strategy], c.variant, key, _params(c, whatif.baseline.lookup, catalog[c.strategy])[0]
@@ -274,6 +277,9 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
             known_before = [name for name in outcome.reached if name in whatif.before]   # one may appear only after
             rule = moved[0].rules[0] if moved else (whatif.before[known_before[0]].rule if known_before else c.rules[0])
             vetoes.append(Drawn(rule, Reject(c.strategy, c.variant, negligible_reason(outcome, whatif.before))))
+        elif judged_by and outcome.unevaluated is None and (why := harm(outcome.gains, judged_by, threshold)):
+            worst = next(g for g in outcome.gains if g.text() in why)
+            vetoes.append(Drawn(worst.rules[0], Reject(c.strategy, c.variant, why)))
     return outcomes
 
 

@@ -123,9 +123,15 @@ class Outcome:
 class Plan:
     strategies: tuple[str, ...]    # candidate keys whose effects were applied together
     expected: tuple[Gain, ...]
+    # Replicas the plan serves the load on (serving.replicas, set by scale_out): its service rate
+    # then counts new GPUs, which a report says beside the gain (per GPU it is this many times less).
+    replicas: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"strategies": list(self.strategies), "expected": [g.to_dict() for g in self.expected]}
+        out: dict[str, Any] = {"strategies": list(self.strategies), "expected": [g.to_dict() for g in self.expected]}
+        if self.replicas is not None:
+            out["replicas"] = self.replicas
+        return out
 
 
 def label(metric: str) -> str:
@@ -278,7 +284,9 @@ class WhatIf:
         outcome = self.run(tuple(merged.items()), "the plan")
         if outcome.unevaluated is not None:
             return None
-        return Plan(tuple(applied), outcome.gains)
+        replicas = merged.get("serving.replicas")
+        more = isinstance(replicas, int | float) and not isinstance(replicas, bool) and replicas > 1
+        return Plan(tuple(applied), outcome.gains, float(replicas) if more else None)
 
 
 PARAM = "param:"     # an effect that sets a fact to the strategy's parameter (`param:max_num_batched_tokens`)

@@ -1,0 +1,84 @@
+"""The estimates a deployment's objectives are judged by, and whether a candidate's what-if works
+against them: a change the model says worsens a missed objective, or worsens the objectives and
+improves none, is rejected with its numbers, as a negligible one is."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from kbopt.engine.advice.whatif import Gain
+from kbopt.engine.lang.logic import KNOWN, Lookup
+
+Better = Literal["lower", "higher"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One estimate an objective is judged by, the way it improves, and whether the facts show the
+    objective missed today (a measurement or the model's estimate past its SLO)."""
+    metric: str            # the estimate's name, as a Gain names it: itl_p99_expected_ms
+    better: Better
+    name: str              # what the user set: "the ITL objective", "the throughput objective"
+    missed: bool
+
+
+# An SLO, the estimates it is judged by, and the facts that show it missed (measured first).
+_SLOS = (
+    ("constraints.itl_slo_ms", "the ITL objective", ("itl_expected_ms", "itl_p99_expected_ms"),
+     ("workload.itl_p99_ms", "workload.itl_mean_ms", "derived.itl_p99_expected_ms", "derived.itl_expected_ms")),
+    ("constraints.ttft_slo_ms", "the TTFT objective", ("ttft_expected_ms",),
+     ("workload.ttft_p99_ms", "workload.ttft_mean_ms", "derived.ttft_expected_ms")),
+)
+# The stated objective's own estimates, where no SLO names a number.
+_STATED = {
+    "throughput": (("service_tokens_per_s", "higher"), ("decode_tokens_per_s", "higher")),
+    "latency": (("itl_expected_ms", "lower"), ("ttft_expected_ms", "lower")),
+}
+
+
+def _number(lookup: Lookup, path: str) -> float | None:
+    status, value = lookup(path)
+    if status != KNOWN or not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    return float(value)
+
+
+def objectives(lookup: Lookup) -> tuple[Objective, ...]:
+    """The objectives of today's facts, SLOs first: each with the estimates it is judged by."""
+    out: list[Objective] = []
+    for slo_fact, name, metrics, evidence in _SLOS:
+        slo = _number(lookup, slo_fact)
+        if slo is None or slo <= 0:
+            continue
+        seen = next((v for path in evidence if (v := _number(lookup, path)) is not None), None)
+        out += [Objective(metric, "lower", name, seen is not None and seen > slo) for metric in metrics]
+    status, stated = lookup("constraints.objective")
+    if status == KNOWN and isinstance(stated, str):
+        out += [Objective(metric, better, f"the {stated} objective", False)
+                for metric, better in _STATED.get(stated, ())]
+    return tuple(out)
+
+
+def _worse(gain: Gain, better: Better) -> float:
+    """How much a move works against an objective: positive when it worsens it (relative)."""
+    return gain.change if better == "lower" else -gain.change
+
+
+def harm(gains: Iterable[Gain], judged_by: tuple[Objective, ...], threshold: float) -> str | None:
+    """Why a what-if works against the objectives, or None: it worsens a missed objective's
+    estimate by the negligible share or more, or it worsens an objective's and improves none.
+    Throughput is judged by the service rate where the what-if moves it (more replicas serve more
+    while each serves less), else by the replica's decode rate."""
+    moved = {g.metric: g for g in gains}
+    relevant = [o for o in judged_by if o.metric in moved
+                and not (o.metric == "decode_tokens_per_s" and "service_tokens_per_s" in moved)]
+    worse = [(o, moved[o.metric]) for o in relevant if _worse(moved[o.metric], o.better) >= threshold]
+    better = [o for o in relevant if -_worse(moved[o.metric], o.better) >= threshold]
+    missed = [(o, g) for o, g in worse if o.missed]
+    if missed:
+        objective, gain = missed[0]
+        return f"harmful: it works against {objective.name}, missed today: {gain.text()}"
+    if worse and not better:
+        return "harmful: it works against " + "; ".join(f"{o.name}: {g.text()}" for o, g in worse)
+    return None
