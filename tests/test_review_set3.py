@@ -7,8 +7,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.command import read_command
 from kbopt.engine.advice.launch import build_launch
@@ -54,3 +52,123 @@ def test_d6_a_cap_that_binds_with_the_kv_pool_nearly_empty_is_raised_before_any_
     assert 1.8 <= gain.after / gain.before <= 2.6            # the reviewer's what-if: 2.15x at batch 200
     script = _script(pack, "d6")
     assert "--max_batch_size 258" in script and "64 -> 258" in script
+
+
+def test_d3_moe_decode_intensity_counts_each_tokens_experts_so_deepseek_reads_bandwidth_bound(pack):
+    # SGLang 0.5.0, DeepSeek-V3 FP8 on 8 H200s with DP attention, 420 running. The reviewer's hand
+    # figure is about 80 FLOP/byte (MoE 2.7e12 + attention projections 1.2e12 + MLA 4e12 FLOP over
+    # about 101 GB), far under the H200's ridge; 698 came from multiplying every touched expert's
+    # bytes by the whole batch.
+    advice, _ = _deployment(pack, "d3")
+    intensity = advice.derived["derived.arithmetic_intensity"]
+    assert 50 <= intensity <= 110 and intensity < advice.derived["derived.ridge_point"]
+    assert advice.bottleneck == "memory_bandwidth"
+    mtp = _strategy(advice, "speculative_decoding")     # the ITL lever the wrong label suppressed
+    assert mtp is not None and mtp.params["method"] == "mtp" and mtp.status == "change"
+
+
+def test_d3_a_change_its_own_model_says_works_against_the_missed_objective_is_rejected_with_the_numbers(pack):
+    # Expert parallelism on top of DP attention: decode 8,504 -> 5,206 tokens/s, ITL 49.4 -> 80.7 ms
+    # against a 70 ms objective missed today (92 ms p99). Neither recommended nor emitted.
+    advice, _ = _deployment(pack, "d3")
+    assert _strategy(advice, "parallelism") is None
+    rejected = next(r for r in advice.rejected if r.id == "parallelism")
+    assert rejected.reason.startswith("harmful: it works against the ITL objective, missed today: itl expected")
+    assert "--expert-parallel-size" not in _script(pack, "d3")
+
+
+def test_d4_a_single_gpu_deployment_gets_a_second_replica_not_an_engine_dp_flag(pack):
+    # SGLang puts data-parallel rank i on GPU base_gpu_id + i x tp_size: --dp-size 2 on a one-GPU
+    # host fails, and beside scale_out it counted the second GPU twice.
+    advice, _ = _deployment(pack, "d4")
+    assert _strategy(advice, "parallelism") is None
+    script = _script(pack, "d4")
+    assert "--dp-size" not in script
+    assert "--disable-radix-cache: (on) -> (removed)" in script       # the first lever: radix cache back on
+    assert "\n  --disable-radix-cache" not in script
+    out = advice.plan
+    assert out is not None and out.replicas == 2.0
+
+
+def test_d4_the_p99_ttft_is_the_long_prompt_after_the_queue_tail_not_the_mean_scaled(pack):
+    # The p99 prompt is 11,000 tokens against a 6,200 mean: its prefill alone is longer than the
+    # mean's, so the p99 estimate after the plan sits above the mean estimate after it.
+    advice, _ = _deployment(pack, "d4")
+    after = {g.metric: g.after for g in advice.plan.expected}
+    assert after["ttft_p99_expected_ms"] > after["ttft_expected_ms"] * 1.5
+    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
+    assert ttft.after is None or ttft.after >= after["ttft_p99_expected_ms"] * 0.5
+    assert ttft.after_basis in (None, "derived.ttft_p99_expected_ms")
+
+
+def test_d5_d7_no_token_budget_meets_the_itl_objective_so_todays_budget_stays(pack):
+    # Shrinking the budget to 256 spread the same stall over more steps (D5: ITL p99 10.8 -> 19.6 ms
+    # by kbopt's own model) and, on TGI 3.3 beside --speculate, kept the server from starting.
+    for name, flag, today in (("d5", "--max_num_tokens", "8192"), ("d7", "--max-batch-prefill-tokens", "4096")):
+        advice, _ = _deployment(pack, name)
+        assert advice.derived["derived.chunk_budget_itl"] < 256
+        chunked = _strategy(advice, "chunked_prefill")
+        assert chunked is None or chunked.params["max_num_batched_tokens"] == int(today), name
+        script = _script(pack, name)
+        assert f"{flag} {today}" in script and f"{flag} 256" not in script, name
+
+
+def test_d7_tgi_refuses_a_prefill_budget_below_the_input_limit_beside_speculation():
+    # backends/v3/src/main.rs@v3.3.0:185-186: without chunking (which --speculate turns off)
+    # max_batch_prefill_tokens must be >= max_input_tokens.
+    from kbopt.kb.engines import engine_catalog
+    tgi = engine_catalog().engines["tgi"]
+    args = [("--max-input-tokens", "4096"), ("--max-batch-prefill-tokens", "256")]
+    assert tgi.problems(tgi.latest, args) == []
+    problems = tgi.problems(tgi.latest, [*args, ("--speculate", "3")])
+    assert len(problems) == 1 and "--max-input-tokens" in problems[0]
+    assert tgi.problems(tgi.latest, [("--max-input-tokens", "4096"), ("--max-batch-prefill-tokens", "4096"),
+                                     ("--speculate", "3")]) == []
+
+
+def test_d2_fp8_kv_on_ada_with_vllm_0_10_names_flashinfer_so_v1_does_not_fall_back_to_v0(pack):
+    script = _script(pack, "d2")
+    assert "export VLLM_ATTENTION_BACKEND=FLASHINFER" in script and "--kv-cache-dtype fp8" in script
+    # the same change on an MI300X (ROCm reads FP8 KV in its own backend): no CUDA backend named
+    assert "VLLM_ATTENTION_BACKEND" not in _script(pack, "d8")
+
+
+def test_d2_the_plan_headline_says_how_many_gpus_its_gain_takes_and_what_is_left_per_gpu(pack):
+    # An offline batch job on one L40S: 15 replicas are a budget decision, not tuning. The headline
+    # says so and divides the service gain by the replicas (the reviewer's per-GPU figure: about 1.8x).
+    from kbopt.reports.common import plan_label
+    advice, _ = _deployment(pack, "d2")
+    plan = advice.plan
+    assert plan is not None and plan.replicas is not None and plan.replicas >= 2
+    service = next(g for g in plan.expected if g.metric == "service_tokens_per_s")
+    per_gpu = service.after / service.before / plan.replicas
+    assert 1.4 <= per_gpu <= 2.4
+    label = plan_label(plan)
+    assert label.startswith(f"all together, on {plan.replicas:g} replicas") and "per GPU" in label
+    from kbopt.reports.text import render_text
+    assert label in render_text(advice).replace("\n    ", " ")
+
+
+def test_d8_the_chunk_budget_on_a_gpu_without_a_compute_capability_is_the_large_gpu_default(pack):
+    # vLLM's default on MI300X is 8192 (engine/arg_utils.py@0.10.2:1669-1674); the rule read an
+    # AMD GPU's missing compute capability as a small GPU.
+    advice, _ = _deployment(pack, "d8")
+    chunked = _strategy(advice, "chunked_prefill")
+    assert chunked is not None and chunked.params["max_num_batched_tokens"] == 8192
+
+
+def test_d1_vllm_fusion_passes_switch_on_the_custom_ops_they_match(pack):
+    # vLLM 0.11.0's RMSNorm+quant pattern matches torch.ops._C.rms_norm, which Inductor replaces by
+    # default: the pass config alone matches nothing.
+    from kbopt.kb.engines import engine_catalog
+    fusion = [e for e in engine_catalog().for_strategy("vllm", "op_fusion") if e.kind == "cli"]
+    assert len(fusion) == 2       # the pass names before and from 0.12
+    for entry in fusion:
+        assert '"custom_ops": ["+rms_norm", "+quant_fp8"]' in entry.set
+
+
+def test_the_mixed_precision_no_op_is_kept_not_an_action_on_the_serving_engines(pack):
+    for name in ("d2", "d4", "d8"):
+        advice, _ = _deployment(pack, name)
+        kept = _strategy(advice, "mixed_precision")
+        assert kept is None or kept.status == "keep", name

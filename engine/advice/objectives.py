@@ -31,7 +31,7 @@ _SLOS = (
      ("workload.ttft_p99_ms", "workload.ttft_mean_ms", "derived.ttft_expected_ms")),
 )
 # The stated objective's own estimates, where no SLO names a number.
-_STATED = {
+_STATED: dict[str, tuple[tuple[str, Better], ...]] = {
     "throughput": (("service_tokens_per_s", "higher"), ("decode_tokens_per_s", "higher")),
     "latency": (("itl_expected_ms", "lower"), ("ttft_expected_ms", "lower")),
 }
@@ -67,14 +67,17 @@ def _worse(gain: Gain, better: Better) -> float:
 
 def harm(gains: Iterable[Gain], judged_by: tuple[Objective, ...], threshold: float) -> str | None:
     """Why a what-if works against the objectives, or None: it worsens a missed objective's
-    estimate by the negligible share or more, or it worsens an objective's and improves none.
+    estimate by the negligible share or more, or it worsens an objective's and improves none of
+    them nor the tokens served a second.
     Throughput is judged by the service rate where the what-if moves it (more replicas serve more
     while each serves less), else by the replica's decode rate."""
     moved = {g.metric: g for g in gains}
     relevant = [o for o in judged_by if o.metric in moved
                 and not (o.metric == "decode_tokens_per_s" and "service_tokens_per_s" in moved)]
     worse = [(o, moved[o.metric]) for o in relevant if _worse(moved[o.metric], o.better) >= threshold]
-    better = [o for o in relevant if -_worse(moved[o.metric], o.better) >= threshold]
+    # a trade (more tokens a second for a slower step) is the user's to weigh, not a harm
+    better = [o for o in relevant if -_worse(moved[o.metric], o.better) >= threshold] + [
+        m for m in ("service_tokens_per_s", "decode_tokens_per_s") if m in moved and moved[m].change >= threshold]
     missed = [(o, g) for o, g in worse if o.missed]
     if missed:
         objective, gain = missed[0]

@@ -285,8 +285,9 @@ class WhatIf:
         if outcome.unevaluated is not None:
             return None
         replicas = merged.get("serving.replicas")
-        more = isinstance(replicas, int | float) and not isinstance(replicas, bool) and replicas > 1
-        return Plan(tuple(applied), outcome.gains, float(replicas) if more else None)
+        if not isinstance(replicas, int | float) or isinstance(replicas, bool) or replicas <= 1:
+            return Plan(tuple(applied), outcome.gains)
+        return Plan(tuple(applied), outcome.gains, float(replicas))
 
 
 PARAM = "param:"     # an effect that sets a fact to the strategy's parameter (`param:max_num_batched_tokens`)
