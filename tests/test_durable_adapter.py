@@ -218,7 +218,7 @@ def test_evaluators_agree_on_random_facts(pack):
             elif spec.type == "integer":
                 value = rng.choice([v for v in (1, 2, 4, 8, 32, 128, 512, 513, 4096) if spec.max is None or v <= spec.max])
             elif spec.type == "number":
-                value = round(rng.uniform(0.5, 5000), 1)
+                value = round(rng.uniform(0.5, 5000 if spec.max is None else min(5000, spec.max)), 1)
             elif spec.type == "bool":
                 value = rng.random() < 0.5
             elif spec.type == "enum":

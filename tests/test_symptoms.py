@@ -61,12 +61,18 @@ def test_advice_and_json_carry_the_symptoms(pack):
     document = json.loads(render(advice, "json"))
     ttft, itl = document["symptoms"]
     projected = ttft.pop("after_plan", None)
+    # a p99 moves as the modelled p99 (the long prompt after the queue's tail), and only where the
+    # model reads today's p99 within 1.5x; here it reads 520.5 ms against 1,350 measured
+    unprojected = ttft.pop("after_plan_not_projected", None)
     assert ttft == {"kind": "ttft", "fact": "workload.ttft_p99_ms", "value": 1350, "unit": "ms", "source": "measured",
                     "objective": 1000, "objective_fact": "constraints.ttft_slo_ms", "miss": 0.35,
-                    **({"after_plan_basis": "derived.ttft_expected_ms", "meets_after_plan": projected <= 1000} if projected else {})}
-    if projected is not None:      # the measurement scaled as the plan moves the modelled TTFT
-        move = next(g for g in advice.plan.expected if g.metric == "ttft_expected_ms")
+                    **({"after_plan_basis": "derived.ttft_p99_expected_ms", "meets_after_plan": projected <= 1000} if projected else {})}
+    move = next(g for g in advice.plan.expected if g.metric == "ttft_p99_expected_ms")
+    if projected is not None:      # the measurement scaled as the plan moves the modelled p99
         assert projected == pytest.approx(1350 * move.after / move.before)
+    else:
+        assert unprojected.startswith("after the plan the model's derived.ttft_p99_expected_ms goes ")
+        assert not 1 / 1.5 <= move.before / 1350 <= 1.5
     assert itl["fact"] == "derived.itl_expected_ms" and itl["source"] == "estimated" and itl["miss"] > 0
     assert json.loads(render(_advice(pack, MET), "json"))["symptoms"] == []
 

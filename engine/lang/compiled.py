@@ -21,7 +21,7 @@ import math
 import operator
 import re
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple, assert_never
 
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, Missing, label_of, undecided_by
@@ -958,6 +958,19 @@ def _undecided() -> Any:
     raise LookupError("an if-else condition is undecided")      # the fast path's caller asks the closure
 
 
+def _first_computed(known: Mapping[str, Any], *alternatives: tuple[tuple[str, ...], Callable[[], Any]]) -> Any:
+    """A coalesce on the fast path: the first alternative that computes. One that stops on a
+    missing fact or an undecided if-else (a LookupError while one of its facts is unknown) gives
+    way, as the closure's Missing does; anything else raises, and the caller asks the closure."""
+    for facts, compute in alternatives:
+        try:
+            return compute()
+        except LookupError:
+            if all(path in known for path in facts):
+                raise
+    raise LookupError("no alternative computes")
+
+
 def plain_value(node: Value) -> bool:
     """A value expression without alternatives (coalesce) or if-else anywhere in it: it computes
     exactly when every fact it reads is known (or raises an error, or passes a zero divisor)."""
@@ -1025,7 +1038,13 @@ def _expression(item: Value, name: Callable[[Any], str]) -> str | None:
             # if-else inside computes exactly when they are (or raises, like the closure, and
             # the caller asks it); a division by zero, which the closure passes over, raises here.
             if not all(isinstance(arg, (Fact, Const)) or plain_value(arg) for arg in args[:-1]):
-                return None
+                # An alternative with an if-else or a coalesce inside: each is tried in turn,
+                # and one that stops on a fact it lacks (or an undecided condition) gives way.
+                parts = [_expression(arg, name) for arg in args]
+                if None in parts:
+                    return None
+                tries = ", ".join(f"({name(unique_facts(arg))}, lambda: {part})" for arg, part in zip(args, parts, strict=True))
+                return f"{name(_first_computed)}(known, {tries})"
             text = _expression(args[-1], name)
             for arg in reversed(args[:-1]):
                 this, facts = _expression(arg, name), unique_facts(arg)
