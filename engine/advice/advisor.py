@@ -9,7 +9,7 @@ from kbopt.engine.advice.caps import CAP_PARAMS, sized_cap
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
-from kbopt.engine.advice.objectives import harm, objectives
+from kbopt.engine.advice.objectives import harm, met_on_todays_gpus, objectives
 from kbopt.engine.advice.settings import differs_from_today, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
@@ -177,6 +177,19 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         return whatif.plan([(key, catalog[candidates[key].strategy], candidates[key].variant, evaluated[key][0])
                             for key in planned]) if whatif else None
     plan = plan_of()
+    # Hardware last: more replicas the plan's other changes make unneeded are left out, saying why.
+    unneeded: dict[str, str] = {}
+    if plan is not None and plan.replicas is not None:
+        adding = {key for key in planned if any(path == "serving.replicas" for path, _ in
+                                                catalog[candidates[key].strategy].effects_of(candidates[key].variant))}
+        lean_keys, planned = planned, [key for key in planned if key not in adding]
+        lean = plan_of()
+        why = met_on_todays_gpus(symptoms(final.inputs, final.derived, lean)) if lean is not None else None
+        if why is None:
+            planned = lean_keys
+        else:
+            unneeded, plan = dict.fromkeys(adding, why), lean
+            chosen -= adding
     sized_by_key: dict[str, list[tuple[str, str]]] = {key: [] for key in resolution.chosen}
     if plan is not None:     # budgets sized on the deployment after the whole plan (in place or not)
         for key in resolution.chosen:
@@ -195,7 +208,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     out = []
     engines = targets(final.inputs)          # the engines each strategy's settings are written for
     ranks = _attention_ranks(final, [evaluated[key][0] for key in planned if candidates[key].strategy == "parallelism"])
-    for key in resolution.chosen:
+    for key in [key for key in resolution.chosen if key not in unneeded]:
         c = candidates[key]
         params, notes = evaluated[key]
         sized = sized_by_key[key]
@@ -230,7 +243,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             expected=outcomes[key].gains if key in outcomes else (),
             settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines), sized=tuple(sized)))
     out.sort(key=lambda s: s.status == "keep")     # actions first, then what stays (stable otherwise)
-    rejected = []
+    rejected = [Rejection(id=candidates[key].strategy, params={}, because=tuple(candidates[key].rules), reason=why, key=key)
+                for key, why in unneeded.items()]
     for left in resolution.left_out:
         c = candidates[left.key]
         variant_param = catalog[c.strategy].variant    # a candidate has a variant only when its strategy names this parameter

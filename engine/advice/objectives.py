@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from kbopt.engine.advice.whatif import Gain
+from kbopt.engine.advice.symptoms import AGREEMENT, Symptom
+from kbopt.engine.advice.whatif import Gain, number
 from kbopt.engine.lang.logic import KNOWN, Lookup
 
 Better = Literal["lower", "higher"]
@@ -27,9 +28,13 @@ class Objective:
 _SLOS = (
     ("constraints.itl_slo_ms", "the ITL objective", ("itl_expected_ms", "itl_p99_expected_ms"),
      ("workload.itl_p99_ms", "workload.itl_mean_ms", "derived.itl_p99_expected_ms", "derived.itl_expected_ms")),
-    ("constraints.ttft_slo_ms", "the TTFT objective", ("ttft_expected_ms",),
+    ("constraints.ttft_slo_ms", "the TTFT objective", ("ttft_expected_ms", "ttft_p99_expected_ms"),
      ("workload.ttft_p99_ms", "workload.ttft_mean_ms", "derived.ttft_expected_ms")),
 )
+# The measurement of the statistic each estimate models: an estimate that reads today's measurement
+# more than AGREEMENT times off does not describe this deployment, so its move judges nothing.
+_MEASURES = {"itl_expected_ms": "workload.itl_mean_ms", "itl_p99_expected_ms": "workload.itl_p99_ms",
+             "ttft_expected_ms": "workload.ttft_mean_ms", "ttft_p99_expected_ms": "workload.ttft_p99_ms"}
 # The stated objective's own estimates, where no SLO names a number.
 _STATED: dict[str, tuple[tuple[str, Better], ...]] = {
     "throughput": (("service_tokens_per_s", "higher"), ("decode_tokens_per_s", "higher")),
@@ -44,8 +49,18 @@ def _number(lookup: Lookup, path: str) -> float | None:
     return float(value)
 
 
+def _reads_today(lookup: Lookup, metric: str) -> bool:
+    """Whether the model's estimate agrees with today's measurement of its statistic (within
+    AGREEMENT either way), or nothing measures it."""
+    measured, modelled = _number(lookup, _MEASURES.get(metric, "")), _number(lookup, f"derived.{metric}")
+    if measured is None or modelled is None or measured <= 0:
+        return True
+    return 1 / AGREEMENT <= modelled / measured <= AGREEMENT
+
+
 def objectives(lookup: Lookup) -> tuple[Objective, ...]:
-    """The objectives of today's facts, SLOs first: each with the estimates it is judged by."""
+    """The objectives of today's facts, SLOs first: each with the estimates it is judged by (those
+    that read today's measurement, where one is given)."""
     out: list[Objective] = []
     for slo_fact, name, metrics, evidence in _SLOS:
         slo = _number(lookup, slo_fact)
@@ -57,7 +72,7 @@ def objectives(lookup: Lookup) -> tuple[Objective, ...]:
     if status == KNOWN and isinstance(stated, str):
         out += [Objective(metric, better, f"the {stated} objective", False)
                 for metric, better in _STATED.get(stated, ())]
-    return tuple(out)
+    return tuple(o for o in out if _reads_today(lookup, o.metric))
 
 
 def _worse(gain: Gain, better: Better) -> float:
@@ -85,3 +100,15 @@ def harm(gains: Iterable[Gain], judged_by: tuple[Objective, ...], threshold: flo
     if worse and not better:
         return "harmful: it works against " + "; ".join(f"{o.name}: {g.text()}" for o, g in worse)
     return None
+
+
+def met_on_todays_gpus(projected: Iterable[Symptom]) -> str | None:
+    """Why the objectives missed today are met by a plan without more replicas, from its symptoms
+    (each missed objective where that plan leaves it), or None: some objective stays missed, or the
+    model cannot project it (then more replicas may still be needed, and stay advice)."""
+    missed = [s for s in projected if s.objective is not None and s.miss is not None and s.miss > 0]
+    if not missed or any(s.after is None or s.objective is None or s.after > s.objective for s in missed):
+        return None
+    return ("not needed: the plan's other changes meet every objective missed today on today's GPUs ("
+            + "; ".join(f"{s.label} {number(s.value)} -> about {number(s.after or 0)} {s.unit} against {number(s.objective or 0)} {s.unit}"
+                        for s in missed) + ")")
