@@ -9,7 +9,7 @@ from kbopt.engine.advice.caps import CAP_PARAMS, sized_cap
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
-from kbopt.engine.advice.objectives import harm, met_on_todays_gpus, objectives
+from kbopt.engine.advice.objectives import harm, harm_reason, met_on_todays_gpus, objectives
 from kbopt.engine.advice.settings import differs_from_today, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
@@ -291,8 +291,8 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
             known_before = [name for name in outcome.reached if name in whatif.before]   # one may appear only after
             rule = moved[0].rules[0] if moved else (whatif.before[known_before[0]].rule if known_before else c.rules[0])
             vetoes.append(Drawn(rule, Reject(c.strategy, c.variant, negligible_reason(outcome, whatif.before))))
-        elif judged_by and outcome.unevaluated is None and (why := harm(outcome.gains, judged_by, threshold)):
-            worst = next(g for g in outcome.gains if g.text() in why)
+        elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold)):
+            why, worst = harm_reason(found, outcome.gains)
             vetoes.append(Drawn(worst.rules[0], Reject(c.strategy, c.variant, why)))
     return outcomes
 

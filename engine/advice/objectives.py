@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from kbopt.engine.advice.symptoms import AGREEMENT, Symptom
-from kbopt.engine.advice.whatif import Gain, number
+from kbopt.engine.advice.whatif import Gain, number, relative_change
 from kbopt.engine.lang.logic import KNOWN, Lookup
 
 Better = Literal["lower", "higher"]
@@ -75,31 +75,42 @@ def objectives(lookup: Lookup) -> tuple[Objective, ...]:
     return tuple(o for o in out if _reads_today(lookup, o.metric))
 
 
-def _worse(gain: Gain, better: Better) -> float:
+def _worse(before: float, after: float, better: Better) -> float:
     """How much a move works against an objective: positive when it worsens it (relative)."""
-    return gain.change if better == "lower" else -gain.change
+    change = relative_change(before, after)
+    return change if better == "lower" else -change
 
 
-def harm(gains: Iterable[Gain], judged_by: tuple[Objective, ...], threshold: float) -> str | None:
-    """Why a what-if works against the objectives, or None: it worsens a missed objective's
-    estimate by the negligible share or more, or it worsens an objective's and improves none of
-    them nor the tokens served a second.
-    Throughput is judged by the service rate where the what-if moves it (more replicas serve more
-    while each serves less), else by the replica's decode rate."""
-    moved = {g.metric: g for g in gains}
-    relevant = [o for o in judged_by if o.metric in moved
-                and not (o.metric == "decode_tokens_per_s" and "service_tokens_per_s" in moved)]
-    worse = [(o, moved[o.metric]) for o in relevant if _worse(moved[o.metric], o.better) >= threshold]
-    # a trade (more tokens a second for a slower step) is the user's to weigh, not a harm
-    better = [o for o in relevant if -_worse(moved[o.metric], o.better) >= threshold] + [
-        m for m in ("service_tokens_per_s", "decode_tokens_per_s") if m in moved and moved[m].change >= threshold]
-    missed = [(o, g) for o, g in worse if o.missed]
+def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...], threshold: float
+         ) -> tuple[tuple[Objective, str], ...]:
+    """What a what-if works against (objective, estimate), from its moves (estimate, before,
+    after); empty where it does not. It works against the objectives where it worsens a missed
+    objective's estimate by the negligible share or more (those alone are named), or where it
+    worsens an objective's and improves none of them nor the tokens served a second: a trade of a
+    slower step for more tokens a second is the user's to weigh. Throughput is judged by the
+    service rate where the what-if moves it (more replicas serve more while each serves less),
+    else by the replica's decode rate."""
+    moves = {name: (before, after) for name, before, after in moved
+             if isinstance(before, int | float) and isinstance(after, int | float)}
+    relevant = [o for o in judged_by if o.metric in moves
+                and not (o.metric == "decode_tokens_per_s" and "service_tokens_per_s" in moves)]
+    worse = [o for o in relevant if _worse(*moves[o.metric], o.better) >= threshold]
+    missed = tuple((o, o.metric) for o in worse if o.missed)
     if missed:
-        objective, gain = missed[0]
-        return f"harmful: it works against {objective.name}, missed today: {gain.text()}"
-    if worse and not better:
-        return "harmful: it works against " + "; ".join(f"{o.name}: {g.text()}" for o, g in worse)
-    return None
+        return missed[:1]
+    better = [o for o in relevant if -_worse(*moves[o.metric], o.better) >= threshold] + [
+        m for m in ("service_tokens_per_s", "decode_tokens_per_s") if m in moves and relative_change(*moves[m]) >= threshold]
+    return () if better else tuple((o, o.metric) for o in worse)
+
+
+def harm_reason(found: tuple[tuple[Objective, str], ...], gains: Iterable[Gain]) -> tuple[str, Gain]:
+    """The rejection's reason for what `harm` found, with the numbers, and the move it names first."""
+    by_metric = {g.metric: g for g in gains}
+    named = [(objective, by_metric[metric]) for objective, metric in found]
+    if named[0][0].missed:
+        objective, gain = named[0]
+        return f"harmful: it works against {objective.name}, missed today: {gain.text()}", gain
+    return "harmful: it works against " + "; ".join(f"{o.name}: {g.text()}" for o, g in named), named[0][1]
 
 
 def met_on_todays_gpus(projected: Iterable[Symptom]) -> str | None:

@@ -92,7 +92,7 @@ BOOKKEEPING = frozenset({
 class Outcome:
     """One what-if: the changes made, and how the estimates moved."""
     changes: tuple[tuple[str, Any], ...]   # fact -> new value (None: forgotten)
-    moved: tuple[tuple[Any, Any], ...]     # (before, after) of every estimate known before and after that moved
+    moved: tuple[tuple[str, Any, Any], ...]   # (estimate, before, after) of every estimate known before and after that moved
     # Those moves as Gains, made when first asked: naming the rules behind each after-value and
     # its confidence costs, and a candidate left out of the advice shows neither (a third of them).
     explain: Callable[[], tuple[Gain, ...]] = field(default=tuple, compare=False, repr=False)
@@ -114,7 +114,7 @@ class Outcome:
         """Negligible only when the model measured what a deployment gains (a performance metric
         known before and after) and nothing moved enough: a change the model cannot size, because
         the facts lack the model's shape, is not thereby a change that brings nothing."""
-        if self.unevaluated is not None or not all(abs(relative_change(*move)) < threshold for move in self.moved):
+        if self.unevaluated is not None or not all(abs(relative_change(before, after)) < threshold for _, before, after in self.moved):
             return False
         return any(name in PERFORMANCE_METRICS for name in self.reached)
 
@@ -239,7 +239,7 @@ class WhatIf:
         moved = [(path, was, now) for path in estimates
                  if (was := self.before.get(path.removeprefix(DERIVED))) is not None
                  and was.value != (now := derivation.derived[path][0])]
-        return Outcome(changes, tuple((was.value, now) for _, was, now in moved),
+        return Outcome(changes, tuple((was.name, was.value, now) for _, was, now in moved),
                        functools.partial(gains_of, after, moved), reach)
 
     def _level_of(self, effects: tuple[tuple[str, Any], ...], path: str) -> Confidence:
