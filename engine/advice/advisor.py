@@ -184,7 +184,11 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                                                 catalog[candidates[key].strategy].effects_of(candidates[key].variant))}
         lean_keys, planned = planned, [key for key in planned if key not in adding]
         lean = plan_of()
-        why = met_on_todays_gpus(symptoms(final.inputs, final.derived, lean)) if lean is not None else None
+        # and only where the rest serves today's load: a plan that serves fewer tokens a second
+        # (a lower cap) needs the replicas for the requests it leaves waiting
+        serves = lean is not None and all(g.change > -pack.kb.negligible_change for g in lean.expected
+                                          if g.metric in ("service_tokens_per_s", "decode_tokens_per_s"))
+        why = met_on_todays_gpus(symptoms(final.inputs, final.derived, lean)) if lean is not None and serves else None
         if why is None:
             planned = lean_keys
         else:
