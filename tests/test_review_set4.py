@@ -67,3 +67,31 @@ def test_d4_an_eager_server_gets_its_cuda_graphs_back_first(pack):
     assert "eagle needs a draft head" not in script          # n-gram speculation names no draft head
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_d6_mxfp4_weights_size_prefill_at_the_fp8_rate_not_the_fp4_peak(pack):
+    # gpt-oss-120b on a B200: MXFP4 quantizes only the weights (W4A8 MoE, BF16 attention), so the
+    # chunk budget for a 30 ms ITL p99 is sized at 4,500 TFLOP/s, not NVFP4's 9,000: about half.
+    from kbopt.engine.advice.advisor import advise as advise_facts
+    command = read_command((DATA / "d6.launch").read_text().strip())
+    facts_file = next(DATA.glob("d6-*.json"))
+    budgets = {}
+    for quantization in ("fp4", "mxfp4"):
+        advice = advise_facts(load_facts(facts_file, [*command.overrides(), f"serving.quantization={quantization}"]),
+                              pack, available_evaluators()[0])
+        budgets[quantization] = advice.derived["derived.chunk_budget_itl"]
+        assert advice.derived["derived.peak_tflops"] == (9000 if quantization == "fp4" else 4500)
+    assert 0.4 <= budgets["mxfp4"] / budgets["fp4"] <= 0.6
+
+
+def test_a_config_with_mxfp4_weights_states_how_they_run(tmp_path):
+    import json
+
+    from kbopt.kb.collectors.models import model_facts
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8,
+                                "head_dim": 64, "hidden_size": 2880, "torch_dtype": "bfloat16",
+                                "quantization_config": {"quant_method": "mxfp4"}}))
+    collected = model_facts(str(path))
+    assert collected.facts["model.weight_dtype"][0] == "fp4"
+    assert collected.facts["serving.quantization"][0] == "mxfp4"

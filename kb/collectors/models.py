@@ -73,6 +73,8 @@ def _quantized_dtype(quantization: object) -> str | None:
     method, bits = quantization.get("quant_method"), quantization.get("bits")
     if method == "fp8":
         return "fp8"
+    if method == "mxfp4":       # gpt-oss: 4-bit float weights (serving.quantization mxfp4 says how they run)
+        return "fp4"
     if method in ("awq", "gptq") and bits in (4, 8):
         return "int4" if bits == 4 else "int8"
     return None
@@ -126,6 +128,9 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
     quantized = _quantized_dtype(config.get("quantization_config"))
     if quantized:       # torch_dtype is then the activations' (DeepSeek-V3: bfloat16 beside FP8 weights)
         out.put("model.weight_dtype", quantized, source("quantization_config"))
+        method = (config.get("quantization_config") or {}).get("quant_method")
+        if method == "mxfp4":       # weights only: the activations do not run on FP4 tensor cores
+            out.put("serving.quantization", "mxfp4", source("quantization_config"))
     elif dtype:
         out.put("model.weight_dtype", dtype, source("torch_dtype"))
     name = config.get("_name_or_path") or (config.get("architectures") or [None])[0]
