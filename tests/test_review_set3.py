@@ -199,3 +199,16 @@ def test_d4_with_a_p99_the_model_reads_the_second_replica_is_left_out_as_not_nee
     assert advice.plan is not None and advice.plan.replicas is None
     ttft = next(s for s in advice.symptoms if s.kind == "ttft")
     assert ttft.after is not None and ttft.after <= 800
+
+
+def test_d8_vllm_on_an_mi300x_switches_on_aiter_and_speaks_of_amd_matrix_cores(pack):
+    # AMD's vLLM guide puts AITER first on Instinct GPUs and vLLM leaves it off (envs.py@0.10.2:750-752).
+    advice, _ = _deployment(pack, "d8")
+    aiter = _strategy(advice, "rocm_aiter")
+    assert aiter is not None and aiter.status == "change" and "S-ROCM-AITER" in aiter.recommended_by
+    script = _script(pack, "d8")
+    assert "export VLLM_ROCM_USE_AITER=1" in script
+    assert "sm89+);" not in script and "AMD MI300 and later" in script
+    # stated in today's command, it is carried and not advised again
+    advice, _ = _deployment(pack, "d8", "serving.rocm_aiter=true")
+    assert _strategy(advice, "rocm_aiter") is None
