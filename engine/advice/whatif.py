@@ -300,19 +300,22 @@ def reads_params(raw: Any) -> bool:
 
 def bound(effects: tuple[tuple[str, Any], ...], params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     """The effects with the strategy's parameters in place: `param:NAME` is the parameter's value,
-    `{NAME}` in an `=expression` its number (FORGET where the advice gives none), so the setting
-    the strategy prints is the one the model evaluates."""
+    `{NAME}` in an `=expression` its number, so the setting the strategy prints is the one the
+    model evaluates. An effect on a parameter the advice does not give is left out: the fact
+    stays as today (a reshape that names no dp_attention keeps today's, a memory budget that
+    sets only the cap keeps today's memory fraction)."""
     out = []
     for path, raw in effects:
         if isinstance(raw, str) and raw.startswith(PARAM):
-            raw = params.get(raw.removeprefix(PARAM), FORGET)
+            if raw.removeprefix(PARAM) not in params:
+                continue
+            raw = params[raw.removeprefix(PARAM)]
         elif isinstance(raw, str) and raw.startswith("="):
             names = _PLACEHOLDER.findall(raw)
             values = {name: params.get(name) for name in names}
             if any(not isinstance(v, int | float) or isinstance(v, bool) for v in values.values()):
-                raw = FORGET if names else raw
-            else:
-                raw = _PLACEHOLDER.sub(functools.partial(_placeholder_value, values), raw)
+                continue
+            raw = _PLACEHOLDER.sub(functools.partial(_placeholder_value, values), raw)
         out.append((path, raw))
     return tuple(out)
 
