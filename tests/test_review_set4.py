@@ -95,3 +95,16 @@ def test_a_config_with_mxfp4_weights_states_how_they_run(tmp_path):
     collected = model_facts(str(path))
     assert collected.facts["model.weight_dtype"][0] == "fp4"
     assert collected.facts["serving.quantization"][0] == "mxfp4"
+
+
+def test_d6_the_p99_itl_is_a_step_stalled_by_a_long_prompt(pack):
+    # TRT-LLM without chunking: a p99 gap between tokens is a step carrying a whole long prompt (the
+    # p99 prompt, not the mean), which reads the measured 72 ms back; a chunk budget cuts it.
+    from kbopt.engine.advice.advisor import advise as advise_facts
+    command = read_command((DATA / "d6.launch").read_text().strip())
+    advice = advise_facts(load_facts(next(DATA.glob("d6-*.json")), [*command.overrides(), "serving.quantization=mxfp4"]),
+                          pack, available_evaluators()[0])
+    assert 0.8 <= advice.derived["derived.itl_p99_expected_ms"] / 72 <= 1.25
+    chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
+    p99 = next(g for g in chunked.expected if g.metric == "itl_p99_expected_ms")
+    assert p99.after < 0.7 * p99.before
