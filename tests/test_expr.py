@@ -189,3 +189,13 @@ def test_every_derive_has_a_fast_path_that_agrees_with_the_closure_wherever_it_c
                 assert closure(lookup) == value, (derives[fast.index(quick)], drop)
                 compared += 1
     assert compared > 2000
+
+
+def test_ln_is_the_natural_logarithm_and_has_no_value_at_zero(pack):
+    from kbopt.engine.lang.compiled import compile_value
+    from kbopt.engine.lang.logic import KNOWN, Missing
+    vocabulary = load_vocabulary()
+    value = compile_value(parse_value("ln(100 * workload.prompt_len_mean)", vocabulary, {}))
+    assert value(lambda path: (KNOWN, 1.0)) == pytest.approx(4.60517, abs=1e-5)
+    with pytest.raises(Missing):
+        value(lambda path: (KNOWN, 0.0))

@@ -227,3 +227,17 @@ def test_d8_vllm_on_an_mi300x_switches_on_aiter_and_speaks_of_amd_matrix_cores(p
     # stated in today's command, it is carried and not advised again
     advice, _ = _deployment(pack, "d8", "serving.rocm_aiter=true")
     assert _strategy(advice, "rocm_aiter") is None
+
+
+def test_a_refused_combination_drops_the_flag_refused_not_the_limit_it_is_measured_against(pack):
+    # Set 5's TGI deployment: a prefill budget below --max-input-tokens beside --speculate. The
+    # budget is left out, saying why; today's --max-input-tokens stays (it was dropped too).
+    from kbopt.engine.advice.launch import Arg, Target, _checked
+    from kbopt.kb.engines import engine_catalog
+    tgi = engine_catalog().engines["tgi"]
+    args = [Arg("--max-input-tokens", "cli", "6144", "6144", "today: --launch", set_today=True),
+            Arg("--max-batch-prefill-tokens", "cli", "256", "6144", "S-CHUNKED-PREFILL (chunked_prefill)", set_today=True),
+            Arg("--speculate", "cli", "3", None, "S-SPECULATIVE-DECODING (speculative_decoding[ngram])")]
+    kept, dropped = _checked(tgi, Target("tgi", tgi.latest, True, True), args)
+    assert [a.name for a in kept] == ["--max-input-tokens", "--speculate"]
+    assert len(dropped) == 1 and dropped[0].startswith("--max-batch-prefill-tokens 256")

@@ -371,10 +371,13 @@ def _checked(spec: Engine, target: Target, args: list[Arg]) -> tuple[list[Arg], 
 
 
 def _own_problem(spec: Engine, target: Target, name: str, value: str | None, argv: list[tuple[str, str | None]]) -> list[str]:
-    """The profile's problems with one flag, beside the others of `argv`."""
+    """The profile's problems with one flag, beside the others of `argv`: those the engine names
+    it by. A combination refused on another flag (a prefill budget below --max-input-tokens) is
+    that flag's problem, not the limit's, though leaving out either would end it."""
     others = [(n, v) for n, v in argv if n != name]
     before = set(spec.problems(target.version, others))
-    return [p for p in spec.problems(target.version, others + [(name, value)]) if p not in before]
+    return [p for p in spec.problems(target.version, others + [(name, value)])
+            if p not in before and (p == name or p.startswith((f"{name} ", f"{name}:")))]
 
 
 def deployed_launch(advice: Advice, command: Command | None = None) -> Launch | str | None:

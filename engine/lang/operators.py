@@ -99,6 +99,14 @@ def _pow(x: float, y: float) -> float:
         raise OverflowError(f"pow({x}, {y}) has no real value") from None
 
 
+def _ln(x: float) -> float:
+    try:
+        return math.log(x)
+    except ValueError:
+        # zero or below has no logarithm: no value, as pow's outside the reals
+        raise OverflowError(f"ln({x}) has no real value") from None
+
+
 def _pow2ceil(x: float) -> int:
     x = max(1, math.ceil(x))
     return 1 << (x - 1).bit_length()
@@ -138,6 +146,7 @@ _TABLE: tuple[Operator, ...] = (
     Function("round", _round, "round(x) to an integer, round(x, n) to n places", most=2),
     Function("floor", math.floor, "round down to an integer"),
     Function("ceil", math.ceil, "round up to an integer"),
+    Function("ln", _ln, "natural logarithm (an exponential tail's quantile: ln(1 / (1 - q)) times the mean)"),
     Function("pow2ceil", _pow2ceil, "smallest power of two >= x"),
     Function("pow", _pow, "x raised to the power y (the chance of missing in y independent draws, for MoE)", least=2, most=2),
     Function("edges", _edges, "bucket edges: powers of two >= each value below the last, then the last", most=None),
