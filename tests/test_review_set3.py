@@ -241,3 +241,15 @@ def test_a_refused_combination_drops_the_flag_refused_not_the_limit_it_is_measur
     kept, dropped = _checked(tgi, Target("tgi", tgi.latest, True, True), args)
     assert [a.name for a in kept] == ["--max-input-tokens", "--speculate"]
     assert len(dropped) == 1 and dropped[0].startswith("--max-batch-prefill-tokens 256")
+
+
+def test_facts_that_break_littles_law_are_named_and_consistent_ones_are_not(pack):
+    # Set 3's D4, D6 and D8 queue more requests than their arrival rate and mean TTFT allow (D6: 140
+    # waiting at 7.5/s is an 18.7 s mean wait, against a 4.1 s mean TTFT); set 4's do not.
+    for name in ("d4", "d6", "d8"):
+        advice, _ = _deployment(pack, name)
+        assert "W-FACTS-BREAK-LITTLE" in {w.rule for w in advice.warnings}, name
+    import test_review_set4
+    for name in ("d1", "d5", "d7"):
+        advice = test_review_set4._deployment(pack, name)
+        assert "W-FACTS-BREAK-LITTLE" not in {w.rule for w in advice.warnings}, name
