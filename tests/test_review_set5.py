@@ -1,0 +1,45 @@
+"""Expert review set 5: four more deployments (tests/data/review5, each with today's launch command)
+and what the advice must read for them."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.advice.command import read_command
+from kbopt.engine.advice.launch import build_launch
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.kb.facts import load_facts
+from kbopt.reports.emit import render_launch
+
+DATA = Path(__file__).resolve().parent / "data" / "review5"
+
+
+def _deployment(pack, name: str):
+    command = read_command((DATA / f"{name}.launch").read_text().strip())
+    advice = advise(load_facts(next(DATA.glob(f"{name}-*.json")), command.overrides()), pack, available_evaluators()[0])
+    script = render_launch(build_launch(advice, command.engine, command), advice.bottleneck)
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    return advice, script
+
+
+def test_d10_sglang_speculating_without_a_cap_runs_48_and_the_cap_is_raised_first(pack):
+    # SGLang 0.5, DeepSeek-R1 on 8 B200s with MTP and no --max-running-requests: SGLang caps the
+    # running requests at 48 (server_args.py@0.5.1:618-620); 48 run, 40 wait, the KV cache is 16% used.
+    advice, script = _deployment(pack, "d10")
+    assert advice.derived["derived.batch_cap_replica"] == 48
+    first = advice.strategies[0]
+    assert first.id == "memory_budget" and "S-BATCH-CAP-RAISE" in first.recommended_by
+    assert "scale_out" not in {s.id for s in advice.strategies}
+    assert "--max-running-requests" in script
+
+
+def test_d12_tgi_keeps_the_chunk_budget_that_meets_the_itl_objective_and_drops_speculation(pack):
+    # TGI 3.3 on an A10G: a 256-token prefill budget meets the 150 ms ITL p99 (about 106 + 35 ms);
+    # --speculate would turn chunking off, so it is rejected, and today's limits stay in the script.
+    advice, script = _deployment(pack, "d12")
+    assert any(r.id == "speculative_decoding" and "R-TGI-SPECULATE-NO-CHUNKING" in r.because for r in advice.rejected)
+    assert "--max-batch-prefill-tokens 256" in script and "--speculate" not in script.split("exec")[0].split("args=(")[1]
+    assert "--max-input-tokens 6144" in script
