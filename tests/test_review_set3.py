@@ -253,3 +253,26 @@ def test_facts_that_break_littles_law_are_named_and_consistent_ones_are_not(pack
     for name in ("d1", "d5", "d7"):
         advice = test_review_set4._deployment(pack, name)
         assert "W-FACTS-BREAK-LITTLE" not in {w.rule for w in advice.warnings}, name
+
+
+def test_replicas_that_add_little_and_meet_no_objective_are_not_worth_their_gpus():
+    from kbopt.engine.advice.objectives import not_worth_their_gpus
+    from kbopt.engine.advice.symptoms import MEASURED, Symptom
+    from kbopt.engine.advice.whatif import Gain, Plan
+
+    def plan(service_after, replicas=None):
+        return Plan(("x",), (Gain("service_tokens_per_s", 1000.0, service_after, "tokens/s", ("M-SERVICE-TOKENS",), "medium"),),
+                    replicas)
+
+    def ttft(after):
+        return Symptom("ttft", "workload.ttft_p99_ms", 2700, "ms", MEASURED, 800, "constraints.ttft_slo_ms", 2.375,
+                       label="TTFT p99", after=after)
+    # two replicas serve 1.1x the rest of the plan, and the TTFT objective is missed with and without them
+    why = not_worth_their_gpus(plan(2200.0, 2.0), plan(2000.0), [ttft(900.0)], [ttft(950.0)])
+    assert why is not None and why.startswith("not worth its GPUs: 2 replicas serve 1.1")
+    # they nearly double it: worth them
+    assert not_worth_their_gpus(plan(3900.0, 2.0), plan(2000.0), [ttft(900.0)], [ttft(950.0)]) is None
+    # they meet the objective the rest misses: kept whatever they add
+    assert not_worth_their_gpus(plan(2200.0, 2.0), plan(2000.0), [ttft(700.0)], [ttft(950.0)]) is None
+    # the model cannot project it: they stay advice
+    assert not_worth_their_gpus(plan(2200.0, 2.0), plan(2000.0), [ttft(None)], [ttft(None)]) is None

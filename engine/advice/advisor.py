@@ -9,7 +9,7 @@ from kbopt.engine.advice.caps import CAP_PARAMS, sized_cap
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
-from kbopt.engine.advice.objectives import harm, harm_reason, met_on_todays_gpus, objectives
+from kbopt.engine.advice.objectives import harm, harm_reason, met_on_todays_gpus, not_worth_their_gpus, objectives
 from kbopt.engine.advice.settings import differs_from_today, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
@@ -188,7 +188,10 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         # (a lower cap) needs the replicas for the requests it leaves waiting
         serves = lean is not None and all(g.change > -pack.kb.negligible_change for g in lean.expected
                                           if g.metric in ("service_tokens_per_s", "decode_tokens_per_s"))
-        why = met_on_todays_gpus(symptoms(final.inputs, final.derived, lean)) if lean is not None and serves else None
+        lean_symptoms = symptoms(final.inputs, final.derived, lean) if lean is not None else ()
+        why = met_on_todays_gpus(lean_symptoms) if lean is not None and serves else None
+        if why is None and lean is not None:     # or they add too little to be worth their GPUs
+            why = not_worth_their_gpus(plan, lean, symptoms(final.inputs, final.derived, plan), lean_symptoms)
         if why is None:
             planned = lean_keys
         else:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kbopt.engine.advice.symptoms import AGREEMENT, Symptom
-from kbopt.engine.advice.whatif import Gain, number, relative_change
+from kbopt.engine.advice.whatif import TIMES, Gain, Plan, number, relative_change
 from kbopt.engine.lang.logic import KNOWN, Lookup
 
 Better = Literal["lower", "higher"]
@@ -123,3 +123,34 @@ def met_on_todays_gpus(projected: Iterable[Symptom]) -> str | None:
     return ("not needed: the plan's other changes meet every objective missed today on today's GPUs ("
             + "; ".join(f"{s.label} {number(s.value)} -> about {number(s.after or 0)} {s.unit} against {number(s.objective or 0)} {s.unit}"
                         for s in missed) + ")")
+
+
+# More replicas that add less than this share of a replica's tokens each are not worth their GPUs.
+REPLICA_SHARE = 0.5
+
+
+def not_worth_their_gpus(full: Plan, lean: Plan, full_symptoms: Iterable[Symptom], lean_symptoms: Iterable[Symptom]
+                         ) -> str | None:
+    """Why the replicas a plan adds are not worth their GPUs, or None: together they add less than
+    half a replica's tokens each over the rest of the plan, and meet no missed objective the rest
+    leaves missed (one the model cannot project may need them: they stay advice)."""
+    if full.replicas is None:
+        return None
+    service = next((g for g in full.expected if g.metric == "service_tokens_per_s"), None)
+    if service is None or not isinstance(service.after, int | float) or not isinstance(service.before, int | float):
+        return None
+    rest = next((g.after for g in lean.expected if g.metric == "service_tokens_per_s"), service.before)
+    if not isinstance(rest, int | float) or rest <= 0:
+        return None
+    ratio = service.after / rest
+    if ratio >= 1 + REPLICA_SHARE * (full.replicas - 1):
+        return None
+    def met(found: Iterable[Symptom]) -> dict[str, bool | None]:
+        return {s.kind: (None if s.after is None else s.after <= (s.objective or 0))
+                for s in found if s.objective is not None and s.miss is not None and s.miss > 0}
+    with_them, without = met(full_symptoms), met(lean_symptoms)
+    if any(verdict is None or (verdict and not without.get(kind)) for kind, verdict in with_them.items()):
+        return None
+    return (f"not worth its GPUs: {number(full.replicas)} replicas serve {number(ratio)}{TIMES} the tokens a second of the "
+            f"plan's other changes on today's GPUs ({number(ratio / full.replicas)}{TIMES} per GPU), and meet no objective "
+            "those leave missed")
