@@ -995,8 +995,8 @@ def compile_chaining_value(node: Value) -> FastCompute | None:
     wherever the exact `compile_value` closure would raise Missing or an error (and where a
     coalesce's alternative divides by zero, which the closure passes over), and the caller then
     asks that closure, so only values computed without any trouble come from here. None
-    where the expression has a shape the fast path does not cover (a coalesce whose alternatives
-    other than the last hold a coalesce or an if-else). As in `_Generated`, only the shape
+    where the expression has a shape the fast path does not cover (none of the built-in pack's:
+    a coalesce with an if-else inside tries each alternative in turn). As in `_Generated`, only the shape
     reaches the source, never a rule's string."""
     namespace: dict[str, Any] = {}
 
