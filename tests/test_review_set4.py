@@ -110,3 +110,42 @@ def test_d6_the_p99_itl_is_a_step_stalled_by_a_long_prompt(pack):
     chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
     p99 = next(g for g in chunked.expected if g.metric == "itl_p99_expected_ms")
     assert p99.after < 0.7 * p99.before
+
+
+def test_d1_the_memory_fraction_stays_when_the_preemption_cap_beside_it_would_double_the_wait(pack):
+    # D1 (L4, 24 running, 12% preempted, TTFT missed): capping at the 19 today's pool holds makes
+    # the TTFT wait 2.1x longer, while raising --gpu-memory-utilization to 0.95 alone grows the
+    # pool 29%. The cap is the part rejected; the raise stays advice, with its own gain.
+    advice = _deployment(pack, "d1")
+    budget = next(s for s in advice.strategies if s.id == "memory_budget")
+    assert budget.params == {"memory_fraction": 0.95} and budget.recommended_by == ("S-MEMORY-BUDGET-RAISE",)
+    assert "KV pool" in budget.gain
+    part = next(r for r in advice.rejected if r.id == "memory_budget")
+    assert "max_num_seqs" in part.params and part.because[0] == "S-MEMORY-BUDGET-PREEMPTION"
+    assert "part left out as harmful" in part.reason and "TTFT objective" in part.reason
+
+
+def test_d4_a_latency_server_at_three_requests_is_not_told_to_take_more(pack):
+    # Under a latency objective a light load is the operating point: the eager step's fixed cost
+    # is the bottleneck, not a want of requests, and no warning asks for more concurrency.
+    advice = _deployment(pack, "d4")
+    assert advice.bottleneck == "overhead"
+    assert not any(w.rule == "D-BOTTLENECK-UNDERFED" for w in advice.warnings)
+    assert "speculative_decoding" in {s.id for s in advice.strategies}
+
+
+def test_d4_the_default_chunk_budget_is_sized_for_the_itl_p99_once_graphs_shorten_the_step(pack):
+    # Eager, the decode step alone misses the 8 ms ITL p99, so no budget meets it; with CUDA graphs
+    # (about 3.4 ms a step) a 256-token budget does. vLLM's default budget runs today, so lowering
+    # it is a change, in the plan and in the script, and the plan's p99 then meets the objective.
+    from kbopt.engine.advice.launch import build_launch
+    from kbopt.reports.emit import render_launch
+    advice = _deployment(pack, "d4")
+    chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
+    assert chunked.status == "change" and chunked.params["max_num_batched_tokens"] == 256
+    assert advice.plan is not None and "chunked_prefill" in advice.plan.strategies
+    itl = next(s for s in advice.symptoms if s.kind == "itl")
+    assert itl.after is not None and itl.after <= 8
+    script = render_launch(build_launch(advice, "vllm", read_command((DATA / "d4.launch").read_text().strip())),
+                           advice.bottleneck)
+    assert "--max-num-batched-tokens 256" in script

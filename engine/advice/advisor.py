@@ -9,8 +9,8 @@ from kbopt.engine.advice.caps import CAP_PARAMS, sized_cap
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
-from kbopt.engine.advice.objectives import harm, harm_reason, met_on_todays_gpus, not_worth_their_gpus, objectives
-from kbopt.engine.advice.settings import differs_from_today, settings_map, targets
+from kbopt.engine.advice.objectives import Objective, harm, harm_reason, met_on_todays_gpus, not_worth_their_gpus, objectives
+from kbopt.engine.advice.settings import differs_from_today, sets_otherwise, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
 from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason, reads_params
@@ -163,7 +163,11 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     # Already in place: advice to keep, never an action; a what-if of what is there moves nothing,
     # so it is neither sized nor vetoed as negligible.
     kept = {key for key, c in candidates.items() if in_place(pack, catalog[c.strategy], c.variant, final)}
-    outcomes = _what_ifs({k: c for k, c in candidates.items() if k not in kept}, catalog, whatif, vetoes) if whatif else {}
+    trimmed: list[Rejection] = []
+    outcomes = _what_ifs({k: c for k, c in candidates.items() if k not in kept}, catalog, whatif, vetoes, trimmed) if whatif else {}
+    for part in trimmed:     # the gain the candidate states is that of a rule it keeps
+        candidates[part.key].gain = next((d.conclusion.gain for d in recommendations if d.conclusion.key == part.key
+                                          and d.rule in candidates[part.key].rules and d.conclusion.gain), None)
     graph = build_graph(candidates, vetoes, requires, mitigates, catalog)
     resolution = resolve(graph, candidates)
     chosen = set(resolution.chosen)
@@ -198,17 +202,25 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             unneeded, plan = dict.fromkeys(adding, why), lean
             chosen -= adding
     sized_by_key: dict[str, list[tuple[str, str]]] = {key: [] for key in resolution.chosen}
+    moved_in_place: list[str] = []
     if plan is not None:     # budgets sized on the deployment after the whole plan (in place or not)
         for key in resolution.chosen:
             c = candidates[key]
             params, notes = evaluated[key]
+            today = dict(params)
             sized_by_key[key] = _sized_after_plan(c, params, plan, final, catalog[c.strategy], notes)
-        if any(sized_by_key[key] and _effects_read_params(catalog[candidates[key].strategy], candidates[key].variant)
-               for key in planned):
+            # A strategy in place whose setting the plan moves (a chunk budget the engine's default
+            # sets today, sized down once CUDA graphs shorten the step) is a change, in the plan too.
+            if key in kept and key not in planned and sized_by_key[key] and sets_otherwise(
+                    c.strategy, key, today, params, final.inputs, final.derived):
+                moved_in_place.append(key)
+        planned += moved_in_place
+        if moved_in_place or any(sized_by_key[key] and _effects_read_params(catalog[candidates[key].strategy],
+                                                                             candidates[key].variant) for key in planned):
             plan = plan_of()     # once more with the budgets it sized (what the model evaluates is what is printed)
             for key in planned:  # and each such strategy's own what-if with the value it prints
                 strategy = catalog[candidates[key].strategy]
-                if sized_by_key[key] and key in outcomes and _effects_read_params(strategy, candidates[key].variant):
+                if sized_by_key[key] and (key in outcomes or key in moved_in_place) and _effects_read_params(strategy, candidates[key].variant):
                     outcome = whatif.strategy(strategy, candidates[key].variant, key, evaluated[key][0]) if whatif else None
                     if outcome is not None:
                         outcomes[key] = outcome
@@ -245,13 +257,13 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             because=tuple(dict.fromkeys(because)), caveats=tuple(texts), gain=c.gain, weight=c.weight,
             recommended_by=tuple(c.rules), key=key,
             # in place, and with the values the deployment runs: a strategy in place whose parameters change is a change
-            status="keep" if key in kept and not differs_from_today(c.strategy, key, params, final.inputs, final.derived)
-            else "change",
+            status="keep" if key in kept and key not in moved_in_place
+            and not differs_from_today(c.strategy, key, params, final.inputs, final.derived) else "change",
             expected=outcomes[key].gains if key in outcomes else (),
             settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines), sized=tuple(sized)))
     out.sort(key=lambda s: s.status == "keep")     # actions first, then what stays (stable otherwise)
     rejected = [Rejection(id=candidates[key].strategy, params={}, because=tuple(candidates[key].rules), reason=why, key=key)
-                for key, why in unneeded.items()]
+                for key, why in unneeded.items()] + [r for r in trimmed if r.key in chosen]
     for left in resolution.left_out:
         c = candidates[left.key]
         variant_param = catalog[c.strategy].variant    # a candidate has a variant only when its strategy names this parameter
@@ -274,12 +286,14 @@ def in_place(pack: Pack, strategy: Strategy, variant: str | None, final: FinalFa
 
 
 def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy], whatif: WhatIf,
-              vetoes: list[Drawn[Reject]]) -> dict[str, Outcome]:
+              vetoes: list[Drawn[Reject]], trimmed: list[Rejection]) -> dict[str, Outcome]:
     """Each candidate's what-if, by key. One that the model can evaluate but that moves no
     estimate by the negligible share gets a veto (before resolution, so that whatever requires it
     goes too and an alternative it excluded can take its place); the rule named is the one that
     computed the estimate that moved most. So does one that works against the objectives
-    (engine/advice/objectives.py), naming the rule of the estimate it worsens."""
+    (engine/advice/objectives.py), naming the rule of the estimate it worsens, unless one rule's
+    part of its parameters alone makes it so: then that part is left out (into `trimmed`, with the
+    reason) and the rest stays a candidate."""
     outcomes: dict[str, Outcome] = {}
     threshold = whatif.pack.kb.negligible_change
     judged_by = objectives(whatif.baseline.lookup)
@@ -300,8 +314,38 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
             vetoes.append(Drawn(rule, Reject(c.strategy, c.variant, negligible_reason(outcome, whatif.before))))
         elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold)):
             why, worst = harm_reason(found, outcome.gains)
-            vetoes.append(Drawn(worst.rules[0], Reject(c.strategy, c.variant, why)))
+            kept_part = _harmless_part(c, catalog[c.strategy], whatif, judged_by, threshold)
+            if kept_part is None:
+                vetoes.append(Drawn(worst.rules[0], Reject(c.strategy, c.variant, why)))
+                continue
+            dropped_rule, outcomes[key] = kept_part
+            dropped = {name: entry for name, entry in c.params.items() if entry[1] == dropped_rule}
+            dropped_values = _params(Candidate(key, c.strategy, c.variant, params=dropped), whatif.baseline.lookup,
+                                     catalog[c.strategy])[0]
+            trimmed.append(Rejection(id=c.strategy, params=dropped_values, because=(dropped_rule, worst.rules[0]),
+                                     reason=why.replace("harmful:", f"{dropped_rule}'s part left out as harmful:", 1), key=key))
+            c.params = {name: entry for name, entry in c.params.items() if entry[1] != dropped_rule}
+            c.rules.remove(dropped_rule)
     return outcomes
+
+
+def _harmless_part(c: Candidate, strategy: Strategy, whatif: WhatIf, judged_by: tuple[Objective, ...], threshold: float
+                   ) -> tuple[str, Outcome] | None:
+    """Where a harmful candidate's parameters come from several rules (a cap from one, a memory
+    fraction from another), the rule whose part alone makes it harmful: without that part the
+    rest moves an estimate and works against no objective. Returns that rule and the rest's
+    what-if, or None (the whole candidate is harmful, or no part can be left out)."""
+    givers = list(dict.fromkeys(rule_id for _, rule_id in c.params.values()))
+    if len(givers) < 2:
+        return None
+    for rule_id in givers:
+        rest = Candidate(c.key, c.strategy, c.variant,
+                         params={name: entry for name, entry in c.params.items() if entry[1] != rule_id})
+        outcome = whatif.strategy(strategy, c.variant, c.key, _params(rest, whatif.baseline.lookup, strategy)[0])
+        if (outcome is not None and outcome.unevaluated is None and not outcome.negligible(threshold)
+                and not harm(outcome.moved, judged_by, threshold)):
+            return rule_id, outcome
+    return None
 
 
 def _effects_read_params(strategy: Strategy, variant: str | None) -> bool:

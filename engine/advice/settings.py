@@ -192,6 +192,19 @@ def differs_from_today(strategy: str, key: str, params: Mapping[str, Any], facts
     return any(s.differs for s in settings_for(target, strategy, key, params, facts, derived))
 
 
+def sets_otherwise(strategy: str, key: str, before: Mapping[str, Any], after: Mapping[str, Any], facts: Mapping[str, Any],
+                   derived: Mapping[str, Any]) -> bool:
+    """Whether the deployed engine's settings of a strategy read differently with `after`'s
+    parameters than with `before`'s (a parameter no setting prints moves nothing)."""
+    deployed = facts.get("workload.engine")
+    if deployed not in ENGINES:
+        return False
+    target = targets(facts, str(deployed))[0]
+    def texts(params: Mapping[str, Any]) -> list[str]:
+        return [s.text for s in settings_for(target, strategy, key, params, facts, derived)]
+    return texts(before) != texts(after)
+
+
 def _same(have: Any, want: Any) -> bool:
     if have is None or want is None:
         return False
