@@ -34,6 +34,10 @@ def test_d10_sglang_speculating_without_a_cap_runs_48_and_the_cap_is_raised_firs
     assert first.id == "memory_budget" and "S-BATCH-CAP-RAISE" in first.recommended_by
     assert "scale_out" not in {s.id for s in advice.strategies}
     assert "--max-running-requests" in script
+    # SGLang steps a batch above --cuda-graph-max-bs eagerly: the graphs cover a rank's cap
+    # (server_args.py@0.5.1:418-424, cuda_graph_runner.py@0.5.1:175-212).
+    per_rank = first.params["max_num_seqs"]
+    assert f"--cuda-graph-max-bs {per_rank} " in script
 
 
 def test_d12_tgi_keeps_the_chunk_budget_that_meets_the_itl_objective_and_drops_speculation(pack):
