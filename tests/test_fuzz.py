@@ -458,7 +458,7 @@ def test_fleet_against_a_hostile_server(case, retries):
 
 
 @given(hostile_answers())
-@examples(15, 2_000)
+@examples(15, 10_000)
 def test_collect_from_a_hostile_exporter(case):
     server = _served(case)
     try:
@@ -471,7 +471,7 @@ def test_collect_from_a_hostile_exporter(case):
 # ---------------------------------------------------------------- planted and corrupted pack cache entries
 
 @given(st.data())
-@examples(15, 1_000)
+@examples(15, 10_000)
 def test_a_corrupted_cache_entry_at_worst_costs_a_rebuild(data):
     """Bytes flipped, cut or inserted, a class name, a tag or a field replaced: loading either
     gives a pack checked field by field or rebuilds it; nothing the entry names is ever called."""
@@ -539,7 +539,7 @@ BIG_INTEGERS = st.one_of(st.integers(4290, 4310), st.integers(5000, 5002), st.in
 
 @given(BIG_INTEGERS, st.sampled_from(["model.num_layers", "workload.itl_p99_ms", "telemetry.memory_used_ratio",
                                       "hardware.gpu_count", "workload.x"]), st.sampled_from(["yaml", "json", "set"]))
-@examples(20, 2_000)
+@examples(20, 10_000)
 def test_big_integers_in_facts(number, path, form):
     section, name = path.split(".")
     with tempfile.TemporaryDirectory() as folder:
@@ -557,7 +557,7 @@ def test_big_integers_in_facts(number, path, form):
 
 @given(BIG_INTEGERS, st.sampled_from(['DCGM_FI_DEV_GPU_UTIL{gpu="0"}', 'vllm:num_requests_running{model_name="m"}',
                                       'vllm:num_preemptions_total{model_name="m"}', 'DCGM_FI_DEV_FB_USED{gpu="0"}']))
-@examples(20, 2_000)
+@examples(20, 10_000)
 def test_big_integers_in_exposition_text(number, sample):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "x.prom"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import shutil
 import subprocess
@@ -447,7 +448,9 @@ def test_turning_prefix_caching_on_removes_the_flag_that_turned_it_off(pack, eng
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-PROPERTY = settings(derandomize=True, deadline=None, database=None, max_examples=120,
+# The release fuzz profile (KBOPT_FUZZ=long, docs/fuzzing.md) tries 10,000 random cases of each.
+_RELEASE = os.environ.get("KBOPT_FUZZ") == "long"
+PROPERTY = settings(derandomize=not _RELEASE, deadline=None, database=None, max_examples=10_000 if _RELEASE else 120,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 _BASE: dict = {}
 
