@@ -189,6 +189,35 @@ class RankTotals:
 
 
 @dataclass(frozen=True)
+class CapDefault:
+    """An engine's default for a flag on a class of GPU: the first whose GPU matches holds."""
+    value: int
+    min_gpu_gib: float = 0.0           # the GPU has at least this much memory
+    except_gpu: str = ""               # and its name does not hold this (lower case)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A flag the engine refuses above another flag's value (vLLM's max_num_seqs above its token
+    budget). Where the script's budget is below the cap the server would run, the one set or the
+    engine's default on that GPU, the cap comes down to the budget, saying why."""
+    flag: str                          # the flag bounded: --max-num-seqs
+    at_most: str                       # the flag whose value bounds it: --max-num-batched-tokens
+    defaults: tuple[CapDefault, ...]   # the bounded flag's default by GPU, first match
+    why: str
+    source: str
+
+    def default_on(self, gpu_name: str, gpu_gib: float | None) -> int | None:
+        for default in self.defaults:
+            if (gpu_gib is None and default.min_gpu_gib > 0) or (gpu_gib is not None and gpu_gib < default.min_gpu_gib):
+                continue
+            if default.except_gpu and default.except_gpu in gpu_name.lower():
+                continue
+            return default.value
+        return None
+
+
+@dataclass(frozen=True)
 class Engine:
     id: str
     title: str
@@ -206,6 +235,7 @@ class Engine:
     unknown_flag: str = "unrecognized argument {flag}"   # the engine's own message for an argument it lacks
     vendors: tuple[str, ...] = VENDORS   # the GPU makers it runs on (hardware.vendor)
     rank_totals: RankTotals | None = None
+    bounds: tuple[Bound, ...] = ()
 
     @property
     def latest(self) -> Version:
@@ -246,6 +276,10 @@ class Engine:
             for refusal in self.refuses:
                 if refusal.flag == name and _in_range(version, refusal.min, refusal.max) and refusal.refuses(value, given):
                     out.append(f"{name}{'' if value is None else ' ' + value}: {refusal.why}")
+        for bound in self.bounds:
+            capped, limit = given.get(bound.flag), given.get(bound.at_most)
+            if capped is not None and limit is not None and capped.isdigit() and limit.isdigit() and int(capped) > int(limit):
+                out.append(f"{bound.flag} {capped} above {bound.at_most} {limit}: {bound.why}")
         return out
 
 
@@ -365,6 +399,12 @@ def _rank_totals(raw: dict[str, Any] | None) -> RankTotals | None:
     return RankTotals(raw["switch"], raw["size"], tuple(raw["flags"]), raw["source"])
 
 
+def _bound(raw: dict[str, Any]) -> Bound:
+    return Bound(raw["flag"], raw["at_most"], tuple(CapDefault(int(d["value"]), float(d.get("min_gpu_gib", 0)),
+                                                               str(d.get("except_gpu", "")).lower())
+                                                    for d in raw.get("defaults") or ()), raw["why"], raw["source"])
+
+
 def _carry(raw: dict[str, Any]) -> Carry:
     mapping = raw.get("value")
     return Carry(raw["fact"], raw["set"], raw.get("kind", "cli"), raw.get("when"),
@@ -388,14 +428,16 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                     tuple(_carry(item) for item in raw.get("deployment") or ()),
                     tuple(raw.get("invoked_as") or ()), tuple(raw.get("model_flags") or ()),
                     str(raw.get("unknown_flag") or "unrecognized argument {flag}"),
-                    tuple(raw.get("vendors") or VENDORS), _rank_totals(raw.get("dp_attention_totals")))
+                    tuple(raw.get("vendors") or VENDORS), _rank_totals(raw.get("dp_attention_totals")),
+                    tuple(_bound(item) for item in raw.get("bounded") or ()))
     if not set(engine.vendors) <= set(VENDORS):
         raise ValueError(f"{where}: vendors {list(engine.vendors)} are not among {list(VENDORS)}")
     entries = tuple(_entry(engine_id, item, where) for item in raw.get("settings") or ())
     known = {flag.name for flag in flags}
     totals = engine.rank_totals
     for name in ([n for e in entries for n in (*e.names, *e.removes)] + [c.name for c in engine.deployment]
-                 + ([totals.switch, totals.size, *totals.flags] if totals else [])):
+                 + ([totals.switch, totals.size, *totals.flags] if totals else [])
+                 + [name for bound in engine.bounds for name in (bound.flag, bound.at_most)]):
         if name not in known:
             raise ValueError(f"{where}: {name} is set but not in the profile's flags")
     return engine, entries

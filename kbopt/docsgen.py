@@ -228,6 +228,18 @@ def engines_page() -> str:
             assert rank is not None
             out.append(f"| {engine.id} | {', '.join(f'`{flag}`' for flag in rank.flags)} | `{rank.switch}` | `{rank.size}` |"
                        f" `{_cell(rank.source)}` |")
+    bounded = [(engine, bound) for engine in engines.engines.values() for bound in engine.bounds]
+    if bounded:
+        out += ["", "## Caps bounded by another flag", "",
+                "A cap the engine refuses above another flag's value. Where the script's value of that flag is",
+                "below the cap the server would run (the one set, or the engine's default on the GPU), the script",
+                "lowers the cap to it and says why.", "",
+                "| engine | flag | at most | default | why | source |", "|---|---|---|---|---|---|"]
+        for engine, bound in bounded:
+            defaults = "; ".join(f"{d.value}" + (f" on GPUs of {d.min_gpu_gib:g} GiB or more" if d.min_gpu_gib else "")
+                                 + (f" other than {d.except_gpu}" if d.except_gpu else "") for d in bound.defaults)
+            out.append(f"| {engine.id} | `{bound.flag}` | `{bound.at_most}` | {_cell(defaults)} | {_cell(bound.why)} |"
+                       f" `{_cell(bound.source)}` |")
     out += ["", "## Settings", "",
             "`{value}` is the strategy's parameter (or the engine's own conversion of it). A note means the",
             "engine has no such setting.", "",

@@ -96,7 +96,12 @@ def test_every_example_emits_a_script_each_engine_starts(pack, example, engine, 
     args = _script_args(script, engine)
     names = [name for name, _ in args]
     assert len(names) == len(set(names)), [n for n in names if names.count(n) > 1]
-    # every flag is the profile's at this version, typed right, and nothing it refuses is there
+    # every flag is the profile's at this version, typed right, and nothing it refuses is there,
+    # the engine's default for a bounded cap the script leaves unset included (vLLM's max_num_seqs)
+    for bound in spec.bounds:
+        default = bound.default_on(str(facts.get("hardware.gpu_name") or ""), advice.derived.get("derived.gpu_memory_gib"))
+        if bound.at_most in names and bound.flag not in names and default is not None:
+            args.append((bound.flag, str(default)))
     assert spec.problems(target_version, args) == [], script
     for name, value in args:
         assert str(spec.by_name[name].problem(value) or "") == ""
@@ -216,6 +221,8 @@ def test_refused_settings_never_reach_the_script():
     assert not vllm.problems((0, 12, 0), [("--kv-offloading-size", "64"), ("--kv-offloading-backend", "native")])
     assert vllm.problems((0, 11, 0), [("--kv-offloading-size", "64"), ("--kv-offloading-backend", "native")])
     assert vllm.problems((0, 12, 0), [("--enable-chunked-prefill", None)])
+    assert vllm.problems((0, 12, 0), [("--max-num-batched-tokens", "256"), ("--max-num-seqs", "1024")])
+    assert not vllm.problems((0, 12, 0), [("--max-num-batched-tokens", "256"), ("--max-num-seqs", "256")])
     assert sglang.problems((0, 5, 0), [("--hicache-ratio", "1.0")])
     assert not sglang.problems((0, 5, 0), [("--hicache-ratio", "1.5")])
     assert sglang.problems((0, 5, 0), [("--kv-cache-dtype", "fp8")])

@@ -149,3 +149,6 @@ def test_d4_the_default_chunk_budget_is_sized_for_the_itl_p99_once_graphs_shorte
     script = render_launch(build_launch(advice, "vllm", read_command((DATA / "d4.launch").read_text().strip())),
                            advice.bottleneck)
     assert "--max-num-batched-tokens 256" in script
+    # vLLM refuses a budget below max_num_seqs, 1024 by default on a B200 (scheduler.py@0.12.0:262-267):
+    # the cap comes down to the budget, or the server would not start.
+    assert "\n  --max-num-seqs 256 " in script and "ValueError" in script

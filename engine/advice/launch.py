@@ -314,6 +314,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                 args[name], set_by[name] = arg, rule
     if cap_name is not None and cap_name in args:
         _check_pool_fits(advice)
+    _within_bounds(spec, args, facts, advice.derived, notes)
     _as_rank_totals(spec, args, facts, notes)
     if engine == "trtllm" and (command is None or command.engine != engine):
         # stated, where kbopt writes the command: the settings are the PyTorch backend's (today's command keeps its own)
@@ -326,6 +327,29 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                 del args[option]
     kept, dropped = _checked(spec, target, list(args.values()))
     return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed))
+
+
+def _within_bounds(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], derived: Mapping[str, Any],
+                   notes: list[str]) -> None:
+    """A cap the engine refuses above the script's token budget (vLLM's --max-num-seqs, whether
+    set or the engine's default on this GPU) comes down to that budget, saying why."""
+    for bound in spec.bounds:
+        limit = args.get(bound.at_most)
+        if limit is None or not str(limit.value).isdigit():
+            continue
+        budget = int(str(limit.value))
+        capped = args.get(bound.flag)
+        gib = derived.get("derived.gpu_memory_gib")
+        running = (int(str(capped.value)) if capped is not None and str(capped.value).isdigit()
+                   else bound.default_on(str(facts.get("hardware.gpu_name") or ""),
+                                         float(gib) if isinstance(gib, int | float) and not isinstance(gib, bool) else None))
+        if running is None or running <= budget:
+            continue
+        why = (f"lowered to the token budget {bound.at_most} {budget}: {bound.why}, and the server would run "
+               f"{running}{'' if capped is not None else ' by default on this GPU'} ({bound.source})")
+        args[bound.flag] = (replace(capped, value=str(budget), rule=limit.rule, why=why) if capped is not None
+                            else Arg(bound.flag, "cli", str(budget), None, limit.rule, why=why))
+        notes.append(f"{bound.flag} {budget}: {why}")
 
 
 def _as_rank_totals(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], notes: list[str]) -> None:
