@@ -22,6 +22,9 @@ class Objective:
     better: Better
     name: str              # what the user set: "the ITL objective", "the throughput objective"
     missed: bool
+    # A mean that meets its SLO beside a tail that misses it: a move only works against the
+    # objective where it takes the mean past the SLO (None: any worsening counts).
+    ceiling: float | None = None
 
 
 # An SLO, the estimates it is judged by, and the facts that show it missed (measured first).
@@ -67,11 +70,21 @@ def objectives(lookup: Lookup) -> tuple[Objective, ...]:
         if slo is None or slo <= 0:
             continue
         seen = next((v for path in evidence if (v := _number(lookup, path)) is not None), None)
-        out += [Objective(metric, "lower", name, seen is not None and seen > slo) for metric in metrics]
+        # An SLO is a tail objective (its symptom reads the measured p99 first): where the model's
+        # p99 describes today, the objective is judged by it alone, and a mean that a trade moves
+        # the other way (INT8 weights: a longer decode step, far shorter prefill stalls) judges nothing.
+        mean, tail = metrics
+        judged = (tail,) if _number(lookup, f"derived.{tail}") is not None and _reads_today(lookup, tail) else metrics
+        mean_seen = _number(lookup, _MEASURES[mean])
+        ceiling = slo if mean_seen is not None and mean_seen <= slo else None
+        out += [Objective(metric, "lower", name, seen is not None and seen > slo, ceiling if metric == mean else None)
+                for metric in judged]
     status, stated = lookup("constraints.objective")
+    # an SLO already states what the latency objective asks of its statistic, in numbers
+    by_slo = {metric for slo_fact, _, metrics, _ in _SLOS if (_number(lookup, slo_fact) or 0) > 0 for metric in metrics}
     if status == KNOWN and isinstance(stated, str):
         out += [Objective(metric, better, f"the {stated} objective", False)
-                for metric, better in _STATED.get(stated, ())]
+                for metric, better in _STATED.get(stated, ()) if metric not in by_slo]
     return tuple(o for o in out if _reads_today(lookup, o.metric))
 
 
@@ -94,7 +107,8 @@ def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...]
              if isinstance(before, int | float) and isinstance(after, int | float)}
     relevant = [o for o in judged_by if o.metric in moves
                 and not (o.metric == "decode_tokens_per_s" and "service_tokens_per_s" in moves)]
-    worse = [o for o in relevant if _worse(*moves[o.metric], o.better) >= threshold]
+    worse = [o for o in relevant if _worse(*moves[o.metric], o.better) >= threshold
+             and (o.ceiling is None or moves[o.metric][1] > o.ceiling)]
     missed = tuple((o, o.metric) for o in worse if o.missed)
     if missed:
         return missed[:1]
