@@ -52,3 +52,43 @@ def test_d12_a_prefill_bound_a10g_on_awq_gets_int8_w8a8(pack):
     advice, _ = _deployment(pack, "d12")
     quant = next(s for s in advice.strategies if s.id == "quantization")
     assert quant.params["scheme"] == "int8" and quant.params["mode"] == "w8a8"
+
+
+def test_d1_mxfp4_weights_get_no_fusion_pass_and_no_wider_fp8(pack):
+    # gpt-oss-20b (MXFP4) on an H100: vLLM's fusion passes match FP8 activation quant ops only
+    # (compilation/fusion.py@0.10.2:505-545) and MXFP4 runs W4A16 before Blackwell; FP8 weights
+    # would double the bytes of 4-bit ones. The chunk budget is the change.
+    advice, script = _deployment(pack, "d1")
+    chosen = {s.id for s in advice.strategies if s.status == "change"}
+    assert chosen == {"chunked_prefill"}
+    assert any(r.id == "op_fusion" and "R-FUSION-WEIGHT-ONLY" in r.because for r in advice.rejected)
+    assert any(r.id == "quantization" and "R-QUANT-WIDER-THAN-WEIGHTS" in r.because for r in advice.rejected)
+    assert "--compilation-config" not in script.split("args=(")[1]
+
+
+def test_d3_fp8_kv_does_not_emit_calculate_kv_scales(pack):
+    # vLLM computes --calculate-kv-scales once, on the first forward pass (the profiler's dummy
+    # batch: attention/layer.py@0.12.0:385-394), so the script asks for a checkpoint's scales instead.
+    advice, script = _deployment(pack, "d3")
+    assert "kv_cache_quantization" in {s.id for s in advice.strategies}
+    body = script.split("args=(")[1]
+    assert "--kv-cache-dtype fp8" in body and "\n  --calculate-kv-scales" not in body
+    assert "calibrated" in script
+
+
+def test_d10_tgi_fp8_on_an_l4_is_weight_only_and_the_budget_is_sized_for_bf16_math(pack):
+    # TGI 3.3 runs FP8 through Marlin (W8A16) on 8.x GPUs, L4 included (layers/fp8.py@v3.3.0:44-72):
+    # prefill stays at the bf16 rate, so the ITL p99 budget is the reviewer's 257 -> 256, not 512.
+    advice, script = _deployment(pack, "d10")
+    quant = next(s for s in advice.strategies if s.id == "quantization")
+    assert quant.params["mode"] == "weight_only"
+    chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
+    assert chunked.params["max_num_batched_tokens"] == 256
+    assert "--max-batch-prefill-tokens 256" in script and "H100 and newer" not in script
+
+
+def test_d10_the_tgi_kv_pool_reads_the_measured_usage(pack):
+    # 5.1 requests of about 1,000 tokens fill 90% of the cache: about 5,700 tokens of pool. TGI's
+    # warm-up holds one prefill's activations, not vLLM's profiled 0.65 GiB per 1k tokens.
+    advice, _ = _deployment(pack, "d10")
+    assert 0.7 <= advice.derived["derived.kv_usage_over_model"] <= 1.4
