@@ -203,12 +203,14 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             chosen -= adding
     sized_by_key: dict[str, list[tuple[str, str]]] = {key: [] for key in resolution.chosen}
     moved_in_place: list[str] = []
+    before_plan: dict[str, dict[str, Any]] = {}
     if plan is not None:     # budgets sized on the deployment after the whole plan (in place or not)
         for key in resolution.chosen:
             c = candidates[key]
             params, notes = evaluated[key]
             today = dict(params)
             sized_by_key[key] = _sized_after_plan(c, params, plan, final, catalog[c.strategy], notes)
+            before_plan[key] = {name: today[name] for name, _ in sized_by_key[key] if name in today}
             # A strategy in place whose setting the plan moves (a chunk budget the engine's default
             # sets today, sized down once CUDA graphs shorten the step) is a change, in the plan too.
             if key in kept and key not in planned and sized_by_key[key] and sets_otherwise(
@@ -233,7 +235,10 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         sized = sized_by_key[key]
         if key not in kept:                  # a cap is sized after the whole plan: one number everywhere
             for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
+                rules_cap = params[name]
                 params[name], why = sized_cap(int(params[name]), plan, final.derived, final.inputs, c.strategy, ranks)
+                if why and plan is not None and "after the plan" in why and ranks == 1:
+                    before_plan.setdefault(key, {}).setdefault(name, rules_cap)
                 if why:
                     sized.append((name, why))
                     notes.append(RuleNote(c.params[name][1], f"{name}={params[name]}: {why}"))
@@ -260,7 +265,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             status="keep" if key in kept and key not in moved_in_place
             and not differs_from_today(c.strategy, key, params, final.inputs, final.derived) else "change",
             expected=outcomes[key].gains if key in outcomes else (),
-            settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines), sized=tuple(sized)))
+            settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines), sized=tuple(sized),
+            before_plan=tuple(sorted(before_plan.get(key, {}).items()))))
     out.sort(key=lambda s: s.status == "keep")     # actions first, then what stays (stable otherwise)
     rejected = [Rejection(id=candidates[key].strategy, params={}, because=tuple(candidates[key].rules), reason=why, key=key)
                 for key, why in unneeded.items()] + [r for r in trimmed if r.key in chosen]

@@ -281,6 +281,10 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     placeholders: list[str] = []
     cap_name = next((c.name for c in spec.deployment if c.fact == CAP_FACT), None)
     removed: list[Arg] = []
+    # A quantization that needs another checkpoint is not in the script until MODEL names one, so
+    # budgets and caps the advisor sized after the whole plan are printed as today's checkpoint
+    # needs them, with the value for the new checkpoint beside.
+    pending = [s.key for s in advice.strategies if s.status != "keep" and _needs_checkpoint(engine, s, facts)]
     for strategy in advice.strategies:
         if strategy.status == "keep":
             continue            # in place today: its settings are today's, carried above or the engine's default
@@ -289,7 +293,13 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
         if checkpoint:
             notes.append(checkpoint)
             continue
-        for setting in settings_for(target, strategy.id, strategy.key, strategy.params, facts, advice.derived):
+        params = strategy.params
+        if pending and strategy.before_plan:
+            params = {**params, **dict(strategy.before_plan)}
+            notes.extend(f"{name} {clean(str(today))}: sized for today's checkpoint; with MODEL set to the "
+                         f"{' and '.join(pending)} checkpoint it is {clean(str(strategy.params.get(name)))} ({rule})"
+                         for name, today in strategy.before_plan if today != strategy.params.get(name))
+        for setting in settings_for(target, strategy.id, strategy.key, params, facts, advice.derived):
             for name in setting.removes:
                 if name in args and args[name].set_today and name not in set_by:
                     old = args.pop(name)

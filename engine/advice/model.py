@@ -43,6 +43,9 @@ class StrategyAdvice:
     settings: dict[str, tuple[str, ...]] = field(default_factory=dict)
     status: str = "change"                 # change: to apply; keep: already in place (not an action)
     sized: tuple[tuple[str, str], ...] = ()  # (parameter, why): a batch cap resized after the whole plan (caps.py)
+    # (parameter, value): what a parameter sized after the plan reads on today's deployment, for a
+    # script that cannot apply the whole plan yet (a quantization that needs another checkpoint)
+    before_plan: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
