@@ -177,7 +177,14 @@ def test_the_cap_in_the_action_list_is_the_cap_in_the_script(pack):
                 for (sid, param) in (("continuous_batching", "max_batch_size"), ("memory_budget", "max_num_seqs")):
                     if strategy.id == sid and strategy.status == "change" and param in strategy.params \
                             and cap_flag in args and args[cap_flag].rule.startswith(tuple(strategy.recommended_by)):
-                        assert args[cap_flag].value == str(strategy.params[param]), (example.name, engine, sid)
+                        # until MODEL names the checkpoint a quantization needs, the script runs today's
+                        # weights, and the cap they hold (the action list's is beside it, in a note)
+                        waits = any("MODEL set to that checkpoint" in note for note in launch.notes)
+                        expected = dict(strategy.before_plan).get(param, strategy.params[param]) if waits \
+                            else strategy.params[param]
+                        assert args[cap_flag].value == str(expected), (example.name, engine, sid)
+                        if waits and expected != strategy.params[param]:
+                            assert any(f"it is {strategy.params[param]}" in note for note in launch.notes)
                         seen += 1
     assert seen >= 4
 

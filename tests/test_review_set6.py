@@ -102,3 +102,13 @@ def test_d9_a_budget_sized_for_an_fp8_checkpoint_waits_for_it(pack):
     chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
     assert dict(chunked.before_plan)["max_num_batched_tokens"] == 768
     assert "--max_num_tokens 768 " in script and "it is 1792" in script
+
+
+def test_d5_a_missed_objective_the_plan_leaves_says_so_and_what_it_takes(pack):
+    # Qwen3-32B FP8 on one H100: the ITL p99 (95 ms against 30) is prefill stalls; EAGLE-3 moves
+    # the mean, not them, and no chunk of 256 tokens or more meets 30 ms (the largest is 200): the
+    # first screen says the plan does not move it and that it takes disaggregation or more GPUs.
+    advice, _ = _deployment(pack, "d5")
+    itl = next(s for s in advice.symptoms if s.kind == "itl")
+    assert itl.after is None and itl.unprojected.startswith("the plan does not move it")
+    assert "disaggregation" in itl.unprojected and "200" in itl.unprojected

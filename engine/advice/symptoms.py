@@ -34,6 +34,8 @@ _SCALED_BY = {"workload.itl_p99_ms": "derived.itl_p99_expected_ms", "workload.it
 # off (either way) does not scale it: its ratio would carry its own error into the projection.
 _SAME_STATISTIC = frozenset({"workload.itl_p99_ms", "workload.itl_mean_ms", "workload.ttft_mean_ms", "workload.ttft_p99_ms"})
 AGREEMENT = 1.5
+# The smallest chunk budget the advice prints (S-CHUNKED-PREFILL, C-CHUNK-BUDGET-MISSES-ITL).
+CHUNK_FLOOR = 256
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,13 @@ def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any], plan: Plan | 
                                    f"reads {number(before)} ms where {number(value)} ms is measured: not projected")
                 else:
                     projected = after if source == ESTIMATED else value * after / before
+            elif plan is not None and _positive(derived.get(basis)):     # modelled today, and the plan leaves it
+                unprojected = "the plan does not move it"
+                budget = _number(derived, "derived.chunk_budget_itl")
+                if kind == "itl" and budget is not None and budget < CHUNK_FLOOR:
+                    unprojected += (f": no prefill chunk budget of {CHUNK_FLOOR} tokens or more meets it on these GPUs (the "
+                                    f"largest is {number(budget)}), so it takes prefills apart from the decodes "
+                                    "(disaggregation) or more GPUs per prefill (C-CHUNK-BUDGET-MISSES-ITL)")
             out.append(Symptom(kind, path, value, "ms", source, objective, objective_fact, value / objective - 1,
                                label=label, after=projected, after_basis=basis if projected is not None else None,
                                unprojected=unprojected))
