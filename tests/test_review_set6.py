@@ -112,3 +112,14 @@ def test_d5_a_missed_objective_the_plan_leaves_says_so_and_what_it_takes(pack):
     itl = next(s for s in advice.symptoms if s.kind == "itl")
     assert itl.after is None and itl.unprojected.startswith("the plan does not move it")
     assert "disaggregation" in itl.unprojected and "200" in itl.unprojected
+
+
+def test_d3_prefix_caching_keeps_todays_calibration(pack):
+    # Qwen3-Coder-30B on an H100, prefix caching off where it would serve 70% of the prompts: turning
+    # it on shortens the prefills in the decode steps; the decode step itself does not slow (it read
+    # +37% when the what-if re-calibrated bandwidth on today's ITL with the prefills taken out).
+    advice, _ = _deployment(pack, "d3")
+    cache = next(s for s in advice.strategies if s.id == "prefix_caching")
+    moved = {g.metric: g for g in cache.expected}
+    assert moved["itl_expected_ms"].after < moved["itl_expected_ms"].before
+    assert "decode_step_expected_ms" not in moved or moved["decode_step_expected_ms"].change <= 0.01
