@@ -85,7 +85,7 @@ PERFORMANCE_METRICS = frozenset({
 # (measurements made before it, the efficiency they calibrated); they are not what it changes.
 BOOKKEEPING = frozenset({
     "workload.itl_mean_ms", "workload.itl_p99_ms", "workload.generation_tokens_per_s", "workload.prompt_tokens_per_s",
-    "serving.num_gpu_blocks", "telemetry.bandwidth_efficiency", "workload.arrival_rate_per_s"})
+    "serving.num_gpu_blocks", "telemetry.bandwidth_efficiency", "telemetry.itl_p99_model_fit", "workload.arrival_rate_per_s"})
 
 
 @dataclass(frozen=True)
