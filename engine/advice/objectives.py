@@ -117,6 +117,25 @@ def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...]
     return () if better else tuple((o, o.metric) for o in worse)
 
 
+# The estimates that say how a deployment serves, and the way each improves: a change that moves
+# some and worsens every one it moves brings nothing, whatever the objectives.
+_DIRECTION: dict[str, Better] = {
+    "itl_expected_ms": "lower", "itl_p99_expected_ms": "lower", "ttft_expected_ms": "lower",
+    "ttft_p99_expected_ms": "lower", "decode_step_expected_ms": "lower", "decode_tokens_per_s": "higher",
+    "service_tokens_per_s": "higher", "kv_pool_tokens": "higher", "kv_pool_sequences": "higher"}
+
+
+def worsens_everything(moved: Iterable[tuple[str, Any, Any]], threshold: float) -> tuple[str, ...]:
+    """The estimates a what-if worsens where it worsens every serving estimate it moves (at least
+    one by the negligible share or more) and improves none; empty otherwise."""
+    moves = [(name, _worse(before, after, _DIRECTION[name])) for name, before, after in moved
+             if name in _DIRECTION and isinstance(before, int | float) and isinstance(after, int | float)
+             and before != after]
+    if not moves or any(change < 0 for _, change in moves) or max(change for _, change in moves) < threshold:
+        return ()
+    return tuple(name for name, _ in moves)
+
+
 def harm_reason(found: tuple[tuple[Objective, str], ...], gains: Iterable[Gain]) -> tuple[str, Gain]:
     """The rejection's reason for what `harm` found, with the numbers, and the move it names first."""
     by_metric = {g.metric: g for g in gains}
