@@ -105,14 +105,19 @@ def test_d9_a_budget_sized_for_an_fp8_checkpoint_waits_for_it(pack):
     assert f"--max_num_tokens {today} " in script and f"it is {chunked.params['max_num_batched_tokens']}" in script
 
 
-def test_d5_a_missed_objective_the_plan_leaves_says_so_and_what_it_takes(pack):
-    # Qwen3-32B FP8 on one H100: the ITL p99 (95 ms against 30) is prefill stalls; EAGLE-3 moves
-    # the mean, not them, and no chunk of 256 tokens or more meets 30 ms (the largest is 200): the
-    # first screen says the plan does not move it and that it takes disaggregation or more GPUs.
-    advice, _ = _deployment(pack, "d5")
+def test_d5_a_chunk_budget_under_256_meets_the_itl_p99_and_the_ttft_the_plan_leaves_says_so(pack):
+    # Qwen3-32B FP8 on one H100: the ITL p99 (95 ms against 30) is prefill stalls; the largest budget
+    # that meets 30 ms is about 200 tokens (the reviewer's figure too): 192 is printed (vLLM and
+    # SGLang take it), and the plan's p99 meets the objective. The TTFT p99 the plan does not move
+    # says so on the first screen.
+    advice, script = _deployment(pack, "d5")
+    chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
+    assert 160 <= chunked.params["max_num_batched_tokens"] < 256
+    assert f"--chunked-prefill-size {chunked.params['max_num_batched_tokens']}" in script
     itl = next(s for s in advice.symptoms if s.kind == "itl")
-    assert itl.after is None and itl.unprojected.startswith("the plan does not move it")
-    assert "disaggregation" in itl.unprojected and "200" in itl.unprojected
+    assert itl.after is not None and itl.after <= 30
+    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
+    assert ttft.unprojected.startswith("the plan does not move it")
 
 
 def test_d3_prefix_caching_keeps_todays_calibration(pack):
@@ -135,3 +140,15 @@ def test_d7_the_budget_aims_under_the_objective_by_how_far_the_model_reads_the_p
     assert chunked.params["max_num_batched_tokens"] == 1536 and "--max_num_tokens 1536" in script
     itl = next(s for s in advice.symptoms if s.kind == "itl")
     assert itl.after is not None and itl.after <= 80
+
+
+def test_a_missed_itl_no_chunk_budget_meets_says_what_it_takes():
+    # The plan leaves the modelled p99 where it is and no budget of 64 tokens or more meets the
+    # objective: the first screen says it takes prefills apart from the decodes, or more GPUs.
+    from kbopt.engine.advice.symptoms import symptoms
+    from kbopt.engine.advice.whatif import Plan
+    facts = {"constraints.itl_slo_ms": 10, "workload.itl_p99_ms": 40}
+    derived = {"derived.itl_p99_expected_ms": 38.0, "derived.chunk_budget_itl": 0}
+    itl = next(s for s in symptoms(facts, derived, Plan(("speculative_decoding[ngram]",), ())) if s.kind == "itl")
+    assert itl.unprojected.startswith("the plan does not move it: no prefill chunk budget of 64 tokens")
+    assert "disaggregation" in itl.unprojected

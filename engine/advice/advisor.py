@@ -226,22 +226,33 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                     outcome = whatif.strategy(strategy, candidates[key].variant, key, evaluated[key][0]) if whatif else None
                     if outcome is not None:
                         outcomes[key] = outcome
+    ranks = _attention_ranks(final, [evaluated[key][0] for key in planned if candidates[key].strategy == "parallelism"])
+    resized: list[str] = []
+    for key in [key for key in resolution.chosen if key not in unneeded and key not in kept]:
+        c = candidates[key]                  # a cap is sized after the whole plan: one number everywhere
+        params, notes = evaluated[key]
+        for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
+            rules_cap = params[name]
+            params[name], why = sized_cap(int(params[name]), plan, final.derived, final.inputs, c.strategy, ranks)
+            if why and plan is not None and "after the plan" in why and ranks == 1:
+                before_plan.setdefault(key, {}).setdefault(name, rules_cap)
+                resized.append(key)
+            if why:
+                sized_by_key[key].append((name, why))
+                notes.append(RuleNote(c.params[name][1], f"{name}={params[name]}: {why}"))
+    if whatif is not None and [key for key in resized if key in planned]:
+        # once more with the caps as printed (a replica's caps: a rank's would be divided again)
+        plan = plan_of()
+        for key in dict.fromkeys(resized):
+            outcome = whatif.strategy(catalog[candidates[key].strategy], candidates[key].variant, key, evaluated[key][0])
+            if outcome is not None and key in outcomes:
+                outcomes[key] = outcome
     out = []
     engines = targets(final.inputs)          # the engines each strategy's settings are written for
-    ranks = _attention_ranks(final, [evaluated[key][0] for key in planned if candidates[key].strategy == "parallelism"])
     for key in [key for key in resolution.chosen if key not in unneeded]:
         c = candidates[key]
         params, notes = evaluated[key]
         sized = sized_by_key[key]
-        if key not in kept:                  # a cap is sized after the whole plan: one number everywhere
-            for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
-                rules_cap = params[name]
-                params[name], why = sized_cap(int(params[name]), plan, final.derived, final.inputs, c.strategy, ranks)
-                if why and plan is not None and "after the plan" in why and ranks == 1:
-                    before_plan.setdefault(key, {}).setdefault(name, rules_cap)
-                if why:
-                    sized.append((name, why))
-                    notes.append(RuleNote(c.params[name][1], f"{name}={params[name]}: {why}"))
         because = list(c.rules)
         texts = []
         for caveat in caveats:

@@ -145,6 +145,7 @@ HOW_TO = {
              "GPTQModifier, scheme W4A16) or AutoAWQ, or use a published one"),
     "nvfp4": "an NVFP4 checkpoint: make it with NVIDIA ModelOpt (hf_ptq.py --qformat nvfp4) or use a published nvidia/*-FP4 one",
     "int8": "an INT8 W8A8 checkpoint: make it with llm-compressor (oneshot with SmoothQuant and GPTQModifier, scheme W8A8)",
+    "int8_weight_only": "an INT8 weight-only checkpoint (W8A16): make it with llm-compressor (oneshot with GPTQModifier, scheme W8A16)",
     "fp8": ("an FP8 checkpoint: make it with llm-compressor (oneshot, scheme FP8_DYNAMIC) or NVIDIA ModelOpt "
             "(hf_ptq.py --qformat fp8), or use a published *-FP8 one"),
 }
@@ -162,7 +163,8 @@ def _needs_checkpoint(engine: str, strategy: StrategyAdvice, facts: Mapping[str,
         or (variant == "int8" and params.get("mode") == "weight_only" and engine in ("sglang", "tgi")))
     if online or variant in ("fp16", ""):
         return None
-    kind = "nvfp4" if variant == "nvfp4" or params.get("method") == "nvfp4" else variant
+    kind = ("nvfp4" if variant == "nvfp4" or params.get("method") == "nvfp4"
+            else "int8_weight_only" if variant == "int8" and params.get("mode") == "weight_only" else variant)
     if kind not in HOW_TO:
         return None
     how = HOW_TO[kind].format(method=str(params.get("method") or "AWQ").upper())

@@ -35,7 +35,7 @@ _SCALED_BY = {"workload.itl_p99_ms": "derived.itl_p99_expected_ms", "workload.it
 _SAME_STATISTIC = frozenset({"workload.itl_p99_ms", "workload.itl_mean_ms", "workload.ttft_mean_ms", "workload.ttft_p99_ms"})
 AGREEMENT = 1.5
 # The smallest chunk budget the advice prints (S-CHUNKED-PREFILL, C-CHUNK-BUDGET-MISSES-ITL).
-CHUNK_FLOOR = 256
+CHUNK_FLOOR = 64
 
 
 @dataclass(frozen=True)
