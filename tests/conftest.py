@@ -19,6 +19,27 @@ needs_durable = pytest.mark.skipif(durable_available() is not None,
                                    reason=f"durable_rules does not import here: {durable_available()}")
 
 
+def review_deployment(pack, folder: str, name: str):
+    """An expert review's deployment (tests/data/<folder>/<name>-*.json and <name>.launch): its
+    advice, and today's launch command relaunched with it (which must pass `bash -n`)."""
+    import subprocess
+    from pathlib import Path
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.command import read_command
+    from kbopt.engine.advice.launch import build_launch
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    from kbopt.reports.emit import render_launch
+    data = Path(__file__).resolve().parent / "data" / folder
+    command = read_command((data / f"{name}.launch").read_text().strip())
+    advice = advise(load_facts(next(data.glob(f"{name}-*.json")), command.overrides()), pack, available_evaluators()[0])
+    script = render_launch(build_launch(advice, command.engine, command), advice.bottleneck)
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    return advice, script
+
+
 def engine_runs_on(engine: str, example) -> bool:
     """Whether a serving engine runs on a facts file's GPU: TensorRT-LLM is NVIDIA's only, and an
     AMD example refuses it (tests/test_gpu_catalog.py), so tests that pair every example with every

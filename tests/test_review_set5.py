@@ -2,27 +2,15 @@
 and what the advice must read for them."""
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
-from kbopt.engine.advice.advisor import advise
-from kbopt.engine.advice.command import read_command
-from kbopt.engine.advice.launch import build_launch
-from kbopt.engine.evaluators import available_evaluators
-from kbopt.kb.facts import load_facts
-from kbopt.reports.emit import render_launch
+from conftest import review_deployment
 
 DATA = Path(__file__).resolve().parent / "data" / "review5"
 
 
 def _deployment(pack, name: str):
-    command = read_command((DATA / f"{name}.launch").read_text().strip())
-    advice = advise(load_facts(next(DATA.glob(f"{name}-*.json")), command.overrides()), pack, available_evaluators()[0])
-    script = render_launch(build_launch(advice, command.engine, command), advice.bottleneck)
-    if shutil.which("bash"):
-        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
-    return advice, script
+    return review_deployment(pack, "review5", name)
 
 
 def test_d10_sglang_speculating_without_a_cap_runs_48_and_the_cap_is_raised_first(pack):
