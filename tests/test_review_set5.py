@@ -2,11 +2,7 @@
 and what the advice must read for them."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from conftest import review_deployment
-
-DATA = Path(__file__).resolve().parent / "data" / "review5"
 
 
 def _deployment(pack, name: str):

@@ -3,11 +3,7 @@ per engine, each with today's launch command), and what the advice must read for
 reviewer's hand figures."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from conftest import review_deployment
-
-DATA = Path(__file__).resolve().parent / "data" / "review6"
 
 
 def _deployment(pack, name: str):
