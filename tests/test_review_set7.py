@@ -45,3 +45,16 @@ def test_d6_a_cap_the_pool_bounds_today_is_raised_to_the_pool_the_plan_leaves(pa
     assert advice.plan is not None
     decode = next(g for g in advice.plan.expected if g.metric == "decode_tokens_per_s")
     assert decode.after >= 1.8 * decode.before
+
+
+def test_d4_sglang_on_an_l4_captures_graphs_up_to_the_cap(pack):
+    # Llama-3.2-3B on an L4 under SGLang 0.5, 33 running: SGLang captures CUDA graphs up to 8 on GPUs
+    # under 35 GB (server_args.py@0.5.1:418-424), so most steps launch their kernels eagerly. The
+    # graphs go up to the cap (128), first, and the model counts the eager launches it removes.
+    advice, script = _deployment(pack, "d4")
+    assert advice.derived["derived.cuda_graph_max_batch"] == 8 and advice.derived["derived.graph_batch_excess"] > 20
+    graphs = advice.strategies[0]
+    assert graphs.id == "cuda_graphs" and graphs.params["max_batch"] == 128 and "S-CUDA-GRAPHS-CEILING" in graphs.recommended_by
+    step = next(g for g in graphs.expected if g.metric == "decode_step_expected_ms")
+    assert step.after < step.before
+    assert "\n  --cuda-graph-max-bs 128 " in script
