@@ -233,7 +233,8 @@ def test_d8_vllm_on_an_mi300x_switches_on_aiter_and_speaks_of_amd_matrix_cores(p
 
 def test_a_refused_combination_drops_the_flag_refused_not_the_limit_it_is_measured_against(pack):
     # Set 5's TGI deployment: a prefill budget below --max-input-tokens beside --speculate. The
-    # budget is left out, saying why; today's --max-input-tokens stays (it was dropped too).
+    # budget is left out, saying why, and today's budget stays in its place; today's
+    # --max-input-tokens stays too (it was dropped once).
     from kbopt.engine.advice.launch import Arg, Target, _checked
     from kbopt.kb.engines import engine_catalog
     tgi = engine_catalog().engines["tgi"]
@@ -241,8 +242,10 @@ def test_a_refused_combination_drops_the_flag_refused_not_the_limit_it_is_measur
             Arg("--max-batch-prefill-tokens", "cli", "256", "6144", "S-CHUNKED-PREFILL (chunked_prefill)", set_today=True),
             Arg("--speculate", "cli", "3", None, "S-SPECULATIVE-DECODING (speculative_decoding[ngram])")]
     kept, dropped = _checked(tgi, Target("tgi", tgi.latest, True, True), args)
-    assert [a.name for a in kept] == ["--max-input-tokens", "--speculate"]
+    assert [(a.name, a.value) for a in kept] == [("--max-input-tokens", "6144"), ("--max-batch-prefill-tokens", "6144"),
+                                                 ("--speculate", "3")]
     assert len(dropped) == 1 and dropped[0].startswith("--max-batch-prefill-tokens 256")
+    assert dropped[0].endswith("today's value stays")
 
 
 def test_facts_that_break_littles_law_are_named_and_consistent_ones_are_not(pack):

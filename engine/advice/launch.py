@@ -391,19 +391,27 @@ def _first_flag(spec: Engine) -> str:
 
 
 def _checked(spec: Engine, target: Target, args: list[Arg]) -> tuple[list[Arg], list[str]]:
-    """The args the engine takes at the target's version; each refused one left out, saying why.
-    Dropping one can make another refused (a size without its backend): repeated until none is."""
+    """The args the engine takes at the target's version; each refused one left out, saying why,
+    and today's value back in its place where today's server ran one (a prefill budget refused
+    beside --speculate leaves today's budget, not none). Dropping one can make another refused (a
+    size without its backend): repeated until none is."""
     dropped: list[str] = []
     while True:
         argv = [(a.name, a.value) for a in args if not a.verbatim]
         bad = {name for name, value in argv if _own_problem(spec, target, name, value, argv)}
         if not bad:
             return args, dropped
+        kept: list[Arg] = []
         for arg in args:
-            if arg.name in bad:
-                dropped.append(f"{arg.name}{'' if arg.value is None else ' ' + clean(arg.value)} ({arg.rule}): "
-                               + "; ".join(_own_problem(spec, target, arg.name, arg.value, argv)))
-        args = [a for a in args if a.name not in bad]
+            if arg.name not in bad:
+                kept.append(arg)
+                continue
+            dropped.append(f"{arg.name}{'' if arg.value is None else ' ' + clean(arg.value)} ({arg.rule}): "
+                           + "; ".join(_own_problem(spec, target, arg.name, arg.value, argv))
+                           + ("; today's value stays" if arg.set_today and arg.value != arg.today else ""))
+            if arg.set_today and arg.value != arg.today:
+                kept.append(Arg(arg.name, arg.kind, arg.today, arg.today, "today: --launch", set_today=True))
+        args = kept
 
 
 def _own_problem(spec: Engine, target: Target, name: str, value: str | None, argv: list[tuple[str, str | None]]) -> list[str]:
