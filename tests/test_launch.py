@@ -452,7 +452,7 @@ def test_turning_prefix_caching_on_removes_the_flag_that_turned_it_off(pack, eng
 # Properties over hostile input (issue 28, item 1): whatever the model id or today's command, the
 # script is either refused with exit 2 or passes `bash -n` with no value of the facts read as an
 # option or a command.
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 # The release fuzz profile (KBOPT_FUZZ=long, docs/fuzzing.md) tries 10,000 random cases of each.
@@ -469,6 +469,7 @@ def _base_advice(pack):
 
 
 @PROPERTY
+@example(name="0\x850", engine="vllm")      # the release fuzz run's find: U+0085 (NEL), a C1 control
 @given(name=st.text(st.characters(codec="utf-8"), min_size=1, max_size=40), engine=st.sampled_from(ENGINES))
 def test_any_model_id_is_refused_or_stays_one_inert_word(pack, name, engine):
     from dataclasses import replace
@@ -480,7 +481,7 @@ def test_any_model_id_is_refused_or_stays_one_inert_word(pack, name, engine):
         script = render_launch(build_launch(advice, engine), advice.bottleneck)
     except KboptError as error:
         assert "model.name" in str(error) and (name.startswith("-") or name != name.strip()
-                                               or any(ord(c) < 32 or ord(c) == 127 for c in name))
+                                               or any(ord(c) < 32 or 127 <= ord(c) <= 159 or c in "\u2028\u2029" for c in name))
         return
     assert not name.startswith("-")
     if shutil.which("bash"):

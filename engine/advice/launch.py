@@ -26,7 +26,8 @@ from kbopt.engine.advice.settings import Setting, Target, clean, settings_for, t
 from kbopt.errors import KboptError
 from kbopt.kb.engines import ENGINES, Carry, Engine, engine_catalog, version_text
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0 and C1 controls and Unicode's line and paragraph separators: a line break to some readers
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 SIXTEEN_BIT = ("bf16", "fp16", "fp32")
 CAP_FACT = "serving.max_num_seqs"      # the deployment entry of this fact names the engine's batch cap
 PLACEHOLDER = "DRAFT_MODEL"            # a draft model the advice cannot name: never in an executable line
