@@ -136,3 +136,11 @@ def test_a_missed_itl_no_chunk_budget_meets_says_what_it_takes():
     itl = next(s for s in symptoms(facts, derived, Plan(("speculative_decoding[ngram]",), ())) if s.kind == "itl")
     assert itl.unprojected.startswith("the plan does not move it: no prefill chunk budget of 64 tokens")
     assert "disaggregation" in itl.unprojected
+
+
+def test_a_what_if_that_worsens_every_estimate_it_moves_is_harmful_and_one_that_trades_is_not():
+    from kbopt.engine.advice.objectives import worsens_everything
+    assert worsens_everything((("itl_expected_ms", 20, 24), ("decode_tokens_per_s", 500, 420)), 0.05) == (
+        "itl_expected_ms", "decode_tokens_per_s")
+    assert worsens_everything((("itl_expected_ms", 20, 24), ("ttft_expected_ms", 400, 200)), 0.05) == ()
+    assert worsens_everything((("itl_expected_ms", 20, 20.2),), 0.05) == ()      # under the negligible share

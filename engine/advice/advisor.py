@@ -232,10 +232,12 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         c = candidates[key]                  # a cap is sized after the whole plan: one number everywhere
         params, notes = evaluated[key]
         for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
-            rules_cap = params[name]
-            params[name], why = sized_cap(int(params[name]), plan, final.derived, final.inputs, c.strategy, ranks)
-            if why and plan is not None and "after the plan" in why and ranks == 1:
-                before_plan.setdefault(key, {}).setdefault(name, rules_cap)
+            rules_cap = int(params[name])
+            params[name], why = sized_cap(rules_cap, plan, final.derived, final.inputs, c.strategy, ranks)
+            # the cap today's deployment would take (a script that cannot apply the whole plan yet prints it)
+            today_cap, _ = sized_cap(rules_cap, None, final.derived, final.inputs, c.strategy, ranks)
+            if today_cap != params[name] and ranks == 1:
+                before_plan.setdefault(key, {}).setdefault(name, today_cap)
                 resized.append(key)
             if why:
                 sized_by_key[key].append((name, why))
