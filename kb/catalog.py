@@ -80,6 +80,12 @@ class Strategy:
     # it holds is advice to keep, not to change. A variant's own condition wins over the strategy's.
     in_place_when: str | None = None
     variant_in_place_when: Mapping[str, str] = field(default_factory=dict)
+    # Variants that cost accuracy (narrower weights or KV): such a change must buy service (a
+    # faster step, first token or more tokens a second), not only capacity no request uses; the
+    # condition (rule language) names where capacity alone still pays (preemptions the model
+    # does not count).
+    accuracy_cost: tuple[str, ...] = ()
+    capacity_pays_when: str | None = None
 
     def in_place_condition(self, variant: str | None) -> str | None:
         """The condition under which this strategy (or variant) is already in place, if any."""
@@ -122,6 +128,8 @@ def strategies() -> dict[str, Strategy]:
                              for variant, changes in (raw.get("variant_effects") or {}).items()},
             in_place_when=raw.get("in_place_when"),
             variant_in_place_when=dict(raw.get("variant_in_place_when") or {}),
+            accuracy_cost=tuple((raw.get("accuracy_cost") or {}).get("variants", ())),
+            capacity_pays_when=(raw.get("accuracy_cost") or {}).get("capacity_pays_when"),
         )
     return out
 

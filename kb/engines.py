@@ -179,6 +179,21 @@ class Carry:
 
 
 @dataclass(frozen=True)
+class Read:
+    """A fact today's launch command states through a flag no deployment entry carries: the
+    strategy's own setting writes that flag (speculative decoding), so the emitted script needs no
+    entry, but the advice must know what runs today (kbopt advise --launch)."""
+    flag: str
+    fact: str
+    key: str | None = None             # a key inside the flag's JSON value (vLLM --speculative-config)
+    mapping: tuple[tuple[str, Any], ...] = ()   # the engine's spelling -> the fact's value
+    constant: Any = None               # the fact's value whenever the flag is given
+    without: str | None = None         # only when this other flag is not given
+    where: tuple[tuple[str, tuple[str, ...]], ...] = ()   # only when these keys of the JSON value, or
+                                       # these other flags (a name starting with -), hold one of the values
+
+
+@dataclass(frozen=True)
 class RankTotals:
     """Flags the engine reads as a total over its data-parallel attention ranks and divides among
     them, where kbopt's facts and parameters are per GPU (serving.dp_attention)."""
@@ -230,6 +245,7 @@ class Engine:
     flags: tuple[Flag, ...] = ()
     refuses: tuple[Refusal, ...] = ()
     deployment: tuple[Carry, ...] = ()
+    reads: tuple[Read, ...] = ()       # facts read from today's command only (a strategy's setting writes the flag)
     invoked_as: tuple[str, ...] = ()   # how a launch command of this engine starts (kbopt advise --launch)
     model_flags: tuple[str, ...] = ()  # options that name the model besides the positional
     unknown_flag: str = "unrecognized argument {flag}"   # the engine's own message for an argument it lacks
@@ -412,6 +428,13 @@ def _carry(raw: dict[str, Any]) -> Carry:
                  mapping if isinstance(mapping, str) else None, bool(raw.get("deployed_only")))
 
 
+def _read(raw: dict[str, Any]) -> Read:
+    mapping = raw.get("value")
+    return Read(raw["flag"], raw["fact"], raw.get("key"), tuple(sorted(mapping.items())) if isinstance(mapping, dict) else (),
+                raw.get("constant"), raw.get("without"),
+                tuple((key, tuple(str(v) for v in values)) for key, values in sorted((raw.get("where") or {}).items())))
+
+
 def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
     """One engine's profile file, parsed and checked: every line its settings and deployment
     entries write names a flag of its table."""
@@ -426,6 +449,7 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                     _version(raw.get("floor"), where), raw.get("model", "positional"), flags,
                     tuple(_refusal(item, where) for item in raw.get("refuses") or ()),
                     tuple(_carry(item) for item in raw.get("deployment") or ()),
+                    tuple(_read(item) for item in raw.get("reads") or ()),
                     tuple(raw.get("invoked_as") or ()), tuple(raw.get("model_flags") or ()),
                     str(raw.get("unknown_flag") or "unrecognized argument {flag}"),
                     tuple(raw.get("vendors") or VENDORS), _rank_totals(raw.get("dp_attention_totals")),
@@ -436,6 +460,8 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
     known = {flag.name for flag in flags}
     totals = engine.rank_totals
     for name in ([n for e in entries for n in (*e.names, *e.removes)] + [c.name for c in engine.deployment]
+                 + [name for r in engine.reads for name in (r.flag, r.without, *(k for k, _ in r.where if k.startswith("-")))
+                    if name is not None]
                  + ([totals.switch, totals.size, *totals.flags] if totals else [])
                  + [name for bound in engine.bounds for name in (bound.flag, bound.at_most)]):
         if name not in known:

@@ -278,7 +278,8 @@ def test_tgi_long_prompts_get_chunked_prefill_not_buckets(pack):
 def test_every_in_place_condition_parses_against_the_vocabulary(pack):
     from kbopt.engine.lang.parse import parse_condition
     for strategy in pack.kb.strategies.values():
-        for text in (strategy.in_place_when, *strategy.variant_in_place_when.values()):
+        for text in (strategy.in_place_when, *strategy.variant_in_place_when.values(), strategy.capacity_pays_when):
             if text:
                 parse_condition(text, pack.kb.vocabulary, {})
         assert set(strategy.variant_in_place_when) <= set(strategy.variants), strategy.id
+        assert set(strategy.accuracy_cost) <= set(strategy.variants), strategy.id

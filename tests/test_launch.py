@@ -386,6 +386,30 @@ def test_a_launch_command_states_the_serving_facts_and_carries_what_kbopt_does_n
     assert "carried as given from today's command, not checked by kbopt's profile: --enable-lora, --max-loras" in out
 
 
+@pytest.mark.parametrize("text,facts", [
+    ("python -m sglang.launch_server --model-path m --speculative-algorithm EAGLE3 --speculative-draft-model-path org/eagle3 "
+     "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+     {"serving.speculative_method": "eagle3", "serving.num_speculative_tokens": 3, "model.draft_model": "org/eagle3"}),
+    # SGLang reads EAGLE with no draft path (and NEXTN) as the checkpoint's MTP layers
+    ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --speculative-algorithm EAGLE --speculative-num-steps 1",
+     {"serving.speculative_method": "mtp", "serving.num_speculative_tokens": 1}),
+    ("vllm serve m --speculative-config '{\"method\": \"eagle3\", \"model\": \"org/eagle3\", \"num_speculative_tokens\": 2}'",
+     {"serving.speculative_method": "eagle3", "serving.num_speculative_tokens": 2, "model.draft_model": "org/eagle3"}),
+    ("vllm serve m --speculative-config '{\"method\": \"deepseek_mtp\", \"num_speculative_tokens\": 1}'",
+     {"serving.speculative_method": "mtp", "serving.num_speculative_tokens": 1}),
+    ("vllm serve m --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4}'",
+     {"serving.speculative_method": "ngram", "serving.num_speculative_tokens": 4}),
+    ("text-generation-launcher --model-id m --speculate 2", {"serving.speculative_method": "ngram", "serving.num_speculative_tokens": 2}),
+])
+def test_todays_speculative_decoding_is_read_from_the_launch_command(text, facts):
+    # Without these facts, a server already speculating was advised to speculate, at the gain of
+    # turning it on (review set 8, D4), and its measured ITL calibrated a step without speculation.
+    from kbopt.engine.advice.command import read_command
+    stated = dict(read_command(text).facts)
+    assert {path: stated.get(path) for path in facts} == facts
+    assert "model.draft_model" in facts or "model.draft_model" not in stated
+
+
 @pytest.mark.parametrize("command,message", [
     ("vllm serve m --tensor-paralel-size 4",
      "vllm serve: error: unrecognized arguments: --tensor-paralel-size (did you mean --tensor-parallel-size?)"),

@@ -13,7 +13,7 @@ from kbopt.engine.advice.objectives import Objective, harm, harm_reason, met_on_
 from kbopt.engine.advice.settings import differs_from_today, sets_otherwise, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
-from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, negligible_reason, reads_params
+from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, adds_too_little, negligible_reason, reads_params
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
@@ -201,6 +201,20 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         else:
             unneeded, plan = dict.fromkeys(adding, why), lean
             chosen -= adding
+    # A change that costs accuracy (narrower weights or KV) stays only for what it adds to the plan
+    # for a client: compared with the plan without it, not alone on today's deployment, where a
+    # lever that pays once the batch grows would read as nothing.
+    if plan is not None and whatif is not None:
+        for key in [k for k in planned if k not in kept and _costs_accuracy(catalog[candidates[k].strategy], candidates[k].variant, whatif)]:
+            with_it, full = planned, plan
+            planned = [k for k in planned if k != key]
+            without = plan_of()
+            why = adds_too_little(full, without, pack.kb.negligible_change) if full is not None and without is not None else None
+            if why is None:
+                planned = with_it
+            else:
+                unneeded[key], plan = why, without
+                chosen.discard(key)
     sized_by_key: dict[str, list[tuple[str, str]]] = {key: [] for key in resolution.chosen}
     moved_in_place: list[str] = []
     before_plan: dict[str, dict[str, Any]] = {}
@@ -281,12 +295,12 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines), sized=tuple(sized),
             before_plan=tuple(sorted(before_plan.get(key, {}).items()))))
     out.sort(key=lambda s: s.status == "keep")     # actions first, then what stays (stable otherwise)
-    rejected = [Rejection(id=candidates[key].strategy, params={}, because=tuple(candidates[key].rules), reason=why, key=key)
+    rejected = [Rejection(id=candidates[key].strategy, params=_variant_param(catalog[candidates[key].strategy], candidates[key].variant),
+                          because=tuple(candidates[key].rules), reason=why, key=key)
                 for key, why in unneeded.items()] + [r for r in trimmed if r.key in chosen]
     for left in resolution.left_out:
         c = candidates[left.key]
-        variant_param = catalog[c.strategy].variant    # a candidate has a variant only when its strategy names this parameter
-        rejected.append(Rejection(id=c.strategy, params={variant_param: c.variant} if c.variant and variant_param else {},
+        rejected.append(Rejection(id=c.strategy, params=_variant_param(catalog[c.strategy], c.variant),
                                   because=left.because, reason=left.reason, key=left.key))
     edges = tuple(sorted(
         (Edge(e.kind, e.source, e.target, e.because) for e in graph.edges()),
@@ -302,6 +316,24 @@ def in_place(pack: Pack, strategy: Strategy, variant: str | None, final: FinalFa
         return False
     check = pack.memo(f"in_place:{text}", lambda: compile_condition(parse_condition(text, pack.kb.vocabulary, {})))
     return check(final.lookup) is True
+
+
+def _variant_param(strategy: Strategy, variant: str | None) -> dict[str, Any]:
+    """A rejection's parameters: the variant, where its strategy names the parameter that holds it."""
+    return {strategy.variant: variant} if variant and strategy.variant else {}
+
+
+def _costs_accuracy(strategy: Strategy, variant: str | None, whatif: WhatIf) -> bool:
+    """Whether this variant costs accuracy and must therefore buy service, not only capacity: the
+    catalog's `accuracy_cost`, unless its `capacity_pays_when` holds on today's facts."""
+    if variant not in strategy.accuracy_cost:
+        return False
+    text = strategy.capacity_pays_when
+    if not text:
+        return True
+    pack = whatif.pack
+    check = pack.memo(f"capacity_pays:{text}", lambda: compile_condition(parse_condition(text, pack.kb.vocabulary, {})))
+    return check(whatif.baseline.lookup) is not True
 
 
 def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy], whatif: WhatIf,

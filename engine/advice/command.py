@@ -17,7 +17,7 @@ from typing import Any
 
 from kbopt.engine.advice.settings import clean
 from kbopt.errors import KboptError
-from kbopt.kb.engines import ENGINES, Carry, Engine, engine_catalog, parse_version, version_text
+from kbopt.kb.engines import ENGINES, Carry, Engine, Read, engine_catalog, parse_version, version_text
 
 MAX_COMMAND = 100_000        # characters: a launch command, not a file of anything
 
@@ -152,6 +152,11 @@ def _facts(spec: Engine, args: list[tuple[str, str | None]], model: str | None) 
         fact = _fact(spec, carry, given[name])
         if fact is not None:
             out.setdefault(carry.fact, fact)
+    for read in spec.reads:
+        if read.flag in given and (read.without is None or read.without not in given):
+            value = _read_value(spec, read, given[read.flag], given)
+            if value is not None:
+                out.setdefault(read.fact, value)
     totals = spec.rank_totals
     if totals is not None and totals.switch in given and str(given.get(totals.size)).isdigit():
         ranks = int(str(given[totals.size]))      # a per-GPU fact from the total the engine divides (kb/engines.py RankTotals)
@@ -159,6 +164,30 @@ def _facts(spec: Engine, args: list[tuple[str, str | None]], model: str | None) 
             if carry.name in totals.flags and isinstance(out.get(carry.fact), int) and ranks > 1:
                 out[carry.fact] = max(1, out[carry.fact] // ranks)
     return sorted(out.items())
+
+
+def _read_value(spec: Engine, read: Read, raw: str | None, given: dict[str, str | None]) -> Any:
+    """A profile's `reads` entry's fact from the flag's text; None: the flag does not state it."""
+    parsed: Any = None
+    if read.key is not None or any(not key.startswith("-") for key, _ in read.where):
+        try:
+            parsed = json.loads(raw or "")
+        except ValueError:
+            return None                        # the flag's own check names a malformed value
+        if not isinstance(parsed, dict):
+            return None
+    for key, values in read.where:
+        held = given.get(key) if key.startswith("-") else parsed.get(key)
+        if str(held) not in values:
+            return None
+    if read.constant is not None:
+        return read.constant
+    value: Any = raw if read.key is None else parsed.get(read.key)
+    if read.key is None and raw is not None and spec.by_name[read.flag].type == "int":
+        value = int(raw)
+    if read.mapping:
+        return dict(read.mapping).get(str(value))
+    return value
 
 
 def _fact(spec: Engine, carry: Carry, raw: str | None) -> Any:

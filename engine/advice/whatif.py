@@ -79,6 +79,23 @@ PERFORMANCE_METRICS = frozenset({
     "decode_step_floor_ms", "decode_step_expected_ms", "decode_tokens_per_s", "ttft_floor_ms",
     "itl_expected_ms", "ttft_expected_ms", "prefill_ms",
     "kv_pool_tokens", "kv_pool_sequences", "max_batch_kv", "max_batch_itl"})
+# What a client gets: the time between tokens, to the first token, and tokens a second.
+SERVICE_METRICS = ("itl_expected_ms", "decode_tokens_per_s", "ttft_expected_ms", "service_tokens_per_s")
+
+
+def adds_too_little(full: Plan, without: Plan, threshold: float) -> str | None:
+    """Why a change that costs accuracy is not worth it in the plan, or None: the plan without it
+    gives a client (time between tokens, to the first token, tokens a second) within `threshold`
+    of the plan with it. Capacity no request fills is no gain."""
+    lean = {g.metric: g for g in without.expected}
+    pairs = sorted(((g, lean[g.metric]) for g in full.expected if g.metric in SERVICE_METRICS and g.metric in lean),
+                   key=lambda pair: SERVICE_METRICS.index(pair[0].metric))
+    if not pairs or any(abs(relative_change(other.after, g.after)) >= threshold for g, other in pairs):
+        return None
+    shown = "; ".join(f"{label(g.metric)} {number(other.after)} → {number(g.after)}{' ' + g.unit if g.unit else ''} "
+                      f"({relative_text(other.after, g.after)})" for g, other in pairs[:2])
+    return (f"negligible for its accuracy cost: the plan with it against the plan without it moves what a client gets "
+            f"by less than {threshold:.0%} ({shown}); the capacity it adds is not what binds")
 
 
 # Facts an effect forgets or carries over only to keep the model consistent with the change
