@@ -98,6 +98,10 @@ def render_launch(launch: Launch, bottleneck: str) -> str:
         out += [f"#   {clean(a.name)}: {clean(a.today_text)} -> {clean(a.value_text)}  [{clean(a.rule)}]" for a in changes]
     else:
         out.append("# changes: none; this is today's deployment")
+    if launch.applied or launch.not_applied:
+        out.append("# what each change gives alone (the performance model, on today's deployment):")
+        out += [f"#   applied here: {clean(text)}" for text in launch.applied]
+        out += [f"#   not applied by this script: {clean(text)}" for text in launch.not_applied]
     out += [f"# {clean(note)}" for note in launch.notes]
     out += [f"# left out: {clean(note)}" for note in launch.dropped]
     out.append("set -euo pipefail")

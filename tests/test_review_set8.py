@@ -74,3 +74,13 @@ def test_d7_an_fp8_kv_cache_that_adds_little_to_the_plan_is_rejected_for_its_acc
     [kv] = [r for r in advice.rejected if r.id == "kv_cache_quantization"]
     assert kv.params == {"dtype": "fp8"} and kv.reason.startswith("negligible for its accuracy cost: the plan with it")
     assert "--kv-cache-dtype" not in script
+
+
+def test_d6_the_script_says_which_part_of_the_gain_it_brings_and_which_waits_for_a_checkpoint(pack):
+    # The review: the script's header listed the flags it changes, while the gain the advice
+    # promised rested on a checkpoint it cannot make; a user ran it and saw nothing move.
+    _, script = _deployment(pack, "d6")
+    header = script.split("set -euo pipefail", 1)[0]
+    assert "#   applied here: chunked_prefill (no estimate of its own)" in header
+    waiting = next(line for line in header.splitlines() if line.startswith("#   not applied by this script: quantization[nvfp4]"))
+    assert "needs its checkpoint" in waiting and "decode tokens" in waiting

@@ -23,6 +23,7 @@ from kbopt.engine.advice.caps import plan_metric
 from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.model import Advice, StrategyAdvice
 from kbopt.engine.advice.settings import Setting, Target, clean, settings_for, targets, variant_of
+from kbopt.engine.advice.whatif import service_gain
 from kbopt.errors import KboptError
 from kbopt.kb.engines import ENGINES, Carry, Engine, engine_catalog, version_text
 
@@ -72,6 +73,8 @@ class Launch:
     notes: tuple[str, ...] = ()        # strategies with no setting here, checkpoints to make, what was left out
     dropped: tuple[str, ...] = field(default=())   # settings left out because the engine refuses them
     removed: tuple[Arg, ...] = ()      # today's settings a change replaces (--no-enable-prefix-caching)
+    applied: tuple[str, ...] = ()      # each change this script makes, with what it gives alone (the model)
+    not_applied: tuple[str, ...] = ()  # each change it cannot make (a checkpoint, a step outside it), with its gain
 
     @property
     def spec(self) -> Engine:
@@ -339,7 +342,30 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                              "into the YAML file this script writes (the engine takes one file)")
                 del args[option]
     kept, dropped = _checked(spec, target, list(args.values()))
-    return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed))
+    applied, not_applied = _accounted(advice, pending, kept, removed, engine, facts)
+    return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed),
+                  applied, not_applied)
+
+
+def _accounted(advice: Advice, pending: list[str], kept: list[Arg], removed: list[Arg], engine: str,
+               facts: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Each change of the advice as this script makes it or not, with what the performance model
+    expects of it alone: a user who runs the script sees which part of the gain it brings, and
+    which waits for a checkpoint or for a step the script cannot take (review set 8)."""
+    set_by = {arg.rule for arg in kept if arg.status != "unchanged"} | {arg.rule.removeprefix("removed by ") for arg in removed}
+    applied: list[str] = []
+    not_applied: list[str] = []
+    for strategy in advice.strategies:
+        if strategy.status == "keep":
+            continue
+        gain = service_gain(strategy.expected)
+        if strategy.key in pending:
+            not_applied.append(f"{strategy.key} (needs its checkpoint, above): {gain or 'no estimate of its own'}")
+        elif _rule(strategy) in set_by:
+            applied.append(f"{strategy.key}{': ' + gain if gain else ' (no estimate of its own)'}")
+        else:
+            not_applied.append(f"{strategy.key} (no {engine} setting here: see the notes): {gain or 'no estimate of its own'}")
+    return tuple(applied), tuple(not_applied)
 
 
 def _within_bounds(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], derived: Mapping[str, Any],

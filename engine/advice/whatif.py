@@ -83,6 +83,13 @@ PERFORMANCE_METRICS = frozenset({
 SERVICE_METRICS = ("itl_expected_ms", "decode_tokens_per_s", "ttft_expected_ms", "service_tokens_per_s")
 
 
+def service_gain(gains: tuple[Gain, ...] | list[Gain]) -> str:
+    """What a client gets from these estimates' moves, the two that say most (time between tokens
+    first), as text; empty where none of them moves."""
+    shown = sorted((g for g in gains if g.metric in SERVICE_METRICS), key=lambda g: SERVICE_METRICS.index(g.metric))
+    return "; ".join(g.text() for g in shown[:2])
+
+
 def adds_too_little(full: Plan, without: Plan, threshold: float) -> str | None:
     """Why a change that costs accuracy is not worth it in the plan, or None: the plan without it
     gives a client (time between tokens, to the first token, tokens a second) within `threshold`
