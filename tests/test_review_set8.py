@@ -84,3 +84,15 @@ def test_d6_the_script_says_which_part_of_the_gain_it_brings_and_which_waits_for
     assert "#   applied here: chunked_prefill (no estimate of its own)" in header
     waiting = next(line for line in header.splitlines() if line.startswith("#   not applied by this script: quantization[nvfp4]"))
     assert "needs its checkpoint" in waiting and "decode tokens" in waiting
+
+
+def test_d8_speculation_running_at_a_large_batch_is_turned_off_and_its_flag_removed(pack):
+    # vLLM 0.11 with n-gram speculation at 256 running (set 7 left speculation in place unjudged):
+    # four positions of math per verify step outgrow the reads, so the plain step gives more.
+    advice, script = _deployment(pack, "d8")
+    spec = _strategy(advice, "speculative_decoding")
+    assert spec.params["method"] == "none" and spec.status == "change" and "S-SPECULATION-OFF" in spec.recommended_by
+    itl = next(g for g in spec.expected if g.metric == "itl_expected_ms")
+    assert itl.after < itl.before
+    assert "--speculative-config" not in script.split("args=(", 1)[1]
+    assert "--speculative-config: {" in script and "-> (removed)  [removed by S-SPECULATION-OFF" in script
