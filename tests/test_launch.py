@@ -331,12 +331,15 @@ def test_a_setting_the_engine_refuses_is_left_out_with_its_reason():
 
 COMMANDS = {
     "vllm": "vllm serve org/model-7b --tensor-parallel-size 2 --max-model-len 8192 --enable-lora --max-loras 4 "
-            "--gpu-memory-utilization 0.9 --served-model-name api --enable-expert-parallel",
+            "--gpu-memory-utilization 0.9 --served-model-name api --enable-expert-parallel "
+            "--speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'",
     "sglang": "python -m sglang.launch_server --model-path org/model-7b --tp-size 2 --context-length 8192 "
-              "--mem-fraction-static 0.85 --disable-radix-cache --grammar-backend xgrammar",
+              "--mem-fraction-static 0.85 --disable-radix-cache --grammar-backend xgrammar --speculative-algorithm EAGLE3 "
+              "--speculative-draft-model-path org/eagle3-head --speculative-num-steps 3 --speculative-eagle-topk 1 "
+              "--speculative-num-draft-tokens 4",
     "trtllm": "trtllm-serve org/model-7b --tp_size 2 --max_batch_size 64 --backend pytorch --host 0.0.0.0",
     "tgi": "PREFIX_CACHING=0 text-generation-launcher --model-id org/model-7b --num-shard 2 --max-total-tokens 8192 "
-           "--max-batch-size 32 --lora-adapters a,b",
+           "--max-batch-size 32 --lora-adapters a,b --speculate 2",
 }
 
 
