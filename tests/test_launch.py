@@ -614,3 +614,72 @@ def test_a_cap_the_model_sizes_for_the_replica_is_divided_among_the_dp_attention
     assert any("data-parallel attention ranks" in why for name, why in budget.sized if name == "max_num_seqs")
     cap = next(a for a in build_launch(advice, "sglang").args if a.name == "--max-running-requests")
     assert int(cap.value) == 8 * budget.params["max_num_seqs"] and int(cap.value) - math.floor(replica) < 8
+
+
+TRTLLM_OPTIONS = """\
+kv_cache_config:
+  free_gpu_memory_fraction: 0.85
+  enable_block_reuse: false
+  dtype: fp8
+cuda_graph_config:
+  enable_padding: true
+  max_batch_size: 128
+speculative_config:
+  decoding_type: MTP
+  num_nextn_predict_layers: 1
+print_iter_log: true
+"""
+
+
+def _options_yaml(script: str) -> dict:
+    import yaml
+    return yaml.safe_load(script.split("<<'YAML'\n", 1)[1].split("\nYAML\n", 1)[0])
+
+
+def test_todays_trtllm_options_file_is_read_and_written_back_key_for_key(pack, tmp_path):
+    # TensorRT-LLM takes most settings from the YAML of --extra_llm_api_options: a script that
+    # dropped it (and said "copy its keys") was not today's deployment.
+    from dataclasses import replace
+
+    from kbopt.engine.advice.command import read_command
+    (tmp_path / "extra.yaml").write_text(TRTLLM_OPTIONS)
+    (tmp_path / "serve.sh").write_text("trtllm-serve org/model-7b --backend pytorch --tp_size 2 "
+                                       "--extra_llm_api_options extra.yaml --port 8000\n")
+    command = read_command(f"@{tmp_path / 'serve.sh'}")      # the file's folder first, for a relative path
+    facts = dict(command.facts)
+    assert facts["serving.memory_fraction"] == 0.85 and facts["serving.prefix_caching"] is False
+    assert facts["model.kv_cache_dtype"] == "fp8"
+    assert (facts["serving.speculative_method"], facts["serving.num_speculative_tokens"]) == ("mtp", 1)
+    assert command.unmodelled == ("print_iter_log", "--port")
+    advice = replace(advise(load_facts(FACTS, [*command.overrides(), "serving.engine_version=1.1.0"]), pack,
+                            available_evaluators()[0]), strategies=())
+    script = render_launch(build_launch(advice, "trtllm", command), advice.bottleneck)
+    import yaml
+    assert _options_yaml(script) == yaml.safe_load(TRTLLM_OPTIONS)
+    assert "--extra_llm_api_options kbopt-trtllm.yaml" in script and "extra.yaml" not in script
+
+
+@pytest.mark.parametrize("options,message", [
+    ("- a list\n", "a mapping of option names, not a list"),
+    ("kv_cache_config:\n  dtype: [fp8\n", "extra.yaml:3: not valid YAML"),
+    ("kv_cache_config:\n  free_gpu_memory_fraction: 1.5\n", "kv_cache_config.free_gpu_memory_fraction takes a value >= 0.01 and <= 1"),
+    ("'bad key: x': 1\n", "is not an option name"),
+])
+def test_a_trtllm_options_file_the_engine_would_refuse_is_named_with_its_file(run_cli, tmp_path, options, message):
+    (tmp_path / "extra.yaml").write_text(options)
+    code, _, err = run_cli("advise", "--facts", str(FACTS), "--launch",
+                           f"trtllm-serve m --extra_llm_api_options {tmp_path / 'extra.yaml'}", "--set", "workload.engine=trtllm")
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_a_string_in_the_options_file_stays_one_inert_yaml_value(pack, tmp_path):
+    from dataclasses import replace
+
+    from kbopt.engine.advice.command import read_command
+    (tmp_path / "extra.yaml").write_text('served_note: "x\\nenable_chunked_prefill: true\\nYAML\\nrm -rf /"\n')
+    command = read_command(f"trtllm-serve m --extra_llm_api_options {tmp_path / 'extra.yaml'}")
+    advice = replace(advise(load_facts(FACTS, [*command.overrides(), "serving.engine_version=1.1.0"]), pack,
+                            available_evaluators()[0]), strategies=())
+    script = render_launch(build_launch(advice, "trtllm", command), advice.bottleneck)
+    assert _options_yaml(script) == {"served_note": "x\nenable_chunked_prefill: true\nYAML\nrm -rf /"}
+    assert "\nrm -rf" not in script

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ class Command:
     env: tuple[tuple[str, str], ...] = ()
     modelled: frozenset[str] = frozenset()         # the flags the profile knows; the rest are carried as given
     facts: tuple[tuple[str, Any], ...] = ()        # the serving.* (and model, workload.engine) facts they state
+    yaml_keys: frozenset[str] = frozenset()        # args read from today's TensorRT-LLM options file (dotted keys)
 
     @property
     def unmodelled(self) -> tuple[str, ...]:
@@ -43,7 +45,9 @@ class Command:
 
 def read_command(text: str, version: str | None = None) -> Command:
     """`text` (or @FILE: the command in a file) as a Command; a one-paragraph error naming what is wrong."""
+    base: Path | None = None                   # where a relative options file is looked for first
     if text.startswith("@"):
+        base = Path(text[1:]).parent
         try:
             text = Path(text[1:]).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
@@ -113,6 +117,8 @@ def read_command(text: str, version: str | None = None) -> Command:
                 raise KboptError(f"--launch: {problem}")
             args.append((name, value))
         modelled.add(name)
+    args, yaml_keys = _options_file(spec, args, base, at)
+    modelled |= {name for name in yaml_keys if spec.by_name.get(name) is not None}
     names = [name for name, _ in args]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated and spec.id == "tgi":
@@ -121,7 +127,99 @@ def read_command(text: str, version: str | None = None) -> Command:
         raise KboptError(f"--launch: {repeated[0]} is given more than once ({spec.title} keeps one of them silently): "
                          "give each flag once, with the value the server should run with")
     facts = _facts(spec, args, model)
-    return Command(spec.id, model, tuple(args), tuple(env), frozenset(modelled), tuple(facts))
+    return Command(spec.id, model, tuple(args), tuple(env), frozenset(modelled), tuple(facts), frozenset(yaml_keys))
+
+
+OPTIONS_FILES = ("--extra_llm_api_options", "--config")   # TensorRT-LLM's YAML of LLM API options (serve.py)
+MAX_OPTIONS_FILE = 1_000_000                                  # bytes: a few dozen keys, not a data file
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/+-]+\Z")               # a YAML scalar that reads back as the same string
+
+
+def _options_file(spec: Engine, args: list[tuple[str, str | None]], base: Path | None, at: Any
+                  ) -> tuple[list[tuple[str, str | None]], set[str]]:
+    """TensorRT-LLM takes most settings from a YAML file (--extra_llm_api_options): where today's
+    command names one that kbopt can read, its keys take the option's place as dotted keys
+    (kv_cache_config.free_gpu_memory_fraction), the profile's checked and read as facts, the others
+    carried as given; the emitted script writes them back into its own file. One it cannot read
+    (not on this machine) stays an option, and the script says to copy its keys."""
+    if spec.id != "trtllm":
+        return args, set()
+    out: list[tuple[str, str | None]] = []
+    keys: set[str] = set()
+    for name, value in args:
+        path = _found(value, base) if name in OPTIONS_FILES and value else None
+        if path is None:
+            out.append((name, value))
+            continue
+        for key, text in _flat(_yaml_mapping(path), "", spec, str(path)):
+            flag = spec.flag_at(key, at)
+            problem = flag.problem(text) if flag is not None else None
+            if problem:
+                raise KboptError(f"--launch: {path}: {problem}")
+            out.append((key, text))
+            keys.add(key)
+    return out, keys
+
+
+def _found(value: str, base: Path | None) -> Path | None:
+    path = Path(value)
+    for candidate in ([path] if path.is_absolute() else [*([base / path] if base is not None else []), path]):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _yaml_mapping(path: Path) -> dict[Any, Any]:
+    import yaml  # here: only a TensorRT-LLM command with an options file needs it
+    try:
+        if path.stat().st_size > MAX_OPTIONS_FILE:
+            raise KboptError(f"--launch: {path}: {path.stat().st_size:,} bytes is not an options file (at most {MAX_OPTIONS_FILE:,})")
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise KboptError(f"--launch: {path}: cannot read the options file ({error.__class__.__name__}: {clean(error)})") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise KboptError(f"--launch: {where}: not valid YAML ({clean(getattr(error, 'problem', None) or error)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise KboptError(f"--launch: {path}: TensorRT-LLM's options file is a mapping of option names, not a {type(data).__name__}")
+    return data
+
+
+def _flat(node: dict[Any, Any], prefix: str, spec: Engine, where: str) -> list[tuple[str, str]]:
+    """A nested mapping as dotted keys and YAML values: a mapping is descended unless the profile
+    takes it whole (speculative_config) and nothing below it."""
+    out: list[tuple[str, str]] = []
+    for key, value in node.items():
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise KboptError(f"--launch: {where}: {prefix}{clean(str(key))!r} is not an option name (letters, digits and _)")
+        name = prefix + key
+        whole = name in spec.by_name and not any(f.name.startswith(name + ".") for f in spec.flags)
+        if isinstance(value, dict) and value and not whole:
+            out += _flat(value, name + ".", spec, where)
+        else:
+            out.append((name, _yaml_text(value)))
+    return out
+
+
+def _yaml_text(value: Any) -> str:
+    """A value as one line of YAML that reads back the same: JSON (a subset of YAML) where a plain
+    scalar would not, so a string from the file cannot add lines or keys to the script's file."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if isinstance(value, str) and _PLAIN.match(value) and value not in ("true", "false", "null", "yes", "no", "on", "off", "~"):
+        return value
+    try:
+        return json.dumps(value, sort_keys=False, default=str)
+    except (TypeError, ValueError):
+        return json.dumps(str(value))
 
 
 def _engine(words: list[str]) -> tuple[Engine, list[str]]:

@@ -242,7 +242,7 @@ def _from_command(spec: Engine, command: Command) -> list[Arg]:
     out = []
     for name, value in command.args:
         flag = spec.by_name.get(name)
-        kind = "env" if name in dict(command.env) else flag.kind if flag is not None else "cli"
+        kind = "env" if name in dict(command.env) else "yaml" if name in command.yaml_keys else flag.kind if flag is not None else "cli"
         modelled = name in command.modelled
         out.append(Arg(name, kind, value, value, "today: --launch" if modelled else "today: --launch (not modelled: carried as given)",
                        set_today=True, verbatim=not modelled))
@@ -338,8 +338,9 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     if any(a.kind == "yaml" for a in args.values()):
         for option in ("--extra_llm_api_options", "--config"):
             if option in args and args[option].set_today:
-                notes.append(f"today's {option} {clean(args[option].value or '')} is not read by kbopt: copy its keys "
-                             "into the YAML file this script writes (the engine takes one file)")
+                notes.append(f"today's {option} {clean(args[option].value or '')} is not a file kbopt could open where it "
+                             "ran (give --launch @FILE beside it, or an absolute path): copy its keys into the YAML file this "
+                             "script writes (the engine takes one file)")
                 del args[option]
     kept, dropped = _checked(spec, target, list(args.values()))
     applied, not_applied = _accounted(advice, pending, kept, removed, engine, facts)
