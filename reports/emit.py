@@ -75,7 +75,8 @@ def render_launch(launch: Launch, bottleneck: str) -> str:
     yaml: list[tuple[str, str, str]] = []
     for arg in launch.args:
         if arg.kind == "cli":
-            word = arg.name if arg.value is None else f"{arg.name} {shlex.quote(arg.value)}"
+            # several words were read shell-quoted (shlex.join) and go back as they are
+            word = arg.name if arg.value is None else f"{arg.name} {arg.value if arg.words else shlex.quote(arg.value)}"
             args += _needs(arg, "  ") + [("  " + word, _comment(arg))]
         elif arg.kind == "env":
             env += _needs(arg, "") + [(f"export {arg.name}={shlex.quote(arg.value or '')}", _comment(arg))]

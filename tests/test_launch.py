@@ -683,3 +683,28 @@ def test_a_string_in_the_options_file_stays_one_inert_yaml_value(pack, tmp_path)
     script = render_launch(build_launch(advice, "trtllm", command), advice.bottleneck)
     assert _options_yaml(script) == {"served_note": "x\nenable_chunked_prefill: true\nYAML\nrm -rf /"}
     assert "\nrm -rf" not in script
+
+
+@pytest.mark.parametrize("text", [
+    "python -m sglang.launch_server --model-path Qwen/Qwen2.5-7B-Instruct --lora-paths sql=/loras/sql chat=/loras/chat "
+    "'odd name=/loras/a b' --max-loras-per-batch 3 --tp-size 1",
+    "vllm serve Qwen/Qwen2.5-7B-Instruct --enable-lora --lora-modules sql=/loras/sql chat=/loras/chat --max-loras 2",
+])
+def test_a_flag_kbopt_does_not_model_keeps_all_its_values(pack, text):
+    # Review set 9: SGLang's --lora-paths and vLLM's --lora-modules take several values (nargs); the
+    # second was read as a second model and a command that starts was refused.
+    from dataclasses import replace
+
+    from kbopt.engine.advice.command import read_command
+    command = read_command(text)
+    assert command.model == "Qwen/Qwen2.5-7B-Instruct"
+    advice = replace(advise(load_facts(FACTS, [*command.overrides(), f"serving.engine_version="
+                                             f"{version_text(engine_catalog().engines[command.engine].latest)}"]),
+                            pack, available_evaluators()[0]), strategies=())
+    script = render_launch(build_launch(advice, command.engine, command), advice.bottleneck)
+    again = read_command(_relaunched(script))
+    assert again.args == command.args
+    flag = "--lora-paths" if command.engine == "sglang" else "--lora-modules"
+    assert shlex.split(dict(command.args)[flag])[:2] == ["sql=/loras/sql", "chat=/loras/chat"]
+    if shutil.which("bash"):
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0

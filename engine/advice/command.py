@@ -33,6 +33,7 @@ class Command:
     modelled: frozenset[str] = frozenset()         # the flags the profile knows; the rest are carried as given
     facts: tuple[tuple[str, Any], ...] = ()        # the serving.* (and model, workload.engine) facts they state
     yaml_keys: frozenset[str] = frozenset()        # args read from today's TensorRT-LLM options file (dotted keys)
+    several: frozenset[str] = frozenset()          # unmodelled flags given several words: the value is them shell-quoted
 
     @property
     def unmodelled(self) -> tuple[str, ...]:
@@ -72,6 +73,7 @@ def read_command(text: str, version: str | None = None) -> Command:
     model: str | None = None
     args: list[tuple[str, str | None]] = [(name, value) for name, value in env]
     modelled = {name for name, _ in env if spec.by_name.get(name) is not None}
+    several: set[str] = set()                  # flags given several words (kept shell-quoted, one value)
     i = 0
     while i < len(rest):
         word = rest[i]
@@ -97,10 +99,18 @@ def read_command(text: str, version: str | None = None) -> Command:
                         else f" (did you mean {close[0]}?)" if close else "")
                 raise KboptError(f"--launch: {spec.unknown_flag.format(flag=name)}{hint}; {spec.title} "
                                  f"{version_text(at)} would not start")
-            # not modelled: carried as given; a following word that is no option is its value
+            # not modelled: carried as given; the following words that are no option are its values
+            # (SGLang --lora-paths and vLLM --lora-modules take several: nargs), once the model is known
             value: str | None = inline if eq else None
             if not eq and i < len(rest) and not rest[i].startswith("-"):
-                value, i = rest[i], i + 1
+                words = [rest[i]]
+                i += 1
+                while (model is not None or spec.model == "option") and i < len(rest) and not rest[i].startswith("-"):
+                    words.append(rest[i])
+                    i += 1
+                value = words[0] if len(words) == 1 else shlex.join(words)
+                if len(words) > 1:
+                    several.add(name)
             args.append((name, value))
             continue
         if flag.type == "flag":
@@ -127,7 +137,8 @@ def read_command(text: str, version: str | None = None) -> Command:
         raise KboptError(f"--launch: {repeated[0]} is given more than once ({spec.title} keeps one of them silently): "
                          "give each flag once, with the value the server should run with")
     facts = _facts(spec, args, model)
-    return Command(spec.id, model, tuple(args), tuple(env), frozenset(modelled), tuple(facts), frozenset(yaml_keys))
+    return Command(spec.id, model, tuple(args), tuple(env), frozenset(modelled), tuple(facts), frozenset(yaml_keys),
+                   frozenset(several))
 
 
 OPTIONS_FILES = ("--extra_llm_api_options", "--config")   # TensorRT-LLM's YAML of LLM API options (serve.py)

@@ -46,6 +46,7 @@ class Arg:
     why: str = ""                      # a stated reason beside the value (a cap kept below today's batch)
     set_today: bool = False            # today's server has it (with the value `today`)
     verbatim: bool = False             # from today's command, not in the profile: carried as given, unchecked
+    words: bool = False                # the value is several shell-quoted words (SGLang --lora-paths a=x b=y)
 
     @property
     def status(self) -> str:
@@ -245,7 +246,7 @@ def _from_command(spec: Engine, command: Command) -> list[Arg]:
         kind = "env" if name in dict(command.env) else "yaml" if name in command.yaml_keys else flag.kind if flag is not None else "cli"
         modelled = name in command.modelled
         out.append(Arg(name, kind, value, value, "today: --launch" if modelled else "today: --launch (not modelled: carried as given)",
-                       set_today=True, verbatim=not modelled))
+                       set_today=True, verbatim=not modelled, words=name in command.several))
     return out
 
 
