@@ -32,7 +32,7 @@ def review_deployment(pack, folder: str, name: str):
     from kbopt.kb.facts import load_facts
     from kbopt.reports.emit import render_launch
     data = Path(__file__).resolve().parent / "data" / folder
-    command = read_command((data / f"{name}.launch").read_text().strip())
+    command = read_command(f"@{data / f'{name}.launch'}")     # a relative options file is beside it
     advice = advise(load_facts(next(data.glob(f"{name}-*.json")), command.overrides()), pack, available_evaluators()[0])
     script = render_launch(build_launch(advice, command.engine, command), advice.bottleneck)
     if shutil.which("bash"):

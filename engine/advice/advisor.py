@@ -13,7 +13,7 @@ from kbopt.engine.advice.objectives import Objective, harm, harm_reason, met_on_
 from kbopt.engine.advice.settings import differs_from_today, sets_otherwise, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
-from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, adds_too_little, negligible_reason, reads_params
+from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, adds_too_little, label, negligible_reason, number, reads_params
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
@@ -164,7 +164,12 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     # so it is neither sized nor vetoed as negligible.
     kept = {key for key, c in candidates.items() if in_place(pack, catalog[c.strategy], c.variant, final)}
     trimmed: list[Rejection] = []
-    outcomes = _what_ifs({k: c for k, c in candidates.items() if k not in kept}, catalog, whatif, vetoes, trimmed) if whatif else {}
+    # A strategy in place whose parameters the model reads (a chunk budget) may change them, and is
+    # judged as a change would be: harmful or not (review set 9: a budget that took a missed TTFT
+    # objective 3x further went unjudged because chunking was on already).
+    # (A setting the model reads is never vetoed as negligible, and one at today's value moves nothing.)
+    changing = {key for key in kept if _effects_read_params(catalog[candidates[key].strategy], candidates[key].variant)}
+    outcomes = _what_ifs({k: c for k, c in candidates.items() if k not in kept or k in changing}, catalog, whatif, vetoes, trimmed) if whatif else {}
     for part in trimmed:     # the gain the candidate states is that of a rule it keeps
         candidates[part.key].gain = next((d.conclusion.gain for d in recommendations if d.conclusion.key == part.key
                                           and d.rule in candidates[part.key].rules and d.conclusion.gain), None)
@@ -234,6 +239,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         if moved_in_place or any(sized_by_key[key] and _effects_read_params(catalog[candidates[key].strategy],
                                                                              candidates[key].variant) for key in planned):
             plan = plan_of()     # once more with the budgets it sized (what the model evaluates is what is printed)
+            plan = _harmless_resizing(plan, plan_of, planned, moved_in_place, evaluated, before_plan, sized_by_key,
+                                      outcomes, candidates, catalog, whatif)
             for key in planned:  # and each such strategy's own what-if with the value it prints
                 strategy = catalog[candidates[key].strategy]
                 if sized_by_key[key] and (key in outcomes or key in moved_in_place) and _effects_read_params(strategy, candidates[key].variant):
@@ -437,6 +444,58 @@ def _after_plan(plan: Plan, final: FinalFacts) -> tuple[dict[str, Any], Lookup]:
     def planned(path: str) -> tuple[str, Any]:
         return (KNOWN, after[path]) if path in after else final.lookup(path)
     return after, planned
+
+
+def _harmless_resizing(plan: Plan | None, plan_of: Callable[[], Plan | None], planned: list[str], moved_in_place: list[str],
+                       evaluated: dict[str, tuple[dict[str, Any], list[RuleNote]]], before_plan: dict[str, dict[str, Any]],
+                       sized_by_key: dict[str, list[tuple[str, str]]], outcomes: dict[str, Outcome],
+                       candidates: dict[str, Candidate], catalog: Mapping[str, Strategy], whatif: WhatIf | None) -> Plan | None:
+    """A budget re-sized after the plan is judged as a change: against the same plan with today's
+    value, where it works against an objective (objectives.harm) today's value stays, saying why,
+    and the plan is the one with it (review set 9: a 96-token chunk budget sized for an ITL
+    objective took a missed 2 s TTFT p99 objective three times further, unjudged)."""
+    if plan is None or whatif is None:
+        return plan
+    judged = objectives(whatif.baseline.lookup)
+    threshold = whatif.pack.kb.negligible_change
+    for key in list(planned):
+        strategy = catalog[candidates[key].strategy]
+        today = before_plan.get(key)
+        if not judged or not today or not sized_by_key.get(key) or not _effects_read_params(strategy, candidates[key].variant):
+            continue
+        params, notes = evaluated[key]
+        sized = {name: params[name] for name in today}
+        params.update(today)
+        with_today = plan_of()
+        params.update(sized)
+        if with_today is None:
+            continue
+        kept_after = {g.metric: g.after for g in with_today.expected}
+        moved = [(g.metric, kept_after[g.metric], g.after) for g in plan.expected if g.metric in kept_after]
+        # a budget sized to meet one objective may spend another's room: it is harm only where the
+        # estimate (moved as the measurement would be) ends past that objective's SLO
+        after_of = {name: after for name, _, after in moved}
+        found = tuple((o, m) for o, m in harm(moved, judged, threshold)
+                      if o.slo is not None and after_of[m] * (o.scale or 1) > o.slo)
+        if not found:
+            continue
+        objective, metric = found[0]
+        before, after = kept_after[metric], after_of[metric]
+        params.update(today)
+        notes[:] = [n for n in notes if not any(n.text.startswith(f"{name}={fmt(value)}: sized after the plan")
+                                                for name, value in sized.items())]
+        rule = candidates[key].params[next(iter(today))][1]
+        notes.append(RuleNote(rule, "; ".join(f"{name}={fmt(value)} stays" for name, value in today.items())
+                              + f": the value sized after the plan ({', '.join(f'{n}={fmt(v)}' for n, v in sized.items())}) "
+                              f"works against {objective.name}: {label(metric)} {number(before)} -> {number(after)} in the plan "
+                              "(the ITL objective then needs prefill and decode apart, or more GPUs)"))
+        sized_by_key[key], before_plan[key] = [], {}
+        if key in moved_in_place:
+            moved_in_place.remove(key)
+            planned.remove(key)
+            outcomes.pop(key, None)
+        plan = with_today
+    return plan
 
 
 def _sized_after_plan(candidate: Candidate, params: dict[str, Any], plan: Plan, final: FinalFacts, strategy: Strategy,

@@ -25,6 +25,10 @@ class Objective:
     # A mean that meets its SLO beside a tail that misses it: a move only works against the
     # objective where it takes the mean past the SLO (None: any worsening counts).
     ceiling: float | None = None
+    # An estimate that does not read today's measurement (more than AGREEMENT off) judges by the
+    # measurement moved as the model moves: after x scale (measured / modelled) past the ceiling.
+    scale: float | None = None
+    slo: float | None = None           # the objective's number, where an SLO states one
 
 
 # An SLO, the estimates it is judged by, and the facts that show it missed (measured first).
@@ -77,15 +81,22 @@ def objectives(lookup: Lookup) -> tuple[Objective, ...]:
         judged = (tail,) if _number(lookup, f"derived.{tail}") is not None and _reads_today(lookup, tail) else metrics
         mean_seen = _number(lookup, _MEASURES[mean])
         ceiling = slo if mean_seen is not None and mean_seen <= slo else None
-        out += [Objective(metric, "lower", name, seen is not None and seen > slo, ceiling if metric == mean else None)
-                for metric in judged]
+        for metric in judged:
+            missed = seen is not None and seen > slo
+            if _reads_today(lookup, metric):
+                out.append(Objective(metric, "lower", name, missed, ceiling if metric == mean else None, slo=slo))
+            elif (measured := _number(lookup, _MEASURES[metric])) and (modelled := _number(lookup, f"derived.{metric}")):
+                # the model is off today's measurement: a move still counts where the measurement,
+                # moved as the model moves, crosses the SLO (review set 9: a chunk budget that took a
+                # 2 s TTFT p99 objective's measurement past it was judged by nothing)
+                out.append(Objective(metric, "lower", name, missed, slo, measured / modelled, slo))
     status, stated = lookup("constraints.objective")
     # an SLO already states what the latency objective asks of its statistic, in numbers
     by_slo = {metric for slo_fact, _, metrics, _ in _SLOS if (_number(lookup, slo_fact) or 0) > 0 for metric in metrics}
     if status == KNOWN and isinstance(stated, str):
         out += [Objective(metric, better, f"the {stated} objective", False)
                 for metric, better in _STATED.get(stated, ()) if metric not in by_slo]
-    return tuple(o for o in out if _reads_today(lookup, o.metric))
+    return tuple(o for o in out if o.scale is not None or _reads_today(lookup, o.metric))
 
 
 def _worse(before: float, after: float, better: Better) -> float:
@@ -108,7 +119,7 @@ def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...]
     relevant = [o for o in judged_by if o.metric in moves
                 and not (o.metric == "decode_tokens_per_s" and "service_tokens_per_s" in moves)]
     worse = [o for o in relevant if _worse(*moves[o.metric], o.better) >= threshold
-             and (o.ceiling is None or moves[o.metric][1] > o.ceiling)]
+             and (o.ceiling is None or moves[o.metric][1] * (o.scale or 1) > o.ceiling)]
     missed = tuple((o, o.metric) for o in worse if o.missed)
     if missed:
         return missed[:1]

@@ -1,0 +1,71 @@
+"""Expert review set 9: eight deployments a reviewer wrote (tests/data/review9, two per engine,
+each with today's launch command, TensorRT-LLM's with its options file), and what the advice must
+now read for the defects the review found."""
+from __future__ import annotations
+
+import shlex
+
+import yaml
+from conftest import review_deployment
+
+
+def _deployment(pack, name: str):
+    return review_deployment(pack, "review9", name)
+
+
+def _strategy(advice, strategy_id: str):
+    return next((s for s in advice.strategies if s.id == strategy_id), None)
+
+
+def test_d4_a_multi_lora_sglang_command_is_read_and_relaunched_with_every_adapter(pack):
+    # --lora-paths takes several values (nargs="*", server_args.py@0.5.0rc2:1299-1305): the second
+    # adapter was read as a second model and a command that starts was refused with exit 2.
+    advice, script = _deployment(pack, "d4")
+    line = next(line for line in script.splitlines() if line.strip().startswith("--lora-paths"))
+    assert shlex.split(line.split("#", 1)[0])[1:] == ["support=/loras/support", "sql=/loras/sql", "summarize=/loras/summarize"]
+    assert _strategy(advice, "memory_budget") is not None
+
+
+def test_d7_a_chunk_budget_that_would_take_the_missed_ttft_objective_further_keeps_todays(pack):
+    # Llama-3.1-8B on an L4 under TGI, TTFT p99 6 s against 2 s and ITL p99 1 s against 80 ms: the
+    # budget sized after the plan for the ITL objective (96 tokens) tripled the modelled first
+    # token; the model reads today's TTFT low, so the objective had been dropped from the judgment.
+    advice, script = _deployment(pack, "d7")
+    chunked = _strategy(advice, "chunked_prefill")
+    assert chunked.status == "keep" and chunked.params["max_num_batched_tokens"] == 4096
+    assert any("stays: the value sized after the plan" in c.text and "TTFT objective" in c.text for c in chunked.caveats)
+    assert "--max-batch-prefill-tokens 96" not in script
+
+
+def test_d7_tgi_gets_no_batch_cap_it_ignores_while_chunking_and_no_prefix_caching_it_has(pack):
+    # backends/v3/src/backend.rs@v3.3.0:175-184: no batch-size bound while chunking; the launcher
+    # turns prefix caching on by default (launcher/src/main.rs@v3.3.0:133-199).
+    advice, script = _deployment(pack, "d7")
+    assert _strategy(advice, "batch_cap") is None
+    assert [r.because for r in advice.rejected if r.id == "batch_cap"] == [("R-TGI-BATCH-CAP-CHUNKING",)]
+    assert _strategy(advice, "prefix_caching").status == "keep"
+    assert "PREFIX_CACHING" not in script.split("set -euo pipefail", 1)[0]
+
+
+def test_d3_no_data_parallel_attention_under_a_latency_objective(pack):
+    # DeepSeek-V3 on 8 H200s at about 5 requests a rank, a 50 ms ITL p99 objective: the gather among
+    # ranks and the slowest rank take back the KV reads data-parallel attention saves.
+    advice, script = _deployment(pack, "d3")
+    assert _strategy(advice, "parallelism") is None
+    assert "--enable-dp-attention" not in script
+    assert _strategy(advice, "speculative_decoding").params["method"] == "mtp"
+
+
+def test_d5_d6_todays_trtllm_options_file_is_carried_into_the_script(pack):
+    for name in ("d5", "d6"):
+        _, script = _deployment(pack, name)
+        written = yaml.safe_load(script.split("<<'YAML'\n", 1)[1].split("\nYAML\n", 1)[0])
+        today = yaml.safe_load(open(f"tests/data/review9/{name}-extra.yaml"))
+        for key, value in today.items():
+            if key == "cuda_graph_config":
+                continue     # the plan may size its batch to the new cap
+            if isinstance(value, dict):   # today's keys stay; the advice may add its own beside them
+                assert value.items() <= written.get(key, {}).items(), (name, key)
+            else:
+                assert written.get(key) == value, (name, key)
+        assert f"{name}-extra.yaml" not in script
