@@ -4,6 +4,7 @@ now read for the defects the review found."""
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import yaml
 from conftest import review_deployment
@@ -60,7 +61,7 @@ def test_d5_d6_todays_trtllm_options_file_is_carried_into_the_script(pack):
     for name in ("d5", "d6"):
         _, script = _deployment(pack, name)
         written = yaml.safe_load(script.split("<<'YAML'\n", 1)[1].split("\nYAML\n", 1)[0])
-        today = yaml.safe_load(open(f"tests/data/review9/{name}-extra.yaml"))
+        today = yaml.safe_load((Path(__file__).resolve().parent / "data" / "review9" / f"{name}-extra.yaml").read_text())
         for key, value in today.items():
             if key == "cuda_graph_config":
                 continue     # the plan may size its batch to the new cap
