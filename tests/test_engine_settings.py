@@ -87,7 +87,7 @@ def test_unknown_engine_gives_all_four_at_their_latest_version():
 
 
 EXPECTED = {
-    "vllm": ["--quantization fp8", '"enable_fusion": true', "# unchanged; today: serving.kv_block_size"],
+    "vllm": ["--quantization fp8", "# unchanged; today: serving.kv_block_size"],
     # Fusion is advised only where the engine exposes the passes (vLLM): not here.
     "sglang": ["--quantization fp8", "--kv-cache-dtype fp8_e4m3", "--page-size 16"],
     "trtllm": ["cat > kbopt-trtllm.yaml <<'YAML'", "  dtype: fp8", "  tokens_per_block: 16",
