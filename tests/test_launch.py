@@ -664,6 +664,8 @@ def test_todays_trtllm_options_file_is_read_and_written_back_key_for_key(pack, t
     ("kv_cache_config:\n  dtype: [fp8\n", "extra.yaml:3: not valid YAML"),
     ("kv_cache_config:\n  free_gpu_memory_fraction: 1.5\n", "kv_cache_config.free_gpu_memory_fraction takes a value >= 0.01 and <= 1"),
     ("'bad key: x': 1\n", "is not an option name"),
+    ("a: " + "{b: " * 20000 + "1" + "}" * 20000 + "\n", "nested too deep"),
+    ("a:\n" + "".join("  " * (i + 1) + "b:\n" for i in range(12)) + "  " * 13 + "c: 1\n", "nested deeper than any TensorRT-LLM option"),
 ])
 def test_a_trtllm_options_file_the_engine_would_refuse_is_named_with_its_file(run_cli, tmp_path, options, message):
     (tmp_path / "extra.yaml").write_text(options)

@@ -143,6 +143,7 @@ def read_command(text: str, version: str | None = None) -> Command:
 
 OPTIONS_FILES = ("--extra_llm_api_options", "--config")   # TensorRT-LLM's YAML of LLM API options (serve.py)
 MAX_OPTIONS_FILE = 1_000_000                                  # bytes: a few dozen keys, not a data file
+MAX_DEPTH = 8                                                 # option sections nest two or three levels
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/+-]+\Z")               # a YAML scalar that reads back as the same string
 
@@ -189,6 +190,8 @@ def _yaml_mapping(path: Path) -> dict[Any, Any]:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as error:
         raise KboptError(f"--launch: {path}: cannot read the options file ({error.__class__.__name__}: {clean(error)})") from None
+    except RecursionError:
+        raise KboptError(f"--launch: {path}: nested too deep to be TensorRT-LLM's options file") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -208,6 +211,8 @@ def _flat(node: dict[Any, Any], prefix: str, spec: Engine, where: str) -> list[t
         if not isinstance(key, str) or not _KEY.match(key):
             raise KboptError(f"--launch: {where}: {prefix}{clean(str(key))!r} is not an option name (letters, digits and _)")
         name = prefix + key
+        if name.count(".") > MAX_DEPTH:
+            raise KboptError(f"--launch: {where}: {clean(name[:80])}: nested deeper than any TensorRT-LLM option ({MAX_DEPTH} levels)")
         whole = name in spec.by_name and not any(f.name.startswith(name + ".") for f in spec.flags)
         if isinstance(value, dict) and value and not whole:
             out += _flat(value, name + ".", spec, where)
