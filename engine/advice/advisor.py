@@ -487,8 +487,7 @@ def _harmless_resizing(plan: Plan | None, plan_of: Callable[[], Plan | None], pl
         rule = candidates[key].params[next(iter(today))][1]
         notes.append(RuleNote(rule, "; ".join(f"{name}={fmt(value)} stays" for name, value in today.items())
                               + f": the value sized after the plan ({', '.join(f'{n}={fmt(v)}' for n, v in sized.items())}) "
-                              f"works against {objective.name}: {label(metric)} {number(before)} -> {number(after)} in the plan "
-                              "(the ITL objective then needs prefill and decode apart, or more GPUs)"))
+                              f"works against {objective.name}: {label(metric)} {number(before)} -> {number(after)} in the plan"))
         sized_by_key[key], before_plan[key] = [], {}
         if key in moved_in_place:
             moved_in_place.remove(key)
