@@ -175,7 +175,9 @@ def resolve(graph: ConflictGraph, candidates: dict[str, Candidate]) -> Resolutio
                     gone = [left[t] for t in targets if t in left]
                     because = tuple(dict.fromkeys(r for lost in gone for r in lost.because)) or \
                         tuple(edge.because[0] for edge in _edges(graph, key, "requires") if edge.target in targets)
-                    why = f"it requires {needs}, which " + ("was rejected: " + gone[0].reason if gone else "no rule recommended")
+                    # the variant it needs, where it names one (quantization[nvfp4], not quantization)
+                    wanted = " or ".join(dict.fromkeys(targets)) or needs
+                    why = f"it requires {wanted}, which " + ("was rejected: " + gone[0].reason if gone else "no rule recommended")
                     left[key] = Left(key, because, why)
                     changed = True
                     break

@@ -64,6 +64,7 @@ class Flag:
     max: Version | None = None
     at_least: float | None = None
     at_most: float | None = None
+    note: str = ""                     # what a user relaunching with it should know (e.g. where the engine ignores it)
 
     @property
     def kind(self) -> Kind:
@@ -398,7 +399,8 @@ def _flag(name: str, raw: dict[str, Any], where: str) -> Flag:
     if (raw["type"] == "choice") != bool(raw.get("choices")):
         raise ValueError(f"{where}: flag {name}: `choices` go with type choice, and only with it")
     return Flag(name, raw["type"], str(raw["source"]), tuple(str(c) for c in raw.get("choices") or ()),
-                _version(raw.get("min"), where), _version(raw.get("max"), where), raw.get("at_least"), raw.get("at_most"))
+                _version(raw.get("min"), where), _version(raw.get("max"), where), raw.get("at_least"), raw.get("at_most"),
+                str(raw.get("note") or ""))
 
 
 def _refusal(raw: dict[str, Any], where: str) -> Refusal:

@@ -400,13 +400,16 @@ def with_current_names(document: Any) -> Any:
     return out
 
 
-def facts_from_document(document: Any, name: str, overrides: Sequence[str] = ()) -> Facts:
+def facts_from_document(document: Any, name: str, overrides: Sequence[str] = (), launched: Sequence[str] = ()) -> Facts:
+    """`launched`: the facts today's launch command states (--launch), applied before the --set
+    `overrides`, each named as where it came from when it is wrong."""
     vocabulary = builtin_knowledge().vocabulary
     document = with_current_names(document)
     validate_document(document, name, vocabulary)
-    if overrides:
-        document = apply_overrides(document, list(overrides), vocabulary)
-        validate_document(document, f"{name} with --set", vocabulary)
+    for given, origin in ((launched, "today's launch command (--launch)"), (overrides, "--set")):
+        if given:
+            document = apply_overrides(document, list(given), vocabulary)
+            validate_document(document, f"{name} with {origin}", vocabulary)
     values = flatten(document)
     for path, value in values.items():
         spec = vocabulary.get(path)     # never None: validation allows only the vocabulary's facts

@@ -250,14 +250,14 @@ def _advise(args) -> int:
         return _advise_jsonl(args, pack)
     if args.collect:
         document, name = _collected_document(args), "collected facts"
-        read = lambda overrides: facts_from_document(document, name, overrides)   # noqa: E731
+        read = lambda launched, overrides: facts_from_document(document, name, overrides, launched)   # noqa: E731
     else:
         document, name = merged_document(args.facts)        # standard input is read once, here
-        read = lambda overrides: facts_from_document(document, name, overrides)   # noqa: E731
+        read = lambda launched, overrides: facts_from_document(document, name, overrides, launched)   # noqa: E731
     command = None
     if args.launch is not None:
         from kbopt.engine.advice.command import read_command
-        given = read(args.overrides).values
+        given = read((), args.overrides).values
         stated = given.get("serving.engine_version")    # the version its flags are read at
         command = read_command(args.launch, stated if isinstance(stated, str) else None)
         if (given.get("workload.engine") not in (None, "other", command.engine) and stated is not None
@@ -266,11 +266,11 @@ def _advise(args) -> int:
                              f"{given.get('workload.engine')} with serving.engine_version = {stated}, a version of that "
                              f"engine: give {command.engine}'s with --set serving.engine_version=VERSION")
     launched = command.overrides() if command else []
-    facts = read(launched + args.overrides)   # bad input before anything is said
+    facts = read(launched, args.overrides)   # bad input before anything is said
     evaluator = _evaluator(args.evaluator)
     # Even one advice set off collections that walked the whole loaded pack (kbopt.gctuning).
     with many_advices():
-        today = advise(read(launched), pack, evaluator) if args.overrides else None
+        today = advise(read(launched, ()), pack, evaluator) if args.overrides else None
         advice = _what_if(today, facts, args.overrides, pack, evaluator) if today else advise(facts, pack, evaluator)
         if args.emit:
             from kbopt.reports.emit import render_emit

@@ -154,6 +154,14 @@ def test_the_70b_tp4_deployment_relaunches_on_tp4_with_its_model(run_cli):
     assert "  --tensor-parallel-size 4 " in out and out.count("--tensor-parallel-size 4") == 1
 
 
+def test_a_bad_value_from_todays_command_is_named_as_the_commands_not_set(run_cli):
+    # set 7: a launch flag the profile takes but the facts cannot hold was reported "with --set"
+    code, out, err = run_cli("advise", "--facts", str(FACTS), "--launch", "vllm serve m --tensor-parallel-size 2000000")
+    assert code == 2 and out == ""
+    assert "with today's launch command (--launch)" in err and "$.serving.tensor_parallel_size" in err
+    assert "--set" not in err and len(err.strip().splitlines()) == 1
+
+
 def _advice(pack, **overrides):
     facts = load_facts(FACTS, [f"{k}={v}" for k, v in overrides.items()])
     return advise(facts, pack, available_evaluators()[0])

@@ -50,12 +50,12 @@ def test_fusion_goes_with_an_fp8_quantization_or_not_at_all(pack):
     assert "quantization[fp8]" in {s.key for s in advice.strategies}
     assert "op_fusion" not in {s.id for s in advice.strategies}
     online = next(r for r in advice.rejected if r.id == "op_fusion")
-    assert online.because == ("C-FUSION-NO-ONLINE-FP8",) and online.reason.startswith("it requires quantization")
+    assert online.because == ("C-FUSION-NO-ONLINE-FP8",) and online.reason.startswith("it requires quantization[nvfp4], which ")
     # FP8 not allowed: no FP8/FP4 activations will exist, and the fusion is shown rejected for that
     advice = _advice(pack, "bandwidth-l40s-decode.json", "vllm", constraints={"allowed_precisions": ["bf16", "int4"]})
     assert "op_fusion" not in {s.id for s in advice.strategies}
     rejection = next(r for r in advice.rejected if r.id == "op_fusion")
-    assert rejection.reason.startswith("it requires quantization, which ")
+    assert rejection.reason == "it requires quantization[nvfp4], which no rule recommended"     # names the variant (set 7)
 
 
 @pytest.mark.parametrize("engine", ENGINES)

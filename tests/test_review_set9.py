@@ -70,3 +70,43 @@ def test_d5_d6_todays_trtllm_options_file_is_carried_into_the_script(pack):
             else:
                 assert written.get(key) == value, (name, key)
         assert f"{name}-extra.yaml" not in script
+
+
+def test_d4_a_throughput_cap_goes_to_what_the_pool_holds_up_to_the_engines_default(pack):
+    # Qwen2.5-7B with LoRA on an L40S, a throughput objective, 16 running against a cap of 16: the
+    # cap followed the requests in flight (16 -> 38) while the pool held about 340 sequences; under
+    # a throughput objective it goes to the engine's default (256 on GPUs under 70 GiB, vLLM's
+    # arg_utils.py@0.12.0:1836-1845) where the pool holds that many.
+    advice, script = _deployment(pack, "d4")
+    budget = _strategy(advice, "memory_budget")
+    assert budget.params["max_num_seqs"] == 256
+    assert advice.derived["derived.max_batch_kv"] >= 256
+    assert "--max-running-requests 256" in script
+
+
+def test_d5_trtllm_chunking_that_would_split_no_prompt_is_rejected(pack):
+    # gpt-oss-120b on a B200, prompt p99 2,500 tokens under an 8,192-token max_num_tokens and no
+    # ITL objective: enable_chunked_prefill changes nothing.
+    advice, script = _deployment(pack, "d5")
+    assert _strategy(advice, "chunked_prefill") is None
+    assert [r.because for r in advice.rejected if r.id == "chunked_prefill"] == [("R-CHUNKING-SPLITS-NOTHING",)]
+    assert "enable_chunked_prefill" not in script
+
+
+def test_d3_mtp_on_sglang_pays_the_host_time_its_overlap_scheduler_no_longer_hides(pack):
+    # DeepSeek-V3 FP8 on 8 H200s: the reviewer's hand arithmetic gave 21-22 ms with MTP (overlap
+    # scheduler off under EAGLE/NEXTN, server_args.py@0.5.0rc2:591-596), where kbopt said 19 ms.
+    advice, _ = _deployment(pack, "d3")
+    assert 19.8 <= advice.derived["derived.spec_itl_ms"] <= 22.5
+    mtp = _strategy(advice, "speculative_decoding")
+    assert any("--speculative-num-steps 3" in c.text for c in mtp.caveats)
+
+
+def test_d8_a_bf16_native_model_is_not_told_fp16_is_not_allowed_and_the_ignored_flag_is_named(pack):
+    # Qwen2.5-32B AWQ on an A100 with bf16 allowed: the 16-bit checkpoint is judged on its numbers,
+    # and --max-waiting-tokens, which TGI's v3 router ignores while chunking, gets a note.
+    advice, script = _deployment(pack, "d8")
+    assert not any(r.because == ("R-FP16-NOT-ALLOWED",) for r in advice.rejected)
+    sixteen = next(r for r in advice.rejected if r.key == "quantization[fp16]")
+    assert sixteen.reason.startswith("harmful")
+    assert "# --max-waiting-tokens: ignored wherever the model chunks prefills" in script

@@ -278,6 +278,8 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
             args.setdefault(arg.name, arg)
         if command.unmodelled:
             notes.append(f"carried as given from today's command, not checked by kbopt's profile: {', '.join(command.unmodelled)}")
+        notes.extend(f"{name}: {spec.by_name[name].note}" for name, _ in command.args
+                     if name in spec.by_name and spec.by_name[name].note)
     else:
         if command is not None:
             notes.append(f"today's command is for {command.engine}: its settings are carried through the facts they state; "
