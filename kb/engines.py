@@ -65,6 +65,7 @@ class Flag:
     at_least: float | None = None
     at_most: float | None = None
     note: str = ""                     # what a user relaunching with it should know (e.g. where the engine ignores it)
+    aliases: tuple[str, ...] = ()      # other spellings the engine's parser takes (vLLM -tp, SGLang --ep-size)
 
     @property
     def kind(self) -> Kind:
@@ -260,7 +261,9 @@ class Engine:
 
     @cached_property
     def by_name(self) -> dict[str, Flag]:
-        return {flag.name: flag for flag in self.flags}
+        """Each flag by its name and by every alias (a lookup by alias gives the flag, whose
+        `name` is the spelling kbopt writes)."""
+        return {name: flag for flag in self.flags for name in (flag.name, *flag.aliases)}
 
     def nearest(self, version: Version) -> Version:
         """The covered version nearest `version` (the later of two as near; compared by release order)."""
@@ -400,7 +403,7 @@ def _flag(name: str, raw: dict[str, Any], where: str) -> Flag:
         raise ValueError(f"{where}: flag {name}: `choices` go with type choice, and only with it")
     return Flag(name, raw["type"], str(raw["source"]), tuple(str(c) for c in raw.get("choices") or ()),
                 _version(raw.get("min"), where), _version(raw.get("max"), where), raw.get("at_least"), raw.get("at_most"),
-                str(raw.get("note") or ""))
+                str(raw.get("note") or ""), tuple(str(a) for a in raw.get("aliases") or ()))
 
 
 def _refusal(raw: dict[str, Any], where: str) -> Refusal:
@@ -460,6 +463,9 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
         raise ValueError(f"{where}: vendors {list(engine.vendors)} are not among {list(VENDORS)}")
     entries = tuple(_entry(engine_id, item, where) for item in raw.get("settings") or ())
     known = {flag.name for flag in flags}
+    spellings = [name for flag in flags for name in (flag.name, *flag.aliases)]
+    if len(spellings) != len(set(spellings)):
+        raise ValueError(f"{where}: {sorted({n for n in spellings if spellings.count(n) > 1})[0]} names two flags (or one twice)")
     totals = engine.rank_totals
     for name in ([n for e in entries for n in (*e.names, *e.removes)] + [c.name for c in engine.deployment]
                  + [name for r in engine.reads for name in (r.flag, r.without, *(k for k, _ in r.where if k.startswith("-")))

@@ -40,6 +40,11 @@ def review_deployment(pack, folder: str, name: str):
     return advice, script
 
 
+def strategy_of(advice, strategy_id: str):
+    """The advice's strategy with this id, or None."""
+    return next((s for s in advice.strategies if s.id == strategy_id), None)
+
+
 def engine_runs_on(engine: str, example) -> bool:
     """Whether a serving engine runs on a facts file's GPU: TensorRT-LLM is NVIDIA's only, and an
     AMD example refuses it (tests/test_gpu_catalog.py), so tests that pair every example with every

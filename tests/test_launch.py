@@ -718,3 +718,29 @@ def test_a_flag_kbopt_does_not_model_keeps_all_its_values(pack, text):
     assert shlex.split(dict(command.args)[flag])[:2] == ["sql=/loras/sql", "chat=/loras/chat"]
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+@pytest.mark.parametrize(("command", "facts"), [
+    # vLLM's short spellings (engine/arg_utils.py@0.10.2:528,642-649; @0.12.0:640,743-772)
+    ("vllm serve m -tp 2 -dp 2 -q fp8", {"serving.tensor_parallel_size": 2, "serving.data_parallel_size": 2, "serving.quantization": "fp8"}),
+    # SGLang's long and short ones (server_args.py@0.5.0rc2:982-990, 1230-1231, 1439-1441)
+    ("python3 -m sglang.launch_server --model-path m --tensor-parallel-size 8 --ep-size 8",
+     {"serving.tensor_parallel_size": 8, "serving.expert_parallel": True}),
+    ("python3 -m sglang.launch_server --model-path m --tp-size 8 --ep 8", {"serving.tensor_parallel_size": 8, "serving.expert_parallel": True}),
+])
+def test_a_flags_aliases_are_read_as_the_flag_and_relaunched_once(pack, command, facts):
+    # set 10: SGLang --ep-size was refused as a misspelt --tp-size, and vLLM -tp 2 was carried as an
+    # unmodelled flag, so a 70B on -tp 2 -dp 2 was modelled at TP4.
+    from kbopt.engine.advice.command import read_command
+    read = read_command(command)
+    assert {path: value for path, value in read.facts if path in facts} == facts
+    assert not read.unmodelled
+    names = [name for name, _ in read.args]
+    assert len(names) == len(set(names)) and all(not name.startswith("-") or name.startswith("--") for name in names)
+
+
+def test_a_flag_given_under_two_of_its_spellings_is_given_twice():
+    from kbopt.engine.advice.command import read_command
+    from kbopt.errors import KboptError
+    with pytest.raises(KboptError, match="--tp-size is given more than once"):
+        read_command("python3 -m sglang.launch_server --model-path m --tp-size 8 --tensor-parallel-size 8")

@@ -7,15 +7,11 @@ import shlex
 from pathlib import Path
 
 import yaml
-from conftest import review_deployment
+from conftest import review_deployment, strategy_of
 
 
 def _deployment(pack, name: str):
     return review_deployment(pack, "review9", name)
-
-
-def _strategy(advice, strategy_id: str):
-    return next((s for s in advice.strategies if s.id == strategy_id), None)
 
 
 def test_d4_a_multi_lora_sglang_command_is_read_and_relaunched_with_every_adapter(pack):
@@ -24,7 +20,7 @@ def test_d4_a_multi_lora_sglang_command_is_read_and_relaunched_with_every_adapte
     advice, script = _deployment(pack, "d4")
     line = next(line for line in script.splitlines() if line.strip().startswith("--lora-paths"))
     assert shlex.split(line.split("#", 1)[0])[1:] == ["support=/loras/support", "sql=/loras/sql", "summarize=/loras/summarize"]
-    assert _strategy(advice, "memory_budget") is not None
+    assert strategy_of(advice, "memory_budget") is not None
 
 
 def test_d7_a_chunk_budget_that_would_take_the_missed_ttft_objective_further_keeps_todays(pack):
@@ -32,7 +28,7 @@ def test_d7_a_chunk_budget_that_would_take_the_missed_ttft_objective_further_kee
     # budget sized after the plan for the ITL objective (96 tokens) tripled the modelled first
     # token; the model reads today's TTFT low, so the objective had been dropped from the judgment.
     advice, script = _deployment(pack, "d7")
-    chunked = _strategy(advice, "chunked_prefill")
+    chunked = strategy_of(advice, "chunked_prefill")
     assert chunked.status == "keep" and chunked.params["max_num_batched_tokens"] == 4096
     assert any("stays: the value sized after the plan" in c.text and "TTFT objective" in c.text for c in chunked.caveats)
     assert "--max-batch-prefill-tokens 96" not in script
@@ -42,9 +38,9 @@ def test_d7_tgi_gets_no_batch_cap_it_ignores_while_chunking_and_no_prefix_cachin
     # backends/v3/src/backend.rs@v3.3.0:175-184: no batch-size bound while chunking; the launcher
     # turns prefix caching on by default (launcher/src/main.rs@v3.3.0:133-199).
     advice, script = _deployment(pack, "d7")
-    assert _strategy(advice, "batch_cap") is None
+    assert strategy_of(advice, "batch_cap") is None
     assert [r.because for r in advice.rejected if r.id == "batch_cap"] == [("R-TGI-BATCH-CAP-CHUNKING",)]
-    assert _strategy(advice, "prefix_caching").status == "keep"
+    assert strategy_of(advice, "prefix_caching").status == "keep"
     assert "PREFIX_CACHING" not in script.split("set -euo pipefail", 1)[0]
 
 
@@ -52,9 +48,9 @@ def test_d3_no_data_parallel_attention_under_a_latency_objective(pack):
     # DeepSeek-V3 on 8 H200s at about 5 requests a rank, a 50 ms ITL p99 objective: the gather among
     # ranks and the slowest rank take back the KV reads data-parallel attention saves.
     advice, script = _deployment(pack, "d3")
-    assert _strategy(advice, "parallelism") is None
+    assert strategy_of(advice, "parallelism") is None
     assert "--enable-dp-attention" not in script
-    assert _strategy(advice, "speculative_decoding").params["method"] == "mtp"
+    assert strategy_of(advice, "speculative_decoding").params["method"] == "mtp"
 
 
 def test_d5_d6_todays_trtllm_options_file_is_carried_into_the_script(pack):
@@ -78,7 +74,7 @@ def test_d4_a_throughput_cap_goes_to_what_the_pool_holds_up_to_the_engines_defau
     # a throughput objective it goes to the engine's default (256 on GPUs under 70 GiB, vLLM's
     # arg_utils.py@0.12.0:1836-1845) where the pool holds that many.
     advice, script = _deployment(pack, "d4")
-    budget = _strategy(advice, "memory_budget")
+    budget = strategy_of(advice, "memory_budget")
     assert budget.params["max_num_seqs"] == 256
     assert advice.derived["derived.max_batch_kv"] >= 256
     assert "--max-running-requests 256" in script
@@ -88,7 +84,7 @@ def test_d5_trtllm_chunking_that_would_split_no_prompt_is_rejected(pack):
     # gpt-oss-120b on a B200, prompt p99 2,500 tokens under an 8,192-token max_num_tokens and no
     # ITL objective: enable_chunked_prefill changes nothing.
     advice, script = _deployment(pack, "d5")
-    assert _strategy(advice, "chunked_prefill") is None
+    assert strategy_of(advice, "chunked_prefill") is None
     assert [r.because for r in advice.rejected if r.id == "chunked_prefill"] == [("R-CHUNKING-SPLITS-NOTHING",)]
     assert "enable_chunked_prefill" not in script
 
@@ -98,7 +94,7 @@ def test_d3_mtp_on_sglang_pays_the_host_time_its_overlap_scheduler_no_longer_hid
     # scheduler off under EAGLE/NEXTN, server_args.py@0.5.0rc2:591-596), where kbopt said 19 ms.
     advice, _ = _deployment(pack, "d3")
     assert 19.8 <= advice.derived["derived.spec_itl_ms"] <= 22.5
-    mtp = _strategy(advice, "speculative_decoding")
+    mtp = strategy_of(advice, "speculative_decoding")
     assert any("--speculative-num-steps 3" in c.text for c in mtp.caveats)
 
 

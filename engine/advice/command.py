@@ -86,6 +86,8 @@ def read_command(text: str, version: str | None = None) -> Command:
                              f"model {model!r})")
         name, eq, inline = word.partition("=")
         flag = spec.by_name.get(name)
+        if flag is not None:
+            name = flag.name            # an alias (vLLM -tp, SGLang --ep-size) is read, and relaunched, as the flag
         if name in spec.model_flags:
             if not eq and i >= len(rest):
                 raise KboptError(f"--launch: {name} needs the model id after it")

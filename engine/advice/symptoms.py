@@ -34,14 +34,18 @@ _SCALED_BY = {"workload.itl_p99_ms": "derived.itl_p99_expected_ms", "workload.it
 # off (either way) does not scale it: its ratio would carry its own error into the projection.
 _SAME_STATISTIC = frozenset({"workload.itl_p99_ms", "workload.itl_mean_ms", "workload.ttft_mean_ms", "workload.ttft_p99_ms"})
 AGREEMENT = 1.5
+# An objective met today is shown where the plan takes its statistic this much further toward (or
+# past) it: a trade the advice makes for another objective (a chunk budget for the ITL spends TTFT).
+WORSENED_SHOWN = 0.05
 # The smallest chunk budget the advice prints (S-CHUNKED-PREFILL, C-CHUNK-BUDGET-MISSES-ITL).
 CHUNK_FLOOR = 64
 
 
 @dataclass(frozen=True)
 class Symptom:
-    """One thing the facts show going wrong. `objective` and `miss` (value / objective - 1) are set
-    for a missed objective; `against` for queueing (the requests running)."""
+    """One thing the facts show going wrong, or an objective the plan spends. `objective` and
+    `miss` (value / objective - 1) are set for an objective (negative where it is met today and the
+    plan spends its room); `against` for queueing (the requests running)."""
     kind: str                        # ttft | itl | queue_timeouts | preemptions | queueing | prefill_share
     fact: str                        # the fact that shows it: workload.ttft_p99_ms
     value: float
@@ -60,6 +64,9 @@ class Symptom:
     def text(self) -> str:
         """`TTFT p99 1,350 ms against a 1,000 ms objective (+35%)`, and where the plan moves it,
         `; after the plan about 900 ms: meets it`."""
+        if self.objective is not None and self.miss is not None and self.miss < 0:
+            return f"{self.label} {number(self.value)} {self.unit} within a {number(self.objective)} {self.unit} objective" \
+                + self._after_text(spent=True)
         if self.objective is not None and self.miss is not None:
             miss = f"+{self.miss:.0%}" if self.miss >= 0.1 else f"+{self.miss:.1%}"
             return f"{self.label} {number(self.value)} {self.unit} against a {number(self.objective)} {self.unit} objective ({miss})" \
@@ -75,14 +82,16 @@ class Symptom:
             return f"prefills take {_percent(self.value)} of the GPU's math"
         return f"{self.fact} = {number(self.value)}"
 
-    def _after_text(self) -> str:
+    def _after_text(self, spent: bool = False) -> str:
         if self.unprojected:
             return f"; {self.unprojected}"
         if self.after is None or self.objective is None:
             return ""
-        verdict = "meets it" if self.after <= self.objective else f"still over by {self.after / self.objective - 1:.0%}"
+        over = f"over by {self.after / self.objective - 1:.0%}"
+        verdict = ("still meets it" if spent else "meets it") if self.after <= self.objective else (over if spent else f"still {over}")
         how = "" if self.source == ESTIMATED else f", as {self.after_basis} moves"
-        return f"; after the plan about {number(self.after)} {self.unit}{how}: {verdict}"
+        lead = "; the plan spends its room: after the plan" if spent else "; after the plan"
+        return f"{lead} about {number(self.after)} {self.unit}{how}: {verdict}"
 
     def note(self) -> str:
         """Where it comes from: `measured: workload.ttft_p99_ms`, or the model's estimate."""
@@ -136,6 +145,20 @@ def _mean_agrees(facts: Mapping[str, Any], derived: Mapping[str, Any], path: str
     return measured is not None and modelled is not None and measured > 0 and _agrees(modelled, measured)
 
 
+def _spent(facts: Mapping[str, Any], derived: Mapping[str, Any], path: str, value: float, source: str,
+           moves: Mapping[str, tuple[Any, Any]]) -> float | None:
+    """Where the plan takes an objective met today WORSENED_SHOWN or more toward it, the value it
+    leaves (projected as a missed one's is), else None."""
+    before, after = moves.get(_SCALED_BY.get(path, path), (None, None))
+    if not (_positive(before) and _positive(after)) or after < before * (1 + WORSENED_SHOWN):
+        return None
+    if source == ESTIMATED:
+        return float(after)
+    if path in _SAME_STATISTIC and not _agrees(before, value) and not _mean_agrees(facts, derived, path):
+        return None
+    return float(value * after / before)
+
+
 def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any], plan: Plan | None = None) -> tuple[Symptom, ...]:
     """The symptoms of `facts` (the input facts) and `derived` (the final derived facts), in a
     fixed order: objectives (TTFT, ITL), queue timeouts, preemptions, queueing, prefill share.
@@ -177,6 +200,9 @@ def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any], plan: Plan | 
             out.append(Symptom(kind, path, value, "ms", source, objective, objective_fact, value / objective - 1,
                                label=label, after=projected, after_basis=basis if projected is not None else None,
                                unprojected=unprojected))
+        elif (spent := _spent(facts, derived, path, value, source, moves)) is not None:
+            out.append(Symptom(kind, path, value, "ms", source, objective, objective_fact, value / objective - 1,
+                               label=label, after=spent, after_basis=_SCALED_BY.get(path, path)))
     timeouts = _number(facts, "workload.queue_timeout_ratio")
     if timeouts is not None and timeouts > 0:
         out.append(Symptom("queue_timeouts", "workload.queue_timeout_ratio", timeouts, "ratio", MEASURED))
