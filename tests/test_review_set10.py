@@ -23,19 +23,19 @@ def _deployment(pack, name: str):
 def test_d4_sglang_chunks_stall_the_decodes_whole_unless_mixed(pack):
     # Qwen2.5-14B AWQ on an L4 under SGLang 0.5.0: without --enable-mixed-chunk the scheduler runs a
     # waiting prompt's chunks before any decode (managers/scheduler.py@0.5.0rc2:1488-1491, 1648-1658),
-    # so a 128-token budget promised ITL p99 488 -> 97 ms and delivered a longer stall. Mixed, that
-    # budget meets the ITL objective and takes the missed TTFT objective further: it is rejected as
-    # harmful, and no n-gram speculation SGLang 0.5 lacks stands in for it.
+    # so a 128-token budget alone promised ITL p99 488 -> 97 ms and delivered a longer stall. The
+    # budget now comes with mixing on, and its cost to the first token (a decode step per chunk) is
+    # shown beside it: a trade between two missed objectives that relieves the ITL one by more than
+    # it costs the TTFT one. No n-gram speculation, which SGLang 0.5 lacks, stands in.
     advice, script = _deployment(pack, "d4")
-    assert "derived.prefill_stall_ms" in advice.derived
-    assert strategy_of(advice, "chunked_prefill") is None
-    harmful = next(r for r in advice.rejected if r.id == "chunked_prefill")
-    assert harmful.reason.startswith("harmful: it works against the TTFT objective")
+    chunked = strategy_of(advice, "chunked_prefill")
+    assert chunked is not None and chunked.status == "change"
+    assert "--enable-mixed-chunk" in chunked.settings["sglang"] and "--enable-mixed-chunk" in script
+    moved = {g.metric: g for g in chunked.expected}
+    assert moved["itl_p99_expected_ms"].after <= 150 < moved["itl_p99_expected_ms"].before
+    assert moved["ttft_p99_expected_ms"].after > 1.3 * moved["ttft_p99_expected_ms"].before
     assert strategy_of(advice, "speculative_decoding") is None
     assert [r.because for r in advice.rejected if r.id == "speculative_decoding"] == [("R-SGLANG-NO-NGRAM",)]
-    assert "--chunked-prefill-size 2048" in script
-    itl = next(s for s in advice.symptoms if s.kind == "itl")
-    assert itl.after is None                               # no longer promised to meet it
 
 
 def test_sglang_prefill_stall_is_the_whole_prompt_until_mixing_is_on_and_the_script_turns_it_on(pack):
@@ -47,12 +47,6 @@ def test_sglang_prefill_stall_is_the_whole_prompt_until_mixing_is_on_and_the_scr
         return advice.derived["derived.prefill_stall_ms"]
     assert stall("serving.mixed_chunk=true") < stall() / 3      # one 128-token chunk, not the whole prompt
     assert stall("serving.mixed_chunk=true", "serving.speculative_method=mtp") == stall()   # speculation turns mixing off
-    # where the budget is a change the objectives allow, the SGLang line turns mixing on with it
-    advice = advise(load_facts(next(DATA.glob("d4-*.json")), [*read_command(f"@{DATA / 'd4.launch'}").overrides(),
-                                                              "constraints.ttft_slo_ms=20000"]), pack, evaluator)
-    chunked = strategy_of(advice, "chunked_prefill")
-    assert chunked is not None and chunked.status == "change"
-    assert "--enable-mixed-chunk" in chunked.settings["sglang"]
 
 
 @pytest.mark.parametrize("launch", ["d3.launch", "d3-alias.launch"])

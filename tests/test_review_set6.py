@@ -89,19 +89,16 @@ def test_d9_a_budget_sized_for_an_fp8_checkpoint_waits_for_it(pack):
     assert f"--max_num_tokens {today} " in script and f"it is {chunked.params['max_num_batched_tokens']}" in script
 
 
-def test_d5_a_chunk_budget_under_256_meets_the_itl_p99_and_the_ttft_the_plan_leaves_says_so(pack):
-    # Qwen3-32B FP8 on one H100: the ITL p99 (95 ms against 30) is prefill stalls; the largest budget
-    # that meets 30 ms is about 200 tokens (the reviewer's figure too): 192 is printed (vLLM and
-    # SGLang take it), and the plan's p99 meets the objective. The TTFT p99 the plan does not move
-    # says so on the first screen.
+def test_d5_a_chunk_budget_that_meets_the_itl_p99_is_weighed_against_the_first_token_it_costs(pack):
+    # Qwen3-32B FP8 on one H100 under SGLang: the ITL p99 (95 ms against 30) is prefill stalls; the
+    # largest budget that meets 30 ms is about 200 tokens (the reviewer's figure too). Each of its
+    # chunk steps also runs the decode step (set 10), so the TTFT p99, missed today (1.4 s against
+    # 1 s), doubles: that costs more than it relieves, and the budget is shown rejected with it.
     advice, script = _deployment(pack, "d5")
-    chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
-    assert 160 <= chunked.params["max_num_batched_tokens"] < 256
-    assert f"--chunked-prefill-size {chunked.params['max_num_batched_tokens']}" in script
-    itl = next(s for s in advice.symptoms if s.kind == "itl")
-    assert itl.after is not None and itl.after <= 30
-    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
-    assert ttft.unprojected.startswith("the plan does not move it")
+    assert 160 <= advice.derived["derived.chunk_budget_itl"] < 256
+    rejected = next(r for r in advice.rejected if r.id == "chunked_prefill")
+    assert rejected.reason.startswith("harmful: it works against the TTFT objective, missed today")
+    assert "--chunked-prefill-size 1" not in script
 
 
 def test_d3_prefix_caching_keeps_todays_calibration(pack):
@@ -118,10 +115,12 @@ def test_d3_prefix_caching_keeps_todays_calibration(pack):
 def test_d7_the_budget_aims_under_the_objective_by_how_far_the_model_reads_the_p99_low(pack):
     # Qwen3-14B FP8 RAG on an H100 (TRT-LLM 1.0): the model reads 251 ms where 310 ms is measured;
     # a budget that meets 80 ms in the model's terms projected a measured 96.6 ms. Sized to 81% of
-    # the objective it is the reviewer's 1,536, and the plan's projection meets 80 ms.
+    # the objective it was the reviewer's 1,536; priced at the long prompts' late context (set 10)
+    # it is 1,280, and the plan's projection meets 80 ms.
     advice, script = _deployment(pack, "d7")
     chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
-    assert chunked.params["max_num_batched_tokens"] == 1536 and "--max_num_tokens 1536" in script
+    budget = chunked.params["max_num_batched_tokens"]
+    assert 1280 <= budget <= 1536 and f"--max_num_tokens {budget}" in script
     itl = next(s for s in advice.symptoms if s.kind == "itl")
     assert itl.after is not None and itl.after <= 80
 

@@ -109,7 +109,8 @@ def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...]
          ) -> tuple[tuple[Objective, str], ...]:
     """What a what-if works against (objective, estimate), from its moves (estimate, before,
     after); empty where it does not. It works against the objectives where it worsens a missed
-    objective's estimate by the negligible share or more (those alone are named), or where it
+    objective's estimate by the negligible share or more (those alone are named) and relieves no
+    other missed objective by more, or where it
     worsens an objective's and improves none of them nor the tokens served a second: a trade of a
     slower step for more tokens a second is the user's to weigh. Throughput is judged by the
     service rate where the what-if moves it (more replicas serve more while each serves less),
@@ -122,7 +123,13 @@ def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...]
              and (o.ceiling is None or moves[o.metric][1] * (o.scale or 1) > o.ceiling)]
     missed = tuple((o, o.metric) for o in worse if o.missed)
     if missed:
-        return missed[:1]
+        # a trade between missed objectives (a chunk budget that meets a missed ITL objective and
+        # lengthens a missed first token) is the user's to weigh where it relieves one by more than
+        # it costs the other; it is harm where it costs more than it relieves
+        cost = max(_worse(*moves[o.metric], o.better) for o, _ in missed)
+        costly = {o.name for o, _ in missed}
+        relief = max((-_worse(*moves[o.metric], o.better) for o in relevant if o.missed and o.name not in costly), default=0.0)
+        return missed[:1] if relief <= cost else ()
     better = [o for o in relevant if -_worse(*moves[o.metric], o.better) >= threshold] + [
         m for m in ("service_tokens_per_s", "decode_tokens_per_s") if m in moves and relative_change(*moves[m]) >= threshold]
     return () if better else tuple((o, o.metric) for o in worse)
