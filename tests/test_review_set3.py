@@ -67,8 +67,11 @@ def test_d3_moe_decode_intensity_counts_each_tokens_experts_so_deepseek_reads_ba
     intensity = advice.derived["derived.arithmetic_intensity"]
     assert 50 <= intensity <= 110 and intensity < advice.derived["derived.ridge_point"]
     assert advice.bottleneck == "memory_bandwidth"
-    mtp = _strategy(advice, "speculative_decoding")     # the ITL lever the wrong label suppressed
-    assert mtp is not None and mtp.params["method"] == "mtp" and mtp.status == "change"
+    # the ITL lever the wrong label suppressed: a mixed chunk budget (MTP would turn SGLang's mixing
+    # off, so it is shown rejected for it: R-SGLANG-SPECULATION-NO-MIXED-CHUNK, set 10)
+    chunked = _strategy(advice, "chunked_prefill")
+    assert chunked is not None and chunked.status == "change"
+    assert any(r.key == "speculative_decoding[mtp]" and r.because == ("R-SGLANG-SPECULATION-NO-MIXED-CHUNK",) for r in advice.rejected)
 
 
 def test_d3_expert_parallelism_is_sized_beside_todays_dp_attention_not_without_it(pack):

@@ -75,13 +75,17 @@ def test_d6_mxfp4_weights_size_prefill_at_the_fp8_rate_not_the_fp4_peak(pack):
     from kbopt.engine.advice.advisor import advise as advise_facts
     command = read_command((DATA / "d6.launch").read_text().strip())
     facts_file = next(DATA.glob("d6-*.json"))
-    budgets = {}
+    # The chunk tokens a step has room for, per ms the ITL target leaves beside the decode step (the
+    # target itself moves with how far each reads the measured p99: derived.itl_p99_fit).
+    room = {}
     for quantization in ("fp4", "mxfp4"):
         advice = advise_facts(load_facts(facts_file, [*command.overrides(), f"serving.quantization={quantization}"]),
                               pack, available_evaluators()[0])
-        budgets[quantization] = advice.derived["derived.chunk_budget_itl"]
-        assert advice.derived["derived.peak_tflops"] == (9000 if quantization == "fp4" else 4500)
-    assert 0.4 <= budgets["mxfp4"] / budgets["fp4"] <= 0.6
+        d = advice.derived
+        assert d["derived.peak_tflops"] == (9000 if quantization == "fp4" else 4500)
+        room[quantization] = (d["derived.chunk_budget_itl"] - d["derived.running_batch"]) \
+            / (d["derived.itl_target_ms"] - d["derived.decode_step_expected_ms"])
+    assert 0.45 <= room["mxfp4"] / room["fp4"] <= 0.55
 
 
 def test_a_config_with_mxfp4_weights_states_how_they_run(tmp_path):
