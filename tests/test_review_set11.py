@@ -1,0 +1,60 @@
+"""Expert review set 11: eight deployments a reviewer wrote (tests/data/review11, two per engine,
+each with today's launch command), and what the advice must now read for the defects the review
+found."""
+from __future__ import annotations
+
+import math
+
+from conftest import review_deployment, strategy_of
+
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.kb.facts import facts_from_document
+
+
+def test_d7_tgi_on_a_t4_with_head_dim_96_gets_no_chunk_budget_its_router_refuses(pack):
+    # Phi-3.5-mini on a T4: paged attention (launcher/src/main.rs@v3.3.0:146-188) does not chunk
+    # (models/model.py@v3.3.0:83-90), and without chunking the router refuses a
+    # --max-batch-prefill-tokens below --max-input-tokens: the 160-token budget did not start.
+    advice, script = review_deployment(pack, "review11", "d7")
+    assert advice.derived["derived.prefill_chunks_mixed"] is False
+    assert strategy_of(advice, "chunked_prefill") is None
+    assert [r.because[0] for r in advice.rejected if r.id == "chunked_prefill"] == ["R-TGI-CANNOT-CHUNK"]
+    assert "--max-batch-prefill-tokens 160" not in script and "--max-batch-prefill-tokens 4096" in script   # today's
+
+
+def test_d8_tgi_under_speculation_stalls_decodes_with_whole_prefills(pack):
+    # Qwen2.5-Coder-32B with --speculate 3 on two A100s: TGI turns chunking off under speculation,
+    # so the p99 step carries a whole prefill; with 1.8 tokens a step, a request's prefill comes
+    # every OSL / 1.8 steps. The model read 18.5 ms where 1,100 ms is measured; now within 1.6x.
+    advice, _ = review_deployment(pack, "review11", "d8")
+    d = advice.derived
+    assert d["derived.prefill_chunks_mixed"] is False
+    assert 1100 / 1.6 <= d["derived.itl_p99_expected_ms"] <= 1100 * 1.6
+    assert d["derived.prefill_step_share"] > advice.facts["workload.requests_running_mean"] / advice.facts["workload.output_len_mean"]
+
+
+def test_d4_sglang_with_eagle3_running_gets_no_mixed_chunk_it_would_switch_off(pack):
+    # Llama-3.3-70B FP8 on 4 H100s with EAGLE-3: SGLang turns --enable-mixed-chunk off under EAGLE
+    # (server_args.py@0.5.0rc2:590-603), so 4,096 -> 768 only added unmixed passes to each prefill.
+    advice, script = review_deployment(pack, "review11", "d4")
+    assert strategy_of(advice, "chunked_prefill") is None
+    assert [r.because for r in advice.rejected if r.id == "chunked_prefill"] == [("R-SGLANG-CHUNKS-UNDER-SPECULATION",)]
+    assert "--enable-mixed-chunk" not in script and "--chunked-prefill-size 4096" in script
+
+
+def test_vllm_speculative_tokens_take_their_share_of_the_step_budget(pack):
+    # vLLM V1 schedules each running request's 1 + k tokens from the same budget
+    # (v1/core/sched/scheduler.py@0.10.2:208-218): a prompt chunk gets budget - B(1 + k).
+    document = {"hardware": {"gpu_name": "NVIDIA A10G", "gpu_count": 1},
+                "model": {"params_billion": 7.25, "num_layers": 32, "num_kv_heads": 8, "head_dim": 128,
+                          "num_attention_heads": 32, "hidden_size": 4096, "weight_dtype": "bf16"},
+                "workload": {"engine": "vllm", "prompt_len_mean": 1125, "output_len_mean": 250, "requests_running_mean": 7.3},
+                "serving": {"max_num_batched_tokens": 64}}
+    evaluator = available_evaluators()[0]
+    plain = advise(facts_from_document(document, "plain"), pack, evaluator).derived
+    speculating = advise(facts_from_document({**document, "serving": {**document["serving"], "speculative_method": "ngram",
+                                                                      "num_speculative_tokens": 3}}, "ngram"), pack, evaluator).derived
+    assert plain["derived.prefill_chunk_steps"] == math.ceil(1125 / (64 - 7.3))
+    drafts = speculating.get("derived.spec_draft_tokens", 3)      # the method's, else --speculative-config's 3
+    assert speculating["derived.prefill_chunk_steps"] == math.ceil(1125 / (64 - 7.3 * (1 + drafts)))
