@@ -35,7 +35,7 @@ def test_d4_sglang_chunks_stall_the_decodes_whole_unless_mixed(pack):
     assert moved["itl_p99_expected_ms"].after <= 150 < moved["itl_p99_expected_ms"].before
     assert moved["ttft_p99_expected_ms"].after > 1.3 * moved["ttft_p99_expected_ms"].before
     assert strategy_of(advice, "speculative_decoding") is None
-    assert [r.because for r in advice.rejected if r.id == "speculative_decoding"] == [("R-SGLANG-NO-NGRAM",)]
+    assert [r.because[0] for r in advice.rejected if r.id == "speculative_decoding"] == ["R-SGLANG-NO-NGRAM"]
 
 
 def test_sglang_prefill_stall_is_the_whole_prompt_until_mixing_is_on_and_the_script_turns_it_on(pack):
@@ -46,7 +46,8 @@ def test_sglang_prefill_stall_is_the_whole_prompt_until_mixing_is_on_and_the_scr
                         pack, evaluator)
         return advice.derived["derived.prefill_stall_ms"]
     assert stall("serving.mixed_chunk=true") < stall() / 3      # one 128-token chunk, not the whole prompt
-    assert stall("serving.mixed_chunk=true", "serving.speculative_method=mtp") == stall()   # speculation turns mixing off
+    # speculation turns mixing off: the whole prompt again, and more of them (a request ends in fewer steps)
+    assert stall("serving.mixed_chunk=true", "serving.speculative_method=mtp") >= stall()
 
 
 @pytest.mark.parametrize("launch", ["d3.launch", "d3-alias.launch"])

@@ -58,3 +58,14 @@ def test_vllm_speculative_tokens_take_their_share_of_the_step_budget(pack):
     assert plain["derived.prefill_chunk_steps"] == math.ceil(1125 / (64 - 7.3))
     drafts = speculating.get("derived.spec_draft_tokens", 3)      # the method's, else --speculative-config's 3
     assert speculating["derived.prefill_chunk_steps"] == math.ceil(1125 / (64 - 7.3 * (1 + drafts)))
+
+
+def test_d1_vllm_counts_a_sliding_window_layer_at_its_window_when_it_counts_requests(pack):
+    # Gemma-3-27B on an MI300X, 52 of 62 layers on a 1,024-token window: vLLM's hybrid KV cache
+    # manager keeps only the window there, so the pool holds about twice the requests of full
+    # length that every layer at full length would (the reviewer's ~98 with group padding; 54 before).
+    advice, _ = review_deployment(pack, "review11", "d1")
+    d = advice.derived
+    full_length = advice.facts["workload.prompt_len_mean"] + advice.facts["workload.output_len_mean"]
+    assert d["derived.max_batch_kv"] >= 1.8 * d["derived.kv_pool_tokens"] // full_length
+    assert 90 <= d["derived.max_batch_kv"] <= 125

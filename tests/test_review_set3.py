@@ -71,7 +71,7 @@ def test_d3_moe_decode_intensity_counts_each_tokens_experts_so_deepseek_reads_ba
     # off, so it is shown rejected for it: R-SGLANG-SPECULATION-NO-MIXED-CHUNK, set 10)
     chunked = _strategy(advice, "chunked_prefill")
     assert chunked is not None and chunked.status == "change"
-    assert any(r.key == "speculative_decoding[mtp]" and r.because == ("R-SGLANG-SPECULATION-NO-MIXED-CHUNK",) for r in advice.rejected)
+    assert any(r.key == "speculative_decoding[mtp]" and r.because[0] == "R-SGLANG-SPECULATION-NO-MIXED-CHUNK" for r in advice.rejected)
 
 
 def test_d3_expert_parallelism_is_sized_beside_todays_dp_attention_not_without_it(pack):

@@ -135,7 +135,10 @@ def test_d4_a_latency_server_at_three_requests_is_not_told_to_take_more(pack):
     advice = _deployment(pack, "d4")
     assert advice.bottleneck == "overhead"
     assert not any(w.rule == "D-BOTTLENECK-UNDERFED" for w in advice.warnings)
-    assert "speculative_decoding" in {s.id for s in advice.strategies}
+    # speculation is weighed, not passed over: at the same three requests in flight a request ends in
+    # fewer steps, so more of the steps carry a prefill, and the missed ITL p99 it is judged by grows
+    spec = next(r for r in advice.rejected if r.id == "speculative_decoding")
+    assert spec.reason.startswith("harmful: it works against the ITL objective") and "itl p99 expected" in spec.reason
 
 
 def test_d4_the_default_chunk_budget_is_sized_for_the_itl_p99_once_graphs_shorten_the_step(pack):

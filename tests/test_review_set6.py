@@ -101,7 +101,7 @@ def test_d5_a_chunk_budget_that_meets_the_itl_p99_is_weighed_against_the_first_t
     assert f"--chunked-prefill-size {chunked.params['max_num_batched_tokens']}" in script and "--enable-mixed-chunk" in script
     moved = {g.metric: g for g in chunked.expected}
     assert moved["itl_p99_expected_ms"].after <= 30 and moved["ttft_p99_expected_ms"].after > moved["ttft_p99_expected_ms"].before
-    assert any(r.key == "speculative_decoding[eagle3]" and r.because == ("R-SGLANG-SPECULATION-NO-MIXED-CHUNK",)
+    assert any(r.key == "speculative_decoding[eagle3]" and r.because[0] == "R-SGLANG-SPECULATION-NO-MIXED-CHUNK"
                for r in advice.rejected)
 
 

@@ -52,7 +52,7 @@ def test_d3_no_data_parallel_attention_under_a_latency_objective(pack):
     assert "--enable-dp-attention" not in script
     # nor MTP beside the chunk budget that bounds the stalls: SGLang 0.5 turns mixed chunks off
     # under NEXTN (server_args.py@0.5.0rc2:586-603), set 10
-    assert [r.because for r in advice.rejected if r.key == "speculative_decoding[mtp]"] == [("R-SGLANG-SPECULATION-NO-MIXED-CHUNK",)]
+    assert [r.because[0] for r in advice.rejected if r.key == "speculative_decoding[mtp]"] == ["R-SGLANG-SPECULATION-NO-MIXED-CHUNK"]
     assert "--enable-mixed-chunk" in script
 
 
