@@ -126,7 +126,8 @@ def bottleneck_evidence(advice: Advice, most: int = 6) -> list[tuple[Firing, Che
 
 
 # The metrics a reader asks about first, in that order; the rest follow by how much they move.
-HEADLINE = ("service_tokens_per_s", "decode_tokens_per_s", "itl_expected_ms", "ttft_expected_ms", "decode_step_expected_ms", "kv_pool_tokens",
+HEADLINE = ("service_tokens_per_s", "decode_tokens_per_s", "itl_expected_ms", "itl_p99_expected_ms", "ttft_expected_ms",
+            "ttft_p99_expected_ms", "decode_step_expected_ms", "kv_pool_tokens",
             "kv_pool_sequences", "weights_overflow_gib", "ttft_floor_ms", "decode_step_floor_ms")
 
 
