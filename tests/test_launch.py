@@ -674,6 +674,10 @@ def test_todays_trtllm_options_file_is_read_and_written_back_key_for_key(pack, t
     ("'bad key: x': 1\n", "is not an option name"),
     ("a: " + "{b: " * 20000 + "1" + "}" * 20000 + "\n", "nested too deep"),
     ("a:\n" + "".join("  " * (i + 1) + "b:\n" for i in range(12)) + "  " * 13 + "c: 1\n", "nested deeper than any TensorRT-LLM option"),
+    # YAML anchors: seven lines that name 10 million keys (the walk stopped at none before)
+    ("l0: &l0 {" + ", ".join(f"k{i}: 1" for i in range(10)) + "}\n"
+     + "".join(f"l{n}: &l{n} {{" + ", ".join(f"k{i}: *l{n - 1}" for i in range(10)) + "}\n" for n in range(1, 7)),
+     "more than 2,000 keys is not TensorRT-LLM's options file"),
 ])
 def test_a_trtllm_options_file_the_engine_would_refuse_is_named_with_its_file(run_cli, tmp_path, options, message):
     (tmp_path / "extra.yaml").write_text(options)

@@ -146,6 +146,7 @@ def read_command(text: str, version: str | None = None) -> Command:
 OPTIONS_FILES = ("--extra_llm_api_options", "--config")   # TensorRT-LLM's YAML of LLM API options (serve.py)
 MAX_OPTIONS_FILE = 1_000_000                                  # bytes: a few dozen keys, not a data file
 MAX_DEPTH = 8                                                 # option sections nest two or three levels
+MAX_KEYS = 2_000                                              # keys in all: YAML anchors can repeat a section without bound
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/+-]+\Z")               # a YAML scalar that reads back as the same string
 
@@ -166,7 +167,7 @@ def _options_file(spec: Engine, args: list[tuple[str, str | None]], base: Path |
         if path is None:
             out.append((name, value))
             continue
-        for key, text in _flat(_yaml_mapping(path), "", spec, str(path)):
+        for key, text in _flat(_yaml_mapping(path), "", spec, str(path), [0]):
             flag = spec.flag_at(key, at)
             problem = flag.problem(text) if flag is not None else None
             if problem:
@@ -205,11 +206,15 @@ def _yaml_mapping(path: Path) -> dict[Any, Any]:
     return data
 
 
-def _flat(node: dict[Any, Any], prefix: str, spec: Engine, where: str) -> list[tuple[str, str]]:
+def _flat(node: dict[Any, Any], prefix: str, spec: Engine, where: str, seen: list[int]) -> list[tuple[str, str]]:
     """A nested mapping as dotted keys and YAML values: a mapping is descended unless the profile
-    takes it whole (speculative_config) and nothing below it."""
+    takes it whole (speculative_config) and nothing below it. `seen` counts the keys read so far:
+    anchors and aliases can make a small file name billions of them."""
     out: list[tuple[str, str]] = []
     for key, value in node.items():
+        seen[0] += 1
+        if seen[0] > MAX_KEYS:
+            raise KboptError(f"--launch: {where}: more than {MAX_KEYS:,} keys is not TensorRT-LLM's options file")
         if not isinstance(key, str) or not _KEY.match(key):
             raise KboptError(f"--launch: {where}: {prefix}{clean(str(key))!r} is not an option name (letters, digits and _)")
         name = prefix + key
@@ -217,7 +222,7 @@ def _flat(node: dict[Any, Any], prefix: str, spec: Engine, where: str) -> list[t
             raise KboptError(f"--launch: {where}: {clean(name[:80])}: nested deeper than any TensorRT-LLM option ({MAX_DEPTH} levels)")
         whole = name in spec.by_name and not any(f.name.startswith(name + ".") for f in spec.flags)
         if isinstance(value, dict) and value and not whole:
-            out += _flat(value, name + ".", spec, where)
+            out += _flat(value, name + ".", spec, where, seen)
         else:
             out.append((name, _yaml_text(value)))
     return out
