@@ -68,7 +68,9 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
         if strategy.gain and strategy.status != "keep":
             out += [f"Expected gain: {markdown_text(strategy.gain)}", ""]
         if strategy.expected:
-            out += ["Expected by the performance model:", ""] + _gains(strategy.expected) + [""]
+            together = f", together with {', '.join(markdown_code(k) for k in strategy.together)} (the rules make them one change)" \
+                if strategy.together else ""
+            out += [f"Expected by the performance model{together}:", ""] + _gains(strategy.expected) + [""]
         for depth, firing in chain(advice, strategy.recommended_by):
             pad = "  " * depth
             out.append(f"{pad}- {markdown_code(firing.rule)} {markdown_text(firing.title)} "

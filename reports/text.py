@@ -70,7 +70,8 @@ def _summary(advice: Advice) -> list[str]:
         lines.append(f"Actions{modelled}")
         for rank, strategy in enumerate(actions[:TOP], 1):
             gains = gains_text(headline(strategy.expected))
-            lines.extend(_wrap(f"{rank}. {strategy.key}: " + (gains or params_text(strategy.params) or strategy.title), "  "))
+            with_ = f" (with {', '.join(strategy.together)})" if strategy.together and gains else ""
+            lines.extend(_wrap(f"{rank}. {strategy.key}{with_}: " + (gains or params_text(strategy.params) or strategy.title), "  "))
         if len(actions) > TOP:
             lines.append(f"  … and {len(actions) - TOP} more below")
         if advice.plan and advice.plan.expected:
@@ -88,6 +89,8 @@ def _strategy(advice: Advice, number: int, strategy: StrategyAdvice, explain: bo
         lines.extend(_wrap(f"{engine}: {settings}", "     "))
     if strategy.gain and strategy.status != "keep":
         lines.extend(_wrap(f"expected gain: {strategy.gain}", "     "))
+    if strategy.together and strategy.expected:
+        lines.extend(_wrap(f"model, together with {', '.join(strategy.together)} (the rules make them one change):", "     "))
     for gain in strategy.expected:
         lines.extend(_wrap(f"model: {gain.text()}  [{gain.confidence}; {', '.join(gain.rules)}]", "     "))
     if explain:

@@ -34,13 +34,36 @@ def test_d8_tgi_under_speculation_stalls_decodes_with_whole_prefills(pack):
     assert d["derived.prefill_step_share"] > advice.facts["workload.requests_running_mean"] / advice.facts["workload.output_len_mean"]
 
 
-def test_d4_sglang_with_eagle3_running_gets_no_mixed_chunk_it_would_switch_off(pack):
-    # Llama-3.3-70B FP8 on 4 H100s with EAGLE-3: SGLang turns --enable-mixed-chunk off under EAGLE
-    # (server_args.py@0.5.0rc2:590-603), so 4,096 -> 768 only added unmixed passes to each prefill.
+def test_d4_sglang_trades_eagle3_for_a_mixed_chunk_budget_as_one_change(pack):
+    # Llama-3.3-70B FP8 on 4 H100s with EAGLE-3, ITL p99 260 ms against 50: SGLang turns
+    # --enable-mixed-chunk off under EAGLE (server_args.py@0.5.0rc2:590-603), so a chunk budget alone
+    # only adds unmixed passes to each prefill, and speculation off alone only lengthens the step.
+    # The two are one change (S-SPECULATION-OFF-FOR-CHUNKS), judged by one what-if of both.
     advice, script = review_deployment(pack, "review11", "d4")
-    assert strategy_of(advice, "chunked_prefill") is None
-    assert [r.because for r in advice.rejected if r.id == "chunked_prefill"] == [("R-SGLANG-CHUNKS-UNDER-SPECULATION",)]
-    assert "--enable-mixed-chunk" not in script and "--chunked-prefill-size 4096" in script
+    off, chunks = strategy_of(advice, "speculative_decoding"), strategy_of(advice, "chunked_prefill")
+    assert off.params["method"] == "none" and off.status == "change" and off.together == ("chunked_prefill",)
+    assert chunks.status == "change" and chunks.together == ("speculative_decoding[none]",)
+    assert "R-SGLANG-CHUNKS-UNDER-SPECULATION" not in {r.because[0] for r in advice.rejected}
+    assert {g.metric: g.after for g in off.expected} == {g.metric: g.after for g in chunks.expected}
+    itl_p99 = next(g for g in advice.plan.expected if g.metric == "itl_p99_expected_ms")
+    assert itl_p99.after < 50 < itl_p99.before             # the model's p99 under the objective
+    flags = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    assert "--speculative-" not in flags and "--enable-mixed-chunk" in flags
+    assert f"--chunked-prefill-size {chunks.params['max_num_batched_tokens']}" in script
+    assert chunks.params["max_num_batched_tokens"] < 4096
+
+
+def test_d8_tgi_trades_speculate_for_a_chunk_budget_as_one_change(pack):
+    # Qwen2.5-Coder-32B with --speculate 3 on two A100s, ITL p99 1,100 ms against 100: TGI chunks
+    # only without --speculate (models/model.py@v3.3.0:73-90), so the budget comes with it removed.
+    advice, script = review_deployment(pack, "review11", "d8")
+    off, chunks = strategy_of(advice, "speculative_decoding"), strategy_of(advice, "chunked_prefill")
+    assert off.params["method"] == "none" and chunks.together == ("speculative_decoding[none]",)
+    assert "R-TGI-CANNOT-CHUNK" not in {r.because[0] for r in advice.rejected}
+    itl_p99 = next(g for g in advice.plan.expected if g.metric == "itl_p99_expected_ms")
+    assert itl_p99.after < 100 < itl_p99.before
+    flags = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    assert "--speculate" not in flags and f"--max-batch-prefill-tokens {chunks.params['max_num_batched_tokens']}" in script
 
 
 def test_vllm_speculative_tokens_take_their_share_of_the_step_budget(pack):

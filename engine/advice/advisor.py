@@ -13,7 +13,7 @@ from kbopt.engine.advice.objectives import Objective, harm, harm_reason, met_on_
 from kbopt.engine.advice.settings import differs_from_today, sets_otherwise, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
-from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, adds_too_little, label, negligible_reason, number, reads_params
+from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, adds_too_little, bound, label, negligible_reason, number, reads_params
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
@@ -22,7 +22,7 @@ from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, evaluate, value_of
 from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.parse import parse_condition
 from kbopt.engine.lang.text import fmt, render_template
-from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, Warn, refers_to
+from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn, refers_to
 from kbopt.kb.catalog import Strategy
 from kbopt.kb.facts import Facts
 
@@ -169,7 +169,10 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     # objective 3x further went unjudged because chunking was on already).
     # (A setting the model reads is never vetoed as negligible, and one at today's value moves nothing.)
     changing = {key for key in kept if _effects_read_params(catalog[candidates[key].strategy], candidates[key].variant)}
-    outcomes = _what_ifs({k: c for k, c in candidates.items() if k not in kept or k in changing}, catalog, whatif, vetoes, trimmed) if whatif else {}
+    partnered = _partners(candidates, requires, catalog, final.lookup)
+    partners = {key: effects for key, (effects, _) in partnered.items()}
+    outcomes = _what_ifs({k: c for k, c in candidates.items() if k not in kept or k in changing}, catalog, whatif, vetoes, trimmed,
+                         partners) if whatif else {}
     for part in trimmed:     # the gain the candidate states is that of a rule it keeps
         candidates[part.key].gain = next((d.conclusion.gain for d in recommendations if d.conclusion.key == part.key
                                           and d.rule in candidates[part.key].rules and d.conclusion.gain), None)
@@ -181,6 +184,11 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     # The plan: every change, a strategy in place whose parameters change included, with the values it prints.
     planned = [key for key in resolution.chosen if key not in kept or differs_from_today(
         candidates[key].strategy, key, evaluated[key][0], final.inputs, final.derived)]
+
+    def partners_as_printed(key: str) -> tuple[tuple[str, Any], ...]:
+        """The partners' effects with the values they print (sized after the plan, as this key's are)."""
+        return tuple(effect for other in partnered.get(key, ((), ()))[1] if other in evaluated for effect in
+                     bound(catalog[candidates[other].strategy].effects_of(candidates[other].variant), evaluated[other][0]))
 
     def plan_of() -> Plan | None:
         return whatif.plan([(key, catalog[candidates[key].strategy], candidates[key].variant, evaluated[key][0])
@@ -244,7 +252,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             for key in planned:  # and each such strategy's own what-if with the value it prints
                 strategy = catalog[candidates[key].strategy]
                 if sized_by_key[key] and (key in outcomes or key in moved_in_place) and _effects_read_params(strategy, candidates[key].variant):
-                    outcome = whatif.strategy(strategy, candidates[key].variant, key, evaluated[key][0]) if whatif else None
+                    outcome = whatif.strategy(strategy, candidates[key].variant, key, evaluated[key][0],
+                                              partners_as_printed(key)) if whatif else None
                     if outcome is not None:
                         outcomes[key] = outcome
     ranks = _attention_ranks(final, [evaluated[key][0] for key in planned if candidates[key].strategy == "parallelism"])
@@ -267,7 +276,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         # once more with the caps as printed (a replica's caps: a rank's would be divided again)
         plan = plan_of()
         for key in dict.fromkeys(resized):
-            outcome = whatif.strategy(catalog[candidates[key].strategy], candidates[key].variant, key, evaluated[key][0])
+            outcome = whatif.strategy(catalog[candidates[key].strategy], candidates[key].variant, key, evaluated[key][0],
+                                      partners_as_printed(key))
             if outcome is not None and key in outcomes:
                 outcomes[key] = outcome
     out = []
@@ -299,6 +309,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             status="keep" if key in kept and key not in moved_in_place
             and not differs_from_today(c.strategy, key, params, final.inputs, final.derived) else "change",
             expected=outcomes[key].gains if key in outcomes else (),
+            together=partnered[key][1] if key in outcomes and key in partnered else (),
             settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines), sized=tuple(sized),
             before_plan=tuple(sorted(before_plan.get(key, {}).items()))))
     out.sort(key=lambda s: s.status == "keep")     # actions first, then what stays (stable otherwise)
@@ -343,22 +354,49 @@ def _costs_accuracy(strategy: Strategy, variant: str | None, whatif: WhatIf) -> 
     return check(whatif.baseline.lookup) is not True
 
 
+def _partners(candidates: dict[str, Candidate], requires: list[Drawn[Require]], catalog: Mapping[str, Strategy],
+              lookup: Lookup) -> dict[str, tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]]:
+    """By candidate key, the bound effects of the candidates it is only made together with: where
+    a rule requires one change with another and both change facts (speculation off for a mixed
+    chunk budget, review set 11), neither is judged alone. Alone, each can read as harmful (the
+    mean ITL rises without the drafts; an unmixed budget only splits prefills) where the two
+    together meet the objective. The first matching candidate of each requirement is its partner.
+    Returns (the partners' effects, their keys)."""
+    out: dict[str, tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]] = {}
+    for drawn in requires:
+        needed = StrategyRef.parse(drawn.conclusion.needs)
+        for key, c in sorted(candidates.items()):
+            if not refers_to(drawn.conclusion.strategy, drawn.conclusion.variant, c.strategy, c.variant) \
+                    or not catalog[c.strategy].effects_of(c.variant):
+                continue
+            partner = next((p for k, p in sorted(candidates.items()) if k != key and catalog[p.strategy].effects_of(p.variant)
+                            and refers_to(needed.strategy, needed.variant, p.strategy, p.variant)), None)
+            if partner is not None:
+                strategy = catalog[partner.strategy]
+                effects, keys = out.get(key, ((), ()))
+                out[key] = (effects + bound(strategy.effects_of(partner.variant), _params(partner, lookup, strategy)[0]),
+                            (*keys, partner.key))
+    return out
+
+
 def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy], whatif: WhatIf,
-              vetoes: list[Drawn[Reject]], trimmed: list[Rejection]) -> dict[str, Outcome]:
+              vetoes: list[Drawn[Reject]], trimmed: list[Rejection],
+              partners: Mapping[str, tuple[tuple[str, Any], ...]]) -> dict[str, Outcome]:
     """Each candidate's what-if, by key. One that the model can evaluate but that moves no
     estimate by the negligible share gets a veto (before resolution, so that whatever requires it
     goes too and an alternative it excluded can take its place); the rule named is the one that
     computed the estimate that moved most. So does one that works against the objectives
     (engine/advice/objectives.py), naming the rule of the estimate it worsens, unless one rule's
     part of its parameters alone makes it so: then that part is left out (into `trimmed`, with the
-    reason) and the rest stays a candidate."""
+    reason) and the rest stays a candidate. A candidate made only together with others is judged
+    with them (`partners`)."""
     outcomes: dict[str, Outcome] = {}
     threshold = whatif.pack.kb.negligible_change
     judged_by = objectives(whatif.baseline.lookup)
     for key in sorted(candidates):
         c = candidates[key]
         outcome = whatif.strategy(catalog[c.strategy], c.variant, key, _params(c, whatif.baseline.lookup, catalog[c.strategy])[0]
-                                  if _effects_read_params(catalog[c.strategy], c.variant) else None)
+                                  if _effects_read_params(catalog[c.strategy], c.variant) else None, partners.get(key, ()))
         if outcome is None:
             continue
         outcomes[key] = outcome
@@ -376,7 +414,7 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
                 c.strategy, c.variant, "harmful: it worsens every estimate it moves: " + "; ".join(g.text() for g in named))))
         elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold)):
             why, worst = harm_reason(found, outcome.gains)
-            kept_part = _harmless_part(c, catalog[c.strategy], whatif, judged_by, threshold)
+            kept_part = _harmless_part(c, catalog[c.strategy], whatif, judged_by, threshold, partners.get(key, ()))
             if kept_part is None:
                 vetoes.append(Drawn(worst.rules[0], Reject(c.strategy, c.variant, why)))
                 continue
@@ -391,8 +429,8 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
     return outcomes
 
 
-def _harmless_part(c: Candidate, strategy: Strategy, whatif: WhatIf, judged_by: tuple[Objective, ...], threshold: float
-                   ) -> tuple[str, Outcome] | None:
+def _harmless_part(c: Candidate, strategy: Strategy, whatif: WhatIf, judged_by: tuple[Objective, ...], threshold: float,
+                   partners: tuple[tuple[str, Any], ...]) -> tuple[str, Outcome] | None:
     """Where a harmful candidate's parameters come from several rules (a cap from one, a memory
     fraction from another), the rule whose part alone makes it harmful: without that part the
     rest moves an estimate and works against no objective. Returns that rule and the rest's
@@ -403,7 +441,7 @@ def _harmless_part(c: Candidate, strategy: Strategy, whatif: WhatIf, judged_by: 
     for rule_id in givers:
         rest = Candidate(c.key, c.strategy, c.variant,
                          params={name: entry for name, entry in c.params.items() if entry[1] != rule_id})
-        outcome = whatif.strategy(strategy, c.variant, c.key, _params(rest, whatif.baseline.lookup, strategy)[0])
+        outcome = whatif.strategy(strategy, c.variant, c.key, _params(rest, whatif.baseline.lookup, strategy)[0], partners)
         if (outcome is not None and outcome.unevaluated is None and not outcome.negligible(threshold)
                 and not harm(outcome.moved, judged_by, threshold)):
             return rule_id, outcome

@@ -46,6 +46,9 @@ class StrategyAdvice:
     # (parameter, value): what a parameter sized after the plan reads on today's deployment, for a
     # script that cannot apply the whole plan yet (a quantization that needs another checkpoint)
     before_plan: tuple[tuple[str, Any], ...] = ()
+    # the candidates its `expected` was evaluated with: a change the rules allow only together
+    # with them (a Require between two changes), so its gains are theirs too
+    together: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ class Advice:
                  "caveats": [{"rule": c.rule, "text": c.text} for c in s.caveats],
                  **({"gain": s.gain} if s.gain else {}),
                  **({"expected": [g.to_dict() for g in s.expected]} if s.expected else {}),
+                 **({"together": list(s.together)} if s.together else {}),
                  **({"settings": {engine: list(lines) for engine, lines in s.settings.items()}} if s.settings else {})}
                 for s in self.strategies
             ],

@@ -287,9 +287,16 @@ class WhatIf:
         return weakest(levels)
 
     def strategy(self, strategy: Strategy, variant: str | None, key: str,
-                 params: Mapping[str, Any] | None = None) -> Outcome | None:
-        """The outcome of applying one candidate, or None when it has no effects."""
+                 params: Mapping[str, Any] | None = None, partners: tuple[tuple[str, Any], ...] = ()) -> Outcome | None:
+        """The outcome of applying one candidate, or None when it has no effects. `partners` are
+        the bound effects of the changes it is only made together with (a Require between two
+        candidates): applied beside its own, where it does not set the same fact."""
         effects = bound(strategy.effects_of(variant), params or {})
+        if effects and partners:
+            merged = dict(effects)
+            for path, value in partners:
+                merged.setdefault(path, value)
+            effects = tuple(merged.items())
         return self.run(effects, key) if effects else None
 
     def plan(self, chosen: list[tuple[str, Strategy, str | None, Mapping[str, Any]]]) -> Plan | None:
