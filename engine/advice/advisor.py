@@ -13,7 +13,18 @@ from kbopt.engine.advice.objectives import Objective, harm, harm_reason, met_on_
 from kbopt.engine.advice.settings import differs_from_today, sets_otherwise, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
-from kbopt.engine.advice.whatif import Outcome, Plan, WhatIf, adds_too_little, bound, label, negligible_reason, number, reads_params
+from kbopt.engine.advice.whatif import (
+    Outcome,
+    Plan,
+    WhatIf,
+    adds_too_little,
+    bound,
+    label,
+    negligible_reason,
+    number,
+    reads_params,
+    relative_change,
+)
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.lang import template
@@ -182,7 +193,14 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
 
     evaluated = {key: _params(candidates[key], final.lookup, catalog[candidates[key].strategy]) for key in resolution.chosen}
     # The plan: every change, a strategy in place whose parameters change included, with the values it prints.
-    planned = [key for key in resolution.chosen if key not in kept or differs_from_today(
+    # A strategy in place whose parameters the model reads is a change where its what-if moves an
+    # estimate: the setting it prints is not what runs today, even where the facts leave today's
+    # value to the engine's default (set 12: vLLM's default 2,048-token budget, sized to 192 for an
+    # ITL objective, was printed as "in place, nothing set").
+    threshold = pack.kb.negligible_change
+    moves_today = {key for key in changing if key in outcomes and any(
+        abs(relative_change(before, after)) >= threshold for _, before, after in outcomes[key].moved)}
+    planned = [key for key in resolution.chosen if key not in kept or key in moves_today or differs_from_today(
         candidates[key].strategy, key, evaluated[key][0], final.inputs, final.derived)]
 
     def partners_as_printed(key: str) -> tuple[tuple[str, Any], ...]:
@@ -306,7 +324,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             because=tuple(dict.fromkeys(because)), caveats=tuple(texts), gain=c.gain, weight=c.weight,
             recommended_by=tuple(c.rules), key=key,
             # in place, and with the values the deployment runs: a strategy in place whose parameters change is a change
-            status="keep" if key in kept and key not in moved_in_place
+            status="keep" if key in kept and key not in moved_in_place and key not in moves_today
             and not differs_from_today(c.strategy, key, params, final.inputs, final.derived) else "change",
             expected=outcomes[key].gains if key in outcomes else (),
             together=partnered[key][1] if key in outcomes and key in partnered else (),

@@ -282,8 +282,15 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                      if name in spec.by_name and spec.by_name[name].note)
     else:
         if command is not None:
-            notes.append(f"today's command is for {command.engine}: its settings are carried through the facts they state; "
-                         f"flags kbopt does not model ({', '.join(command.unmodelled) or 'none'}) are not")
+            # Only what a deployment entry of today's engine carries becomes a fact the target can
+            # set: a flag read for the advice alone (TGI's --lora-adapters, --speculate) is lost in
+            # the move, and the new server would lack it (set 12: four LoRA adapters dropped).
+            carried = {entry.name for entry in engine_catalog().engines[command.engine].deployment}
+            lost = [name for name, _ in command.args if name not in carried]
+            notes.append(f"today's command is for {command.engine}: its settings are carried through the facts they state. "
+                         f"NOT carried to {spec.title}, which has no setting kbopt maps them to: "
+                         f"{', '.join(lost) if lost else 'none'}"
+                         + (": add the new engine's own equivalents yourself, or the new server lacks them" if lost else ""))
         for arg in _carried(spec, target, facts, notes):
             args.setdefault(arg.name, arg)
     set_by: dict[str, str] = {}

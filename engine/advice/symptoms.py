@@ -139,9 +139,19 @@ def _agrees(modelled: float, measured: float) -> bool:
     return 1 / AGREEMENT <= modelled / measured <= AGREEMENT
 
 
+# ... but only so far: a tail the model reads several times off is another queue than the one
+# measured, and its ratio projects nothing (set 12: a TTFT p99 modelled at 116 s where 12 s is
+# measured was projected to 683 ms after the plan, under the prefill of a mean prompt).
+TAIL_OFF_AT_MOST = 3.0
+
+
 def _mean_agrees(facts: Mapping[str, Any], derived: Mapping[str, Any], path: str) -> bool:
     measured_fact, estimate = _MEAN_OF.get(path, ("", ""))
     measured, modelled = _number(facts, measured_fact), _number(derived, estimate)
+    tail_measured, tail_modelled = _number(facts, path), _number(derived, _SCALED_BY.get(path, path))
+    if tail_measured is not None and tail_modelled is not None and tail_measured > 0 and tail_modelled > 0 \
+            and not 1 / TAIL_OFF_AT_MOST <= tail_modelled / tail_measured <= TAIL_OFF_AT_MOST:
+        return False
     return measured is not None and modelled is not None and measured > 0 and _agrees(modelled, measured)
 
 
