@@ -82,3 +82,27 @@ def test_d5_mtp_is_not_vetoed_for_a_p99_the_model_reads_four_times_low(pack):
     itl = next(g for g in mtp.expected if g.metric == "itl_expected_ms")
     assert itl.after < 20 < itl.before
     assert '"decoding_type": "MTP"' in script
+
+
+def test_d5_data_parallel_attention_goes_under_a_latency_objective(pack):
+    # DeepSeek-R1 at 3 requests a rank: each rank read its whole attention a step (about 10 GB
+    # more than a TP8 slice, M-ACTIVE-WEIGHT-BYTES-MOE), and nothing turned the throughput
+    # recipe's enable_attention_dp off.
+    advice, script = review_deployment(pack, DATA, "d5")
+    assert 54e9 < advice.derived["derived.active_weight_bytes_per_gpu"] < 57e9     # 45.6 GB slice + 9.9 GB replicated
+    reshape = strategy_of(advice, "parallelism")
+    assert reshape.params["dp_attention"] is False and reshape.status == "change"
+    assert "enable_attention_dp: false" in _flags(script)
+    itl = next(g for g in reshape.expected if g.metric == "itl_expected_ms")
+    assert itl.after < itl.before
+
+
+def test_d3_a_queued_offline_job_gets_no_chunk_budget_for_its_ttft(pack):
+    # gpt-oss-120b on an H200 under a throughput objective: a TTFT of queue wait fired the seed's
+    # 500 ms default budget, and with it a chunk budget at SGLang's own default and mixed chunks.
+    advice, script = review_deployment(pack, DATA, "d3")
+    assert "derived.slow_first_token" not in advice.derived
+    assert strategy_of(advice, "chunked_prefill") is None
+    assert "--enable-mixed-chunk" not in script and "--chunked-prefill-size" not in _flags(script)
+    cap = strategy_of(advice, "memory_budget")
+    assert cap.params["max_num_seqs"] > 128                                     # the cap that binds is raised
