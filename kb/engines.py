@@ -193,6 +193,7 @@ class Read:
     without: str | None = None         # only when this other flag is not given
     where: tuple[tuple[str, tuple[str, ...]], ...] = ()   # only when these keys of the JSON value, or
                                        # these other flags (a name starting with -), hold one of the values
+    largest: bool = False              # the flag is a comma-separated list of whole numbers: the fact is the largest
 
 
 @dataclass(frozen=True)
@@ -437,7 +438,8 @@ def _read(raw: dict[str, Any]) -> Read:
     mapping = raw.get("value")
     return Read(raw["flag"], raw["fact"], raw.get("key"), tuple(sorted(mapping.items())) if isinstance(mapping, dict) else (),
                 raw.get("constant"), raw.get("without"),
-                tuple((key, tuple(str(v) for v in values)) for key, values in sorted((raw.get("where") or {}).items())))
+                tuple((key, tuple(str(v) for v in values)) for key, values in sorted((raw.get("where") or {}).items())),
+                bool(raw.get("largest")))
 
 
 def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:

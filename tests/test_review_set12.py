@@ -106,3 +106,21 @@ def test_d3_a_queued_offline_job_gets_no_chunk_budget_for_its_ttft(pack):
     assert "--enable-mixed-chunk" not in script and "--chunked-prefill-size" not in _flags(script)
     cap = strategy_of(advice, "memory_budget")
     assert cap.params["max_num_seqs"] > 128                                     # the cap that binds is raised
+
+
+def test_d7_tgi_captures_graphs_up_to_the_running_batch(pack):
+    # TGI 3.3 captures batch sizes 1 to 32 by default (launcher/src/main.rs@v3.3.0:2158-2173): 58
+    # running requests stepped eagerly, which nothing modelled.
+    advice, script = review_deployment(pack, DATA, "d7")
+    assert advice.derived["derived.cuda_graph_max_batch"] == 32
+    graphs = strategy_of(advice, "cuda_graphs")
+    assert graphs.status == "change" and graphs.params["max_batch"] >= 58
+    line = next(line for line in _flags(script).splitlines() if "--cuda-graphs" in line)
+    sizes = [int(s) for s in line.split()[1].split(",")]
+    assert sizes[:6] == [1, 2, 4, 8, 16, 32] and sizes == sorted(sizes) and sizes[-1] >= 58
+
+
+def test_a_tgi_graph_list_in_todays_command_states_its_largest_batch():
+    command = read_command("text-generation-launcher --model-id m --cuda-graphs 1,2,4,8,16,32,64")
+    assert dict(command.facts)["serving.cuda_graph_max_batch"] == 64
+    assert "serving.cuda_graph_max_batch" not in dict(read_command("text-generation-launcher --model-id m --cuda-graphs 0").facts)

@@ -304,6 +304,10 @@ def _read_value(spec: Engine, read: Read, raw: str | None, given: dict[str, str 
     if read.constant is not None:
         return read.constant
     value: Any = raw if read.key is None else parsed.get(read.key)
+    if read.largest:                           # TGI's --cuda-graphs 1,2,4,8,16,32: the largest batch it captures
+        sizes = [part.strip() for part in str(raw or "").split(",")]
+        largest = max(int(part) for part in sizes) if sizes and all(p.isdigit() and len(p) <= 6 for p in sizes) else 0
+        return largest or None                 # the engine drops the zeros: `0` alone is graphs off
     if read.key is None and raw is not None and spec.by_name[read.flag].type == "int":
         value = int(raw)
     if read.mapping:

@@ -264,6 +264,14 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
             return None, (f"long_prefill_token_threshold: {raw:g} is not under the step's budget of {budget:g} tokens, "
                           "which already caps every prefill chunk: the flag would change nothing, not set")
         return {"value": raw}, ""
+    if entry.value == "graph_sizes":
+        # TGI captures one graph per listed batch size and pads a batch up to the next one
+        # (launcher/src/main.rs@v3.3.0:2158-2173): its default powers of two to 32, then every 16.
+        if not _number(raw) or raw < 1:
+            return None, "max_batch: no batch size given; not set"
+        top = int(-(-raw // 16) * 16) if raw > 32 else int(raw)
+        sizes = [s for s in (1, 2, 4, 8, 16, 32) if s < top] + list(range(48, top, 16)) + [top]
+        return {"value": ",".join(str(s) for s in dict.fromkeys(sizes))}, ""
     if entry.value == "queue_limit":
         # admission_control may be a yes/no: only a number is a queue limit.
         return ({"value": raw}, "") if _number(raw) and raw > 0 else (None, "admission_control: no limit given")
