@@ -3,8 +3,16 @@ review's findings (tests/data/review8, each with today's launch command; the rev
 files were lost with the machine that held them), and what the advice must now read."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from conftest import review_deployment
 
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.advice.command import read_command
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.kb.facts import load_facts
+
+DATA = Path(__file__).resolve().parent / "data" / "review8"
 
 def _deployment(pack, name: str):
     return review_deployment(pack, "review8", name)
@@ -49,7 +57,13 @@ def test_d5_a_step_prefills_no_more_prompts_than_arrive_while_it_runs(pack):
     assert by_arrivals < 0.7 * by_finishing
     assert abs(derived["derived.prefill_share_ms"] - by_arrivals) < 0.01
     # and the calibration takes the measured step's share out the same way: the model meets 38 ms
-    assert abs(derived["derived.itl_expected_ms"] - 38) < 0.5
+    # where TGI replays every batch as a CUDA graph (today's 40 running step eagerly past its 32,
+    # a cost the reviewer's 38 ms left out: set 12)
+    facts = load_facts(next(DATA.glob("d5-*.json")),
+                       read_command(f"@{DATA / 'd5.launch'}").overrides() + ["serving.cuda_graph_max_batch=64"])
+    graphs = advise(facts, pack, available_evaluators()[0]).derived
+    assert graphs["derived.graph_batch_excess"] == 0
+    assert abs(graphs["derived.itl_expected_ms"] - 38) < 0.5
 
 
 def test_d6_nvfp4_is_modelled_as_fp4_weights_on_fp4_tensor_cores(pack):
@@ -81,7 +95,7 @@ def test_d6_the_script_says_which_part_of_the_gain_it_brings_and_which_waits_for
     # promised rested on a checkpoint it cannot make; a user ran it and saw nothing move.
     _, script = _deployment(pack, "d6")
     header = script.split("set -euo pipefail", 1)[0]
-    assert "#   applied here: chunked_prefill (no estimate of its own)" in header
+    assert "# changes: none; this is today's deployment" in header      # nothing the checkpoint does not bring
     waiting = next(line for line in header.splitlines() if line.startswith("#   not applied by this script: quantization[nvfp4]"))
     assert "needs its checkpoint" in waiting and "decode tokens" in waiting
 

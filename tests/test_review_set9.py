@@ -83,12 +83,14 @@ def test_d4_a_throughput_cap_goes_to_what_the_pool_holds_up_to_the_engines_defau
     assert "--max-running-requests 256" in script
 
 
-def test_d5_trtllm_chunking_that_would_split_no_prompt_is_rejected(pack):
+def test_d5_trtllm_chunking_that_would_split_no_prompt_is_not_advised(pack):
     # gpt-oss-120b on a B200, prompt p99 2,500 tokens under an 8,192-token max_num_tokens and no
-    # ITL objective: enable_chunked_prefill changes nothing.
+    # ITL objective: enable_chunked_prefill changes nothing. (Under its throughput objective the
+    # seed's default TTFT budget no longer fires a chunk budget at all (set 12); where it is
+    # recommended, R-CHUNKING-SPLITS-NOTHING rejects it, as its examples hold.)
     advice, script = _deployment(pack, "d5")
     assert strategy_of(advice, "chunked_prefill") is None
-    assert [r.because for r in advice.rejected if r.id == "chunked_prefill"] == [("R-CHUNKING-SPLITS-NOTHING",)]
+    assert {r.because[0] for r in advice.rejected if r.id == "chunked_prefill"} <= {"R-CHUNKING-SPLITS-NOTHING"}
     assert "enable_chunked_prefill" not in script
 
 
