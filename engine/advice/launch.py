@@ -285,7 +285,10 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
             # Only what a deployment entry of today's engine carries becomes a fact the target can
             # set: a flag read for the advice alone (TGI's --lora-adapters, --speculate) is lost in
             # the move, and the new server would lack it (set 12: four LoRA adapters dropped).
-            carried = {entry.name for entry in engine_catalog().engines[command.engine].deployment}
+            source = engine_catalog().engines[command.engine]
+            carried = {entry.name for entry in source.deployment}
+            if isinstance(facts.get("serving.speculative_method"), str):   # set below in the target's own words
+                carried |= {read.flag for read in source.reads if read.fact in _SPECULATION_FACTS}
             lost = [name for name, _ in command.args if name not in carried]
             notes.append(f"today's command is for {command.engine}: its settings are carried through the facts they state. "
                          f"NOT carried to {spec.title}, which has no setting kbopt maps them to: "
@@ -301,8 +304,24 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     # budgets and caps the advisor sized after the whole plan are printed as today's checkpoint
     # needs them, with the value for the new checkpoint beside.
     pending = [s.key for s in advice.strategies if s.status != "keep" and _needs_checkpoint(engine, s, facts)]
-    for strategy in advice.strategies:
+    # A migration carries only what facts state: speculation in place today, which no deployment
+    # entry carries (it is read from --speculative-config and the like), is set in the new engine's
+    # own words, or the new server would lack it (set 13: EAGLE-3 lost moving to SGLang). Other
+    # strategies in place travel as their facts (a checkpoint's quantization is the checkpoint's).
+    migrating = not target.deployed or (command is not None and command.engine != engine)
+    in_place = list(advice.strategies)
+    method = facts.get("serving.speculative_method")
+    if migrating and isinstance(method, str) and method != "none" and all(s.id != "speculative_decoding" for s in in_place):
+        # speculation running today that no rule spoke of: the facts are its parameters
+        in_place.append(StrategyAdvice(
+            id="speculative_decoding", layer="scheduling", title="Speculative decoding", status="keep",
+            params={"method": method, **{name: facts[path] for name, path in (("num_speculative_tokens", "serving.num_speculative_tokens"),
+                                                                              ("draft_model", "model.draft_model")) if path in facts}},
+            because=("today's command",), key=f"speculative_decoding[{method}]"))
+    for strategy in in_place:
         if strategy.status == "keep":
+            if migrating and strategy.id == "speculative_decoding":   # the one read through no deployment entry
+                _carry_in_place(strategy, target, facts, advice.derived, args)
             continue            # in place today: its settings are today's, carried above or the engine's default
         rule = _rule(strategy)
         checkpoint = _needs_checkpoint(engine, strategy, facts)
@@ -356,6 +375,20 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     applied, not_applied = _accounted(advice, pending, kept, removed, engine, facts)
     return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed),
                   applied, not_applied)
+
+
+_SPECULATION_FACTS = frozenset({"serving.speculative_method", "serving.num_speculative_tokens", "model.draft_model"})
+
+
+def _carry_in_place(strategy: StrategyAdvice, target: Target, facts: Mapping[str, Any], derived: Mapping[str, Any],
+                    args: dict[str, Arg]) -> None:
+    """A strategy in place today, as the target engine sets it, where nothing carried sets it yet."""
+    for setting in settings_for(target, strategy.id, strategy.key, strategy.params, facts, derived):
+        if setting.kind == "note" or PLACEHOLDER in setting.text:
+            continue
+        for index, (kind, name, value) in enumerate(_parse(setting)):
+            if name not in args:
+                args[name] = Arg(name, kind, value, None, f"{_rule(strategy)}, in place today", setting.needs if index == 0 else ())
 
 
 def _accounted(advice: Advice, pending: list[str], kept: list[Arg], removed: list[Arg], engine: str,
