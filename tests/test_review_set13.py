@@ -65,3 +65,13 @@ def test_d6_the_itl_budget_rounds_to_128_tokens_not_256(pack):
     budget = strategy_of(advice, "chunked_prefill").params["max_num_batched_tokens"]
     assert budget % 128 == 0 and budget > 256
     assert f"--max_num_tokens {budget}" in script
+
+
+def test_d8_tgi_caches_an_mla_model_as_full_heads_and_the_advice_moves_it_to_the_latent(pack):
+    # TGI builds DeepSeek-V2's cache with 16 heads of 192 for K and V (models/__init__.py@v3.3.0:660-680):
+    # 27 x 2 x 16 x 192 x 2 bytes = 331,776 a token, 10.7x the latent kbopt had sized 480 sequences on.
+    advice, _ = review_deployment(pack, DATA, "d8")
+    assert advice.derived["derived.kv_bytes_per_token"] == 27 * 2 * 16 * 192 * 2
+    assert 120_000 < advice.estimates["kv_pool_tokens"].value < 140_000                # the reviewer's ~130,000
+    move = strategy_of(advice, "engine_migration")
+    assert move is not None and move.params["to"] == "vllm" and "S-MIGRATE-TGI-MLA-LATENT" in move.because
