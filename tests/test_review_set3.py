@@ -67,11 +67,10 @@ def test_d3_moe_decode_intensity_counts_each_tokens_experts_so_deepseek_reads_ba
     intensity = advice.derived["derived.arithmetic_intensity"]
     assert 50 <= intensity <= 110 and intensity < advice.derived["derived.ridge_point"]
     assert advice.bottleneck == "memory_bandwidth"
-    # the ITL lever the wrong label suppressed: a mixed chunk budget (MTP would turn SGLang's mixing
-    # off, so it is shown rejected for it: R-SGLANG-SPECULATION-NO-MIXED-CHUNK, set 10)
-    chunked = _strategy(advice, "chunked_prefill")
-    assert chunked is not None and chunked.status == "change"
-    assert any(r.key == "speculative_decoding[mtp]" and r.because[0] == "R-SGLANG-SPECULATION-NO-MIXED-CHUNK" for r in advice.rejected)
+    # the decode-side levers the wrong label suppressed: graphs for the whole running batch; no mixed
+    # chunk budget, since SGLang's mixed steps of a 61-layer MoE run eagerly, about 60 ms (set 13)
+    assert _strategy(advice, "cuda_graphs").status == "change"
+    assert [r.because[0] for r in advice.rejected if r.id == "chunked_prefill"] == ["R-SGLANG-MIXED-CHUNK-MEETS-NOTHING"]
 
 
 def test_d3_expert_parallelism_is_sized_beside_todays_dp_attention_not_without_it(pack):
@@ -83,8 +82,8 @@ def test_d3_expert_parallelism_is_sized_beside_todays_dp_attention_not_without_i
     if expert is not None:
         assert not any(g.metric == "kv_pool_tokens" and g.after < g.before for g in expert.expected)
         assert "--enable-dp-attention" in _script(pack, "d3")
-    decode = next(g for g in advice.plan.expected if g.metric == "decode_tokens_per_s")
-    assert decode.after >= decode.before
+    service = next(g for g in advice.plan.expected if g.metric == "service_tokens_per_s")   # replicas counted
+    assert service.after >= service.before
 
 
 def test_a_change_that_works_against_a_missed_objective_is_harmful_and_a_trade_is_not():
