@@ -255,6 +255,9 @@ class Engine:
     vendors: tuple[str, ...] = VENDORS   # the GPU makers it runs on (hardware.vendor)
     rank_totals: RankTotals | None = None
     bounds: tuple[Bound, ...] = ()
+    # facts any server of the engine has, stated by a launch command of it whatever the facts file
+    # says (every covered engine batches continuously: a facts file's "static" is not this server)
+    states: tuple[tuple[str, Any], ...] = ()
 
     @property
     def latest(self) -> Version:
@@ -460,7 +463,8 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                     tuple(raw.get("invoked_as") or ()), tuple(raw.get("model_flags") or ()),
                     str(raw.get("unknown_flag") or "unrecognized argument {flag}"),
                     tuple(raw.get("vendors") or VENDORS), _rank_totals(raw.get("dp_attention_totals")),
-                    tuple(_bound(item) for item in raw.get("bounded") or ()))
+                    tuple(_bound(item) for item in raw.get("bounded") or ()),
+                    tuple(sorted((raw.get("states") or {}).items())))
     if not set(engine.vendors) <= set(VENDORS):
         raise ValueError(f"{where}: vendors {list(engine.vendors)} are not among {list(VENDORS)}")
     entries = tuple(_entry(engine_id, item, where) for item in raw.get("settings") or ())

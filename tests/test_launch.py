@@ -385,7 +385,8 @@ def test_a_launch_command_states_the_serving_facts_and_carries_what_kbopt_does_n
     from kbopt.engine.advice.command import read_command
     command = read_command("vllm serve org/m --tensor-parallel-size=4 --quantization awq_marlin --kv-cache-dtype fp8 "
                            "--max-model-len 32768 --no-enable-prefix-caching --enable-lora --max-loras 4 --enforce-eager")
-    assert dict(command.facts) == {"workload.engine": "vllm", "model.name": "org/m", "serving.tensor_parallel_size": 4,
+    assert dict(command.facts) == {"workload.engine": "vllm", "workload.batching": "continuous", "model.name": "org/m",
+                                   "serving.tensor_parallel_size": 4,
                                    "serving.quantization": "int4_awq", "model.kv_cache_dtype": "fp8",
                                    "serving.max_model_len": 32768, "serving.prefix_caching": False,
                                    "serving.cuda_graphs": False}
@@ -658,7 +659,7 @@ def test_todays_trtllm_options_file_is_read_and_written_back_key_for_key(pack, t
     assert facts["serving.memory_fraction"] == 0.85 and facts["serving.prefix_caching"] is False
     assert facts["model.kv_cache_dtype"] == "fp8"
     assert (facts["serving.speculative_method"], facts["serving.num_speculative_tokens"]) == ("mtp", 1)
-    assert command.unmodelled == ("print_iter_log", "--port")
+    assert command.unmodelled == ("print_iter_log",) and facts["serving.port"] == 8000
     advice = replace(advise(load_facts(FACTS, [*command.overrides(), "serving.engine_version=1.1.0"]), pack,
                             available_evaluators()[0]), strategies=())
     script = render_launch(build_launch(advice, "trtllm", command), advice.bottleneck)
@@ -748,3 +749,20 @@ def test_a_flag_given_under_two_of_its_spellings_is_given_twice():
     from kbopt.errors import KboptError
     with pytest.raises(KboptError, match="--tp-size is given more than once"):
         read_command("python3 -m sglang.launch_server --model-path m --tp-size 8 --tensor-parallel-size 8")
+
+
+def test_a_launch_command_states_continuous_batching_over_a_static_facts_file():
+    # The bundled example says batching "static" (engine unknown); given a vLLM command it read as
+    # underfed static batching, where vLLM always batches continuously (a newcomer's walkthrough).
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.command import read_command
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.engine.pack.packs import load_checked_pack
+    from kbopt.kb.facts import load_facts
+    example = HERE.parent / "examples" / "capacity-a100-chat.json"
+    command = read_command("vllm serve meta-llama/Meta-Llama-3-8B-Instruct --max-model-len 8192 --max-num-seqs 64")
+    facts = load_facts(example, command.overrides())
+    assert facts.values["workload.batching"] == "continuous"
+    advice = advise(facts, load_checked_pack([]), available_evaluators()[0])
+    assert advice.bottleneck != "underfed" and "D-BOTTLENECK-UNDERFED" not in {f.rule for f in advice.fired}
+

@@ -37,8 +37,8 @@ def test_d8_a_migration_names_the_flags_it_does_not_carry(pack):
     command = read_command(f"@{Path(__file__).resolve().parent / 'data' / DATA / 'd8.launch'}")
     script = render_launch(build_launch(advice, "vllm", command), advice.bottleneck)
     header = next(line for line in script.splitlines() if "NOT carried to vLLM" in line)
-    assert "--lora-adapters" in header and "--port" in header and "--num-shard" not in header
-    assert "--tensor-parallel-size 1" in script          # what a fact carries does travel
+    assert "--lora-adapters" in header and "--port" not in header and "--num-shard" not in header
+    assert "--tensor-parallel-size 1" in script and "--port 8080" in script     # what a fact carries does travel (set 14: the port too)
 
 
 def test_d2_a_budget_sized_under_vllms_default_is_a_change_with_its_itl_gain(pack):

@@ -262,7 +262,7 @@ def _engine(words: list[str]) -> tuple[Engine, list[str]]:
 
 def _facts(spec: Engine, args: list[tuple[str, str | None]], model: str | None) -> list[tuple[str, Any]]:
     """The facts the modelled flags state, through the profile's deployment entries read backwards."""
-    out: dict[str, Any] = {"workload.engine": spec.id}
+    out: dict[str, Any] = {"workload.engine": spec.id, **dict(spec.states)}
     if model is not None:
         out["model.name"] = model
     given = dict(args)

@@ -1,0 +1,38 @@
+"""Expert review set 14: eight deployments a reviewer wrote (tests/data/review14, two per engine,
+each with today's launch command), and what the advice must now read for the defects it found."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import review_deployment, strategy_of
+
+from kbopt.engine.advice.command import read_command
+from kbopt.engine.advice.launch import build_launch
+from kbopt.reports.emit import render_launch
+
+DATA = "review14"
+
+
+def _flags(script: str) -> str:
+    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+
+
+def test_d3_data_parallel_copies_are_not_read_as_tensor_parallelism(pack):
+    # SGLang --dp-size 2 on 2 H100s: two copies of Llama-3.1-8B, one GPU each. The model read TP 2,
+    # and --tp-size 2 added beside --dp-size 2 asked for 4 GPUs (data_parallel_controller.py@0.5.0rc2:125-150).
+    advice, script = review_deployment(pack, DATA, "d3")
+    assert advice.derived["derived.tensor_parallel"] == 1
+    assert strategy_of(advice, "parallelism") is None
+    assert "--tp-size" not in _flags(script) and "--dp-size 2" in _flags(script)
+    command = read_command(f"@{Path(__file__).resolve().parent / 'data' / DATA / 'd3.launch'}")
+    migrated = _flags(render_launch(build_launch(advice, "vllm", command), advice.bottleneck))
+    assert "--tensor-parallel-size 2" not in migrated and "--port 30000" in migrated and "--host 0.0.0.0" in migrated
+
+
+def test_d5_a_raised_batch_cap_takes_the_cuda_graphs_with_it(pack):
+    # TensorRT-LLM: --max_batch_size 64 -> 195 left cuda_graph_config.max_batch_size at 64, so the
+    # larger batches would step eagerly.
+    advice, script = review_deployment(pack, DATA, "d5")
+    cap = strategy_of(advice, "batch_cap").params["max_num_seqs"]
+    assert f"--max_batch_size {cap}" in script
+    assert f"  max_batch_size: {cap}" in script.split("<<'YAML'", 1)[1].split("\nYAML\n", 1)[0]
