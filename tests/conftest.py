@@ -40,6 +40,22 @@ def review_deployment(pack, folder: str, name: str):
     return advice, script
 
 
+def script_flags(script: str) -> str:
+    """A launch script without its comment lines: what the shell runs."""
+    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+
+
+def migrated_script(advice, folder: str, name: str, engine: str) -> str:
+    """The review deployment's advice emitted for `engine`, read with today's launch command."""
+    from pathlib import Path
+
+    from kbopt.engine.advice.command import read_command
+    from kbopt.engine.advice.launch import build_launch
+    from kbopt.reports.emit import render_launch
+    command = read_command(f"@{Path(__file__).resolve().parent / 'data' / folder / f'{name}.launch'}")
+    return render_launch(build_launch(advice, engine, command), advice.bottleneck)
+
+
 def strategy_of(advice, strategy_id: str):
     """The advice's strategy with this id, or None."""
     return next((s for s in advice.strategies if s.id == strategy_id), None)

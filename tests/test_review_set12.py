@@ -2,20 +2,11 @@
 each with today's launch command), and what the advice must now read for the defects it found."""
 from __future__ import annotations
 
-from pathlib import Path
-
-from conftest import review_deployment, strategy_of
+from conftest import migrated_script, review_deployment, script_flags, strategy_of
 
 from kbopt.engine.advice.command import read_command
-from kbopt.engine.advice.launch import build_launch
-from kbopt.reports.emit import render_launch
 
 DATA = "review12"
-
-
-def _flags(script: str) -> str:
-    """The script without its comment lines: what the shell runs."""
-    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
 
 
 def test_d8_tgi_never_turns_prefix_caching_on_beside_lora_adapters(pack):
@@ -27,15 +18,14 @@ def test_d8_tgi_never_turns_prefix_caching_on_beside_lora_adapters(pack):
     assert advice.facts["serving.lora"] is True
     assert strategy_of(advice, "prefix_caching") is None
     assert [r.because[0] for r in advice.rejected if r.id == "prefix_caching"] == ["R-TGI-PREFIX-CACHING-LORA"]
-    assert "PREFIX_CACHING=1" not in script and "--lora-adapters" in _flags(script)
+    assert "PREFIX_CACHING=1" not in script and "--lora-adapters" in script_flags(script)
 
 
 def test_d8_a_migration_names_the_flags_it_does_not_carry(pack):
     # --emit vllm from TGI's command: the LoRA adapters have no fact to travel by, and the script
     # said nothing of losing them.
     advice, _ = review_deployment(pack, DATA, "d8")
-    command = read_command(f"@{Path(__file__).resolve().parent / 'data' / DATA / 'd8.launch'}")
-    script = render_launch(build_launch(advice, "vllm", command), advice.bottleneck)
+    script = migrated_script(advice, DATA, "d8", "vllm")
     header = next(line for line in script.splitlines() if "NOT carried to vLLM" in line)
     assert "--lora-adapters" in header and "--port" not in header and "--num-shard" not in header
     assert "--tensor-parallel-size 1" in script and "--port 8080" in script     # what a fact carries does travel (set 14: the port too)
@@ -48,7 +38,7 @@ def test_d2_a_budget_sized_under_vllms_default_is_a_change_with_its_itl_gain(pac
     advice, script = review_deployment(pack, DATA, "d2")
     chunks = strategy_of(advice, "chunked_prefill")
     assert chunks.status == "change" and chunks.params["max_num_batched_tokens"] < 2048
-    assert f"--max-num-batched-tokens {chunks.params['max_num_batched_tokens']}" in _flags(script)
+    assert f"--max-num-batched-tokens {chunks.params['max_num_batched_tokens']}" in script_flags(script)
     applied = next(line for line in script.splitlines() if line.startswith("#   applied here: chunked_prefill"))
     assert "itl p99 expected" in applied                 # the gain it exists for, not only its TTFT cost
     gain = next(g for g in chunks.expected if g.metric == "itl_p99_expected_ms")
@@ -61,7 +51,7 @@ def test_d7_no_batch_cap_raise_tgi_ignores_while_it_chunks(pack):
     advice, script = review_deployment(pack, DATA, "d7")
     assert advice.derived["derived.prefill_chunks_mixed"] is True
     assert "S-BATCH-CAP-RAISE" not in {f.rule for f in advice.fired}
-    assert "--max-batch-size 48" in _flags(script)       # today's, carried
+    assert "--max-batch-size 48" in script_flags(script)       # today's, carried
     assert strategy_of(advice, "quantization").params["scheme"] == "fp8"
 
 
@@ -92,7 +82,7 @@ def test_d5_data_parallel_attention_goes_under_a_latency_objective(pack):
     assert 54e9 < advice.derived["derived.active_weight_bytes_per_gpu"] < 57e9     # 45.6 GB slice + 9.9 GB replicated
     reshape = strategy_of(advice, "parallelism")
     assert reshape.params["dp_attention"] is False and reshape.status == "change"
-    assert "enable_attention_dp: false" in _flags(script)
+    assert "enable_attention_dp: false" in script_flags(script)
     itl = next(g for g in reshape.expected if g.metric == "itl_expected_ms")
     assert itl.after < itl.before
 
@@ -103,7 +93,7 @@ def test_d3_a_queued_offline_job_gets_no_chunk_budget_for_its_ttft(pack):
     advice, script = review_deployment(pack, DATA, "d3")
     assert "derived.slow_first_token" not in advice.derived
     assert strategy_of(advice, "chunked_prefill") is None
-    assert "--enable-mixed-chunk" not in script and "--chunked-prefill-size" not in _flags(script)
+    assert "--enable-mixed-chunk" not in script and "--chunked-prefill-size" not in script_flags(script)
     cap = strategy_of(advice, "memory_budget")
     assert cap.params["max_num_seqs"] > 128                                     # the cap that binds is raised
 
@@ -115,7 +105,7 @@ def test_d7_tgi_captures_graphs_up_to_the_running_batch(pack):
     assert advice.derived["derived.cuda_graph_max_batch"] == 32
     graphs = strategy_of(advice, "cuda_graphs")
     assert graphs.status == "change" and graphs.params["max_batch"] >= 58
-    line = next(line for line in _flags(script).splitlines() if "--cuda-graphs" in line)
+    line = next(line for line in script_flags(script).splitlines() if "--cuda-graphs" in line)
     sizes = [int(s) for s in line.split()[1].split(",")]
     assert sizes[:6] == [1, 2, 4, 8, 16, 32] and sizes == sorted(sizes) and sizes[-1] >= 58
 

@@ -2,25 +2,9 @@
 each with today's launch command), and what the advice must now read for the defects it found."""
 from __future__ import annotations
 
-from pathlib import Path
-
-from conftest import review_deployment, strategy_of
-
-from kbopt.engine.advice.command import read_command
-from kbopt.engine.advice.launch import build_launch
-from kbopt.reports.emit import render_launch
+from conftest import migrated_script, review_deployment, script_flags, strategy_of
 
 DATA = "review13"
-
-
-def _flags(script: str) -> str:
-    """The script without its comment lines: what the shell runs."""
-    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
-
-
-def _migrated(advice, name: str, engine: str) -> str:
-    command = read_command(f"@{Path(__file__).resolve().parent / 'data' / DATA / f'{name}.launch'}")
-    return render_launch(build_launch(advice, engine, command), advice.bottleneck)
 
 
 def test_d8_no_fp8_kv_for_mla_where_no_kernel_reads_it_nor_fp8_experts_before_ada(pack):
@@ -32,16 +16,16 @@ def test_d8_no_fp8_kv_for_mla_where_no_kernel_reads_it_nor_fp8_experts_before_ad
     rejected = {(r.id, r.because[0]) for r in advice.rejected}
     assert ("kv_cache_quantization", "R-KV-FP8-MLA-NO-KERNEL") in rejected
     assert ("quantization", "R-TGI-FP8-MOE-BEFORE-ADA") in rejected
-    assert "--kv-cache-dtype" not in script and "--quantize fp8" not in _flags(script)
-    assert "--kv-cache-dtype" not in _migrated(advice, "d8", "vllm")
+    assert "--kv-cache-dtype" not in script and "--quantize fp8" not in script_flags(script)
+    assert "--kv-cache-dtype" not in migrated_script(advice, DATA, "d8", "vllm")
 
 
 def test_d1_a_migration_keeps_todays_speculation_in_the_new_engines_words(pack):
     # Qwen3-8B with EAGLE-3 on vLLM moved to SGLang: the script dropped the speculation its own
     # numbers assumed, and named --speculative-config as not carried.
     advice, _ = review_deployment(pack, DATA, "d1")
-    script = _migrated(advice, "d1", "sglang")
-    flags = _flags(script)
+    script = migrated_script(advice, DATA, "d1", "sglang")
+    flags = script_flags(script)
     assert "--speculative-algorithm EAGLE3" in flags and "--speculative-draft-model-path AngelSlim/Qwen3-8B_eagle3" in flags
     assert "--speculative-config" not in next(line for line in script.splitlines() if "NOT carried" in line)
 

@@ -2,19 +2,9 @@
 each with today's launch command), and what the advice must now read for the defects it found."""
 from __future__ import annotations
 
-from pathlib import Path
-
-from conftest import review_deployment, strategy_of
-
-from kbopt.engine.advice.command import read_command
-from kbopt.engine.advice.launch import build_launch
-from kbopt.reports.emit import render_launch
+from conftest import migrated_script, review_deployment, script_flags, strategy_of
 
 DATA = "review14"
-
-
-def _flags(script: str) -> str:
-    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
 
 
 def test_d3_data_parallel_copies_are_not_read_as_tensor_parallelism(pack):
@@ -23,9 +13,8 @@ def test_d3_data_parallel_copies_are_not_read_as_tensor_parallelism(pack):
     advice, script = review_deployment(pack, DATA, "d3")
     assert advice.derived["derived.tensor_parallel"] == 1
     assert strategy_of(advice, "parallelism") is None
-    assert "--tp-size" not in _flags(script) and "--dp-size 2" in _flags(script)
-    command = read_command(f"@{Path(__file__).resolve().parent / 'data' / DATA / 'd3.launch'}")
-    migrated = _flags(render_launch(build_launch(advice, "vllm", command), advice.bottleneck))
+    assert "--tp-size" not in script_flags(script) and "--dp-size 2" in script_flags(script)
+    migrated = script_flags(migrated_script(advice, DATA, "d3", "vllm"))
     assert "--tensor-parallel-size 2" not in migrated and "--port 30000" in migrated and "--host 0.0.0.0" in migrated
 
 
