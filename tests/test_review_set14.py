@@ -25,3 +25,12 @@ def test_d5_a_raised_batch_cap_takes_the_cuda_graphs_with_it(pack):
     cap = strategy_of(advice, "batch_cap").params["max_num_seqs"]
     assert f"--max_batch_size {cap}" in script
     assert f"  max_batch_size: {cap}" in script.split("<<'YAML'", 1)[1].split("\nYAML\n", 1)[0]
+
+
+def test_d1_data_parallel_attention_says_it_splits_the_prefix_cache(pack):
+    # DeepSeek-V3.1 on 8 H200s, 70% prefix hits on agent prompts: vLLM places a request by load
+    # (v1/engine/core_client.py@0.12.0:1197-1213), so a session's prefix misses on most ranks.
+    advice, _ = review_deployment(pack, DATA, "d1")
+    reshape = strategy_of(advice, "parallelism")
+    assert reshape is not None and reshape.params.get("dp_attention") is True
+    assert any(c.rule == "C-DP-ATTENTION-SPLITS-PREFIX-CACHE" for c in reshape.caveats)
