@@ -53,9 +53,11 @@ def terminal_message(text: str) -> str:
 def markdown_text(text: object) -> str:
     """An input string for a Markdown table cell or line: inert Markdown, no raw HTML, no table
     breaks."""
-    escaped = safe_text(str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    # With every `<` an entity no tag or autolink can open, and a `>` starts a block quote only at
+    # the start of a line (newlines become spaces), so `a -> b` stays as written.
+    escaped = safe_text(str(text)).replace("&", "&amp;").replace("<", "&lt;")
     escaped = _ACTIVE.sub(r"\\\1", escaped).replace("\n", " ")
-    return "\\" + escaped if escaped.startswith(("#", "+", "-", "=")) else escaped   # not a heading or a list
+    return "\\" + escaped if escaped.startswith(("#", "+", "-", "=", ">")) else escaped   # not a heading, list or quote
 
 
 def markdown_code(text: object) -> str:
