@@ -158,6 +158,12 @@ def model_evidence(advice: Advice) -> list[Estimate]:
              "arithmetic_intensity", "ridge_point", "kv_pool_tokens", "weights_overflow_gib") if name in advice.estimates]
 
 
+# Why the actions come in the order they do: the advisor ranks by the recommending rule's weight.
+ACTION_ORDER = ("ranked by the rules' weight: how directly the change treats the bottleneck and how little it takes "
+                "(a flag before a new checkpoint before new GPUs); each figure is that action's own modelled gain, "
+                "not its rank")
+
+
 def plan_label(plan: Plan) -> str:
     """`all together`, or where the plan adds replicas, how many GPUs its gain takes and what is
     left of it per GPU: new hardware is not tuning."""

@@ -15,6 +15,7 @@ from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
 from kbopt.reports.charts import MemoryBar, Roofline, memory_bar, roofline
 from kbopt.reports.common import (
+    ACTION_ORDER,
     bottleneck_evidence,
     chain,
     check_text,
@@ -95,4 +96,6 @@ def render_html(advice: Advice, comparison: Comparison | None = None, command: C
         picture=layout(advice),
         made_by={p: f.rule for f in advice.fired for p in f.derived},
         launch=deployed_launch(advice, command),
+        actions=[s for s in advice.strategies if s.status != "keep"],
+        order_note=ACTION_ORDER[0].upper() + ACTION_ORDER[1:] + ".",
     )

@@ -10,6 +10,7 @@ from kbopt.engine.advice.whatif import Gain, number, relative_text
 from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
 from kbopt.reports.common import (
+    ACTION_ORDER,
     bottleneck_evidence,
     chain,
     check_text,
@@ -53,6 +54,14 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
                    + ", ".join(markdown_code(m) for m in advice.bottleneck_missing))
     if advice.warnings:
         out += ["", "**Warnings:**"] + [f"- {markdown_code(w.rule)}: {markdown_text(w.text)}" for w in advice.warnings]
+    if advice.plan:
+        out += ["", f"## Plan: {' + '.join(markdown_code(k) for k in advice.plan.strategies)}, evaluated together", ""]
+        if advice.plan.replicas is not None:
+            out += [f"{markdown_text(plan_label(advice.plan))}: the service rate counts the new GPUs.", ""]
+        out += _gains(advice.plan.expected)
+    out += _launch(advice, command)
+    if sum(s.status != "keep" for s in advice.strategies) > 1:
+        out += ["", f"The actions are {markdown_text(ACTION_ORDER)}."]
     out += ["", f"## Strategies ({len(advice.strategies)})", ""]
     if advice.strategies:
         out += ["| # | strategy | status | layer | parameters |", "|---|---|---|---|---|"]
@@ -81,12 +90,6 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
         if strategy.caveats:
             out += ["", "Caveats:"]
             out += [f"- **{markdown_text(c.rule)}**: {markdown_text(c.text)}" for c in strategy.caveats]
-    if advice.plan:
-        out += ["", f"## Plan: {' + '.join(markdown_code(k) for k in advice.plan.strategies)}, evaluated together", ""]
-        if advice.plan.replicas is not None:
-            out += [f"{markdown_text(plan_label(advice.plan))}: the service rate counts the new GPUs.", ""]
-        out += _gains(advice.plan.expected)
-    out += _launch(advice, command)
     out += ["", f"## Rejected ({len(advice.rejected)})", ""]
     out += [f"- {markdown_code(rejection_label(r.id, r.params))}: {markdown_text(r.reason)} ({', '.join(markdown_code(b) for b in r.because)})"
             for r in advice.rejected] or ["None."]

@@ -10,6 +10,7 @@ from kbopt.engine.advice.whatif import number as shown  # `number` numbers the s
 from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
 from kbopt.reports.common import (
+    ACTION_ORDER,
     bottleneck_evidence,
     chain,
     check_text,
@@ -74,6 +75,8 @@ def _summary(advice: Advice) -> list[str]:
             lines.extend(_wrap(f"{rank}. {strategy.key}{with_}: " + (gains or params_text(strategy.params) or strategy.title), "  "))
         if len(actions) > TOP:
             lines.append(f"  … and {len(actions) - TOP} more below")
+        if len(actions) > 1:
+            lines.extend(_wrap(f"({ACTION_ORDER})", "  "))
         if advice.plan and advice.plan.expected:
             lines.extend(_wrap(plan_label(advice.plan) + ": " + gains_text(headline(advice.plan.expected)), "  "))
     if kept:

@@ -101,6 +101,36 @@ def test_hostile_strings_stay_text(browser, pack, tmp_path):
     try:
         assert events["dialogs"] == [] and events["errors"] == []
         assert [u for u in events["requests"] if not u.startswith("file:")] == []
-        assert "<script>alert(1)</script>" in page.locator("#facts").inner_text()
+        assert "<script>alert(1)</script>" in page.locator("#facts").text_content()   # folded: in the DOM as text
+    finally:
+        context.close()
+
+
+# Any element whose content is wider than its box: a table cut off, or a scroll bar inside the page.
+_CLIPPED = """() => [...document.querySelectorAll('main *')]
+  .filter(e => e.clientWidth > 0 && e.scrollWidth > e.clientWidth + 2)
+  .map(e => e.tagName + '.' + e.className + ' ' + e.scrollWidth + '>' + e.clientWidth)"""
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_a_report_with_a_launch_fits_the_screen_and_leads_with_the_changes(browser, pack, tmp_path, width):
+    """The newcomer's complaints: the model table cut at 1,400 px, the launch table clipped at
+    390 px, and a page over 60,000 px long with the changes near the bottom and no contents."""
+    from conftest import review_deployment
+
+    from kbopt.engine.advice.command import read_command
+    advice, _ = review_deployment(pack, "review14", "d5")
+    command = read_command(f"@{Path(__file__).parent / 'data' / 'review14' / 'd5.launch'}")
+    context, page, events = _open(browser, render(advice, "html", command=command), tmp_path, width=width)
+    try:
+        assert events["errors"] == []
+        assert page.locator("body").evaluate("b => b.scrollWidth") <= width
+        assert page.evaluate(_CLIPPED) == []
+        tops = {name: page.locator(f"#{name}").bounding_box()["y"] for name in ("changes", "launch", "evidence", "strategies")}
+        assert tops["changes"] < tops["evidence"] < tops["strategies"] and tops["launch"] < tops["evidence"]
+        targets = page.evaluate("() => [...document.querySelectorAll('nav.toc a')].map(a => a.getAttribute('href'))")
+        assert "#changes" in targets and all(page.locator(t).count() == 1 for t in targets)
+        height = page.evaluate("() => document.body.scrollHeight")
+        assert height < (15_000 if width == 1400 else 30_000), f"the page is {height}px long"
     finally:
         context.close()
