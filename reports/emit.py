@@ -73,10 +73,14 @@ def render_launch(launch: Launch, bottleneck: str) -> str:
     args: list[tuple[str, str]] = []
     env: list[tuple[str, str]] = []
     yaml: list[tuple[str, str, str]] = []
+    bound: list[tuple[str, str]] = []
     for arg in launch.args:
         if arg.kind == "cli":
             # several words were read shell-quoted (shlex.join) and go back as they are
             word = arg.name if arg.value is None else f"{arg.name} {arg.value if arg.words else shlex.quote(arg.value)}"
+            if arg.checkpoint_bound:
+                bound.append((f"  args+=({word})", _comment(arg)))
+                continue
             args += _needs(arg, "  ") + [("  " + word, _comment(arg))]
         elif arg.kind == "env":
             env += _needs(arg, "") + [(f"export {arg.name}={shlex.quote(arg.value or '')}", _comment(arg))]
@@ -122,6 +126,10 @@ def render_launch(launch: Launch, bottleneck: str) -> str:
     out.append("args=(")
     out += _pad(args)
     out.append(")")
+    if bound:
+        out.append('if [ "$MODEL" = "$MODEL_DEFAULT" ]; then  # today\'s checkpoint: its quantization flag (a new one brings its own)')
+        out += _pad(bound)
+        out.append("fi")
     out.append(f'exec {spec.command} "$MODEL"{config} "${{args[@]}}"')
     return "\n".join(out) + "\n"
 

@@ -47,6 +47,7 @@ class Arg:
     set_today: bool = False            # today's server has it (with the value `today`)
     verbatim: bool = False             # from today's command, not in the profile: carried as given, unchecked
     words: bool = False                # the value is several shell-quoted words (SGLang --lora-paths a=x b=y)
+    checkpoint_bound: bool = False     # today's checkpoint's quantization flag: set only while MODEL is that checkpoint
 
     @property
     def status(self) -> str:
@@ -174,7 +175,8 @@ def _needs_checkpoint(engine: str, strategy: StrategyAdvice, facts: Mapping[str,
         return None
     how = HOW_TO[kind].format(method=str(params.get("method") or "AWQ").upper())
     return (f"{strategy.key}: needs {how}; then run this script with MODEL set to that checkpoint (the engine reads "
-            f"its quantization config). Until then MODEL stays today's checkpoint and no quantization flag is set for it")
+            f"its quantization config). Until then MODEL stays today's checkpoint, and the script sets no quantization "
+            f"flag for the new one")
 
 
 def _carried(spec: Engine, target: Target, facts: Mapping[str, Any], notes: list[str]) -> list[Arg]:
@@ -202,6 +204,10 @@ def _carried(spec: Engine, target: Target, facts: Mapping[str, Any], notes: list
                 notes.append(f"serving.quantization = fp4 ({clean(facts.get('model.name'))}): an FP4 checkpoint, NVFP4 or "
                              "MXFP4; the engine reads which from its quantization config, no flag")
                 continue
+            if mapped.endswith("_marlin") and facts.get("hardware.vendor") == "amd":
+                # Marlin is CUDA only: ROCm lists awq and gptq, not their Marlin forms (sglang
+                # configs/model_config.py@0.5.0rc2:409-419, vllm platforms/rocm.py)
+                mapped = mapped.removesuffix("_marlin")
             value = mapped
         if carry.value == "expert_size":
             value = facts.get("serving.tensor_parallel_size") or 1
@@ -371,10 +377,32 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                              "ran (give --launch @FILE beside it, or an absolute path): copy its keys into the YAML file this "
                              "script writes (the engine takes one file)")
                 del args[option]
+    if pending:
+        _bind_to_todays_checkpoint(spec, args, notes, advice.facts, model)
     kept, dropped = _checked(spec, target, list(args.values()))
     applied, not_applied = _accounted(advice, pending, kept, removed, engine, facts)
     return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed),
                   applied, not_applied)
+
+
+# The engine takes the checkpoint's quantization from its config and refuses a --quantization that
+# names another method (vllm/config/__init__.py@0.10.2:1202-1207, sglang configs/model_config.py@0.5.0rc2:467-480):
+# today's flag must go with today's checkpoint (review set 15: AWQ -> INT8 kept --quantization awq_marlin).
+def _bind_to_todays_checkpoint(spec: Engine, args: dict[str, Arg], notes: list[str], facts: Mapping[str, Any],
+                               model: str | None) -> None:
+    for name in dict.fromkeys(c.name for c in spec.deployment if c.fact == "serving.quantization"):
+        arg = args.get(name)
+        if arg is None or not arg.set_today or arg.kind != "cli":
+            continue
+        flag = f"{name}{'' if arg.value is None else ' ' + arg.value}"
+        if model is None:
+            notes.append(f"{flag} is today's checkpoint's quantization: remove it when MODEL names the new checkpoint, "
+                         "whose config says its own (the engine refuses a method that differs from the checkpoint's)")
+            continue
+        args[name] = replace(arg, checkpoint_bound=True)
+        notes.append(f"{flag} is today's checkpoint's quantization: the script sets it only while MODEL is "
+                     f"{clean(facts.get('model.name'))}; the new checkpoint's config says its own, and the engine refuses "
+                     "a method that differs from the checkpoint's")
 
 
 _SPECULATION_FACTS = frozenset({"serving.speculative_method", "serving.num_speculative_tokens", "model.draft_model"})
@@ -520,6 +548,7 @@ def launch_dict(advice: Advice, command: Command | None = None) -> dict[str, Any
             "settings": [{"setting": a.name, "kind": a.kind,
                           "today": (True if a.today is None else a.today) if a.set_today else None,
                           "proposed": None if a.status == "removed" else True if a.value is None else a.value,
-                          "status": a.status, "rule": a.rule, **({"why": a.why} if a.why else {})}
+                          "status": a.status, "rule": a.rule, **({"why": a.why} if a.why else {}),
+                          **({"only_with_todays_checkpoint": True} if a.checkpoint_bound else {})}
                          for a in (*launch.args, *launch.removed)],
             "notes": list(launch.notes), "left_out": list(launch.dropped)}
