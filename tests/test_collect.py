@@ -413,9 +413,27 @@ def test_model_from_a_hugging_face_config(run_cli, tmp_path):
     # q and o 3,584 x 28 x 128, k and v 3,584 x 4 x 128, in each of 28 layers (printed to 6 decimals)
     assert model.pop("attention_params_billion") == pytest.approx(28 * (2 * 3584 * 28 * 128 + 2 * 3584 * 4 * 128) / 1e9, abs=1e-6)
     assert code == 0 and model == {"head_dim": 128, "name": "Qwen/Qwen2.5-7B-Instruct", "num_kv_heads": 4,
-                                   "num_layers": 28, "weight_dtype": "bf16", "num_attention_heads": 28, "hidden_size": 3584}
+                                   "num_layers": 28, "weight_dtype": "bf16", "num_attention_heads": 28, "hidden_size": 3584,
+                                   "vision": False}
     code, _, err = run_cli("collect", "--no-nvml", "--model", "gpt-5")
     assert code == 2 and "not in the model catalog" in err
+
+
+def test_a_multimodal_config_gives_the_outer_model_type_and_its_vision_encoder(run_cli, tmp_path):
+    # Gemma 3: TGI 3.3 neither chunks its prefills nor caches its prefixes, known by model_type
+    # gemma3 and the vision_config; the text_config's own model_type (gemma3_text) is not the checkpoint's.
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "gemma3", "vision_config": {"model_type": "siglip_vision_model"},
+                                  "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 62, "num_attention_heads": 32,
+                                                  "num_key_value_heads": 16, "head_dim": 128, "hidden_size": 5376},
+                                  "torch_dtype": "bfloat16"}))
+    code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
+    model = json.loads(out)["model"]
+    assert code == 0 and model["architecture"] == "gemma3" and model["vision"] is True and model["num_layers"] == 62
+    config.write_text(json.dumps({"model_type": "llama\u001b[31m", "num_hidden_layers": 2, "num_attention_heads": 2,
+                                  "hidden_size": 64}))
+    code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
+    assert code == 0 and "architecture" not in json.loads(out)["model"]      # not a model_type: left out
 
 
 # ------------------------------------------------------------------ review findings, pinned

@@ -55,3 +55,31 @@ def test_sglang_runs_an_awq_checkpoint_with_marlin_on_nvidia_and_without_on_rocm
         advice = advise(load_facts(facts, [f'hardware.gpu_name="{gpu}"', 'serving.quantization="int4_awq"',
                                            'constraints.allowed_precisions=["int4"]']), pack, available_evaluators()[0])
         assert dict(build_launch(advice, "sglang").argv()).get("--quantization") == expected, gpu
+
+
+def test_d7_tgi_neither_chunks_nor_caches_prefixes_for_gemma3(pack):
+    # Gemma 3 under TGI 3.3: built with support_chunking=False (models/__init__.py@v3.3.0:1196), so the
+    # router refuses a prefill budget below --max-input-tokens (backends/v3/src/main.rs@v3.3.0:185-186);
+    # and the launcher turns the prefix cache off for a vision model (launcher/src/main.rs@v3.3.0:137-139).
+    advice, script = review_deployment(pack, DATA, "d7")
+    assert advice.derived["derived.prefill_chunks_mixed"] is False
+    rejected = {r.id: r.because for r in advice.rejected}
+    assert "chunked_prefill" in rejected and "prefix_caching" in rejected
+    argv = script_flags(script).split()
+    budget = int(argv[argv.index("--max-batch-prefill-tokens") + 1])
+    assert budget >= int(argv[argv.index("--max-input-tokens") + 1])
+    assert "PREFIX_CACHING" not in script_flags(script)
+    assert all(s.id != "prefix_caching" for s in advice.strategies)
+    migration = strategy_of(advice, "engine_migration")
+    assert migration is not None and migration.params == {"to": "vllm", "lever": "prefix_caching"}
+    # the prefill is sized without the 60% of prompt tokens TGI never serves from a cache
+    from pathlib import Path
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    facts = next((Path(__file__).resolve().parent / "data" / DATA).glob("d7-*.json"))
+    off = advise(load_facts(facts, ["serving.prefix_caching=false"]), pack, available_evaluators()[0])
+    assert advice.derived["derived.prefill_compute_ms"] == off.derived["derived.prefill_compute_ms"]
+    on = advise(load_facts(facts, ["workload.engine=\"vllm\""]), pack, available_evaluators()[0])
+    assert on.derived["derived.prefill_compute_ms"] < 0.6 * advice.derived["derived.prefill_compute_ms"]

@@ -16,7 +16,8 @@ from kbopt.kb.yamlio import read_yaml
 HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8", "int8": "int8"}
 # The model.* facts a catalog row may give (kb/models.yaml), each optional but the name.
 CATALOG_FIELDS = ("params_billion", "active_params_billion", "num_layers", "num_kv_heads", "head_dim", "weight_dtype",
-                  "num_attention_heads", "hidden_size", "num_experts", "experts_per_token", "kv_lora_rank", "qk_rope_head_dim", "mtp_layers")
+                  "num_attention_heads", "hidden_size", "num_experts", "experts_per_token", "kv_lora_rank", "qk_rope_head_dim", "mtp_layers",
+                  "architecture", "vision")
 
 
 @lru_cache(maxsize=1)
@@ -47,12 +48,22 @@ def _from_config(path: Path) -> Collected:
         raise KboptError(f"--model {path}: not a readable config.json: nested too deeply") from None
     if not isinstance(config, dict):
         raise KboptError(f"--model {path}: a config.json is a JSON object")
+    # read before the merge below: a multimodal config's text_config has a model_type of its own (gemma3_text)
+    architecture = config.get("model_type")
+    vision = isinstance(config.get("vision_config"), dict)
     if isinstance(config.get("text_config"), dict):      # multimodal configs nest the language model
         config = {**config, **config["text_config"]}
     try:
-        return _shape(path, config)
+        out = _shape(path, config)
     except (TypeError, ValueError, ZeroDivisionError) as error:
         raise KboptError(f"--model {path}: unexpected values in config.json ({error})") from None
+    if isinstance(architecture, str) and _MODEL_TYPE.fullmatch(architecture):
+        out.put("model.architecture", architecture, Provenance(f"config:{path.name}", "measured", metric="model_type"))
+    out.put("model.vision", vision, Provenance(f"config:{path.name}", "measured", metric="vision_config"))
+    return out
+
+
+_MODEL_TYPE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")     # transformers' model_type spelling; anything else is left out
 
 
 def _count(config: dict[str, Any], *keys: str) -> int | None:
