@@ -836,3 +836,17 @@ def test_model_catalog_rows_pass_their_shape_through():
     assert (deepseek["model.kv_lora_rank"], deepseek["model.active_params_billion"]) == (512, 37)
     assert "model.num_kv_heads" not in deepseek
     assert _facts(model_facts("meta-llama/Llama-3.1-8B-Instruct"))["model.hidden_size"] == 4096
+
+
+def test_a_block_fp8_moe_config_gives_the_expert_width_and_the_block(run_cli, tmp_path):
+    # what kbopt needs to keep a tensor-parallel slice of each expert a whole number of blocks
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "qwen3_moe", "num_hidden_layers": 94, "num_attention_heads": 64,
+                                  "num_key_value_heads": 4, "head_dim": 128, "hidden_size": 4096, "intermediate_size": 12288,
+                                  "moe_intermediate_size": 1536, "num_experts": 128, "num_experts_per_tok": 8,
+                                  "torch_dtype": "bfloat16",
+                                  "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}))
+    code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
+    model = json.loads(out)["model"]
+    assert code == 0 and model["moe_intermediate_size"] == 1536 and model["weight_block_size"] == 128
+    assert model["weight_dtype"] == "fp8" and model["num_experts"] == 128

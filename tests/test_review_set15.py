@@ -83,3 +83,38 @@ def test_d7_tgi_neither_chunks_nor_caches_prefixes_for_gemma3(pack):
     assert advice.derived["derived.prefill_compute_ms"] == off.derived["derived.prefill_compute_ms"]
     on = advise(load_facts(facts, ["workload.engine=\"vllm\""]), pack, available_evaluators()[0])
     assert on.derived["derived.prefill_compute_ms"] < 0.6 * advice.derived["derived.prefill_compute_ms"]
+
+
+def test_d4_no_quantization_that_leaves_the_kv_pool_under_one_sequence(pack):
+    # Qwen2.5-32B AWQ on one 40 GB A100 under SGLang, prefill-heavy: INT8 W8A8 doubles the weights'
+    # bytes and left 13,104 tokens of pool for a 32,768-token context (set 15: action 1 with 944 tokens).
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert strategy_of(advice, "quantization") is None
+    reasons = {r.params.get("scheme"): r.reason for r in advice.rejected if r.id == "quantization"}
+    assert "under one sequence of the 32,768 tokens" in reasons["int8"]
+    assert "leaves no KV cache" in reasons["fp16"]
+    assert "--quantization awq_marlin" in script_flags(script) and "MODEL_DEFAULT" in script
+
+
+def test_d3_tensor_parallelism_that_cuts_a_quantization_block_gets_expert_parallelism(pack):
+    # Qwen3-235B-A22B-FP8 (block FP8, 128-wide) at TP8: each expert's 1,536 width is 192 per GPU,
+    # which vLLM and SGLang refuse to load (sglang layers/quantization/fp8.py@0.5.0rc2:538-553);
+    # the script re-emitted TP8 as it was. With experts whole on each GPU nothing is cut.
+    advice, script = review_deployment(pack, DATA, "d3")
+    assert "--tensor-parallel-size 8" in script_flags(script) and "--enable-expert-parallel" in script_flags(script)
+    migrated = script_flags(migrated_script(advice, DATA, "d3", "sglang"))
+    assert "--tp-size 8" in migrated and "--expert-parallel-size 8" in migrated
+
+
+def test_tensor_parallelism_that_cuts_whole_blocks_adds_nothing(pack):
+    from pathlib import Path
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.launch import build_launch
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    facts = next((Path(__file__).resolve().parent / "data" / DATA).glob("d3-*.json"))
+    for tp, expert in ((4, False), (8, True)):          # 1,536 / 4 = 384, three blocks; / 8 = 192
+        advice = advise(load_facts(facts, [f"serving.tensor_parallel_size={tp}"]), pack, available_evaluators()[0])
+        argv = dict(build_launch(advice, "vllm").argv())
+        assert argv["--tensor-parallel-size"] == str(tp) and ("--enable-expert-parallel" in argv) is expert, tp

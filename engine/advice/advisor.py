@@ -9,7 +9,16 @@ from kbopt.engine.advice.caps import CAP_PARAMS, sized_cap
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
-from kbopt.engine.advice.objectives import Objective, harm, harm_reason, met_on_todays_gpus, not_worth_their_gpus, objectives, worsens_everything
+from kbopt.engine.advice.objectives import (
+    Objective,
+    harm,
+    harm_reason,
+    leaves_no_room,
+    met_on_todays_gpus,
+    not_worth_their_gpus,
+    objectives,
+    worsens_everything,
+)
 from kbopt.engine.advice.settings import differs_from_today, sets_otherwise, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
@@ -426,6 +435,9 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
             known_before = [name for name in outcome.reached if name in whatif.before]   # one may appear only after
             rule = moved[0].rules[0] if moved else (whatif.before[known_before[0]].rule if known_before else c.rules[0])
             vetoes.append(Drawn(rule, Reject(c.strategy, c.variant, negligible_reason(outcome, whatif.before))))
+        elif no_room := leaves_no_room(outcome.moved, whatif.baseline.lookup):
+            pool = next((g for g in outcome.gains if g.metric == "kv_pool_tokens"), None)
+            vetoes.append(Drawn(pool.rules[0] if pool else c.rules[0], Reject(c.strategy, c.variant, no_room)))
         elif outcome.unevaluated is None and (worse := worsens_everything(outcome.moved, threshold)):
             named = [g for g in outcome.gains if g.metric in worse]
             vetoes.append(Drawn(named[0].rules[0] if named else c.rules[0], Reject(

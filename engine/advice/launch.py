@@ -363,6 +363,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                 if name == cap_name:      # sized after the whole plan by the advisor (caps.py): the same number
                     arg = Arg(arg.name, arg.kind, arg.value, arg.today, arg.rule, arg.needs, _cap_why(strategy), arg.set_today)
                 args[name], set_by[name] = arg, rule
+    _whole_blocks_per_gpu(target, args, facts, advice.derived, notes)
     if cap_name is not None and cap_name in args:
         _check_pool_fits(advice)
     _within_bounds(spec, args, facts, advice.derived, notes)
@@ -383,6 +384,50 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     applied, not_applied = _accounted(advice, pending, kept, removed, engine, facts)
     return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed),
                   applied, not_applied)
+
+
+def _whole_blocks_per_gpu(target: Target, args: dict[str, Arg], facts: Mapping[str, Any], derived: Mapping[str, Any],
+                          notes: list[str]) -> None:
+    """Expert parallelism where tensor parallelism would cut a block-quantized expert mid-block:
+    vLLM and SGLang refuse a slice of an expert's width that is not a whole number of quantization
+    blocks (sglang layers/quantization/fp8.py@0.5.0rc2:538-553, vllm quantization/fp8.py@0.12.0:723-727:
+    Qwen3-235B-A22B-FP8's 1,536 at TP8 is 192, under two 128-blocks); with experts whole on each GPU
+    nothing is cut (review set 15 d1)."""
+    spec = target.spec
+    width, block, experts = (_whole(facts.get("model.moe_intermediate_size")), _whole(facts.get("model.weight_block_size")),
+                             _whole(facts.get("model.num_experts")))
+    tp_name = next((c.name for c in spec.deployment if c.fact == "serving.tensor_parallel_size"), None)
+    ep_names = {c.name for c in spec.deployment if c.fact == "serving.expert_parallel"}
+    tp_arg = args.get(tp_name) if tp_name else None
+    tp = _whole(tp_arg.value if tp_arg is not None else facts.get("serving.tensor_parallel_size"))
+    if (width is None or block is None or experts is None or tp is None or tp < 2 or experts < 2
+            or (width % tp == 0 and (width // tp) % block == 0) or any(name in args for name in ep_names)):
+        return
+    why = (f"model.moe_intermediate_size {width} over tensor parallelism {tp} is {width / tp:g}, not a whole number of "
+           f"{block}-wide quantization blocks (model.weight_block_size), which {spec.title} refuses to load")
+    if experts % tp:
+        notes.append(f"{why}; expert parallelism would need {experts} experts to divide among {tp} GPUs: serve at a "
+                     "tensor parallelism that cuts whole blocks")
+        return
+    rule = f"kbopt: whole quantization blocks per GPU (parallelism, expert {tp})"
+    added = False
+    for setting in settings_for(target, "parallelism", "parallelism", {"expert": True, "tensor": tp, "degree": tp}, facts, derived):
+        if setting.kind == "note":
+            notes.append(f"{why}: {setting.text}")
+            continue
+        for kind, name, value in _parse(setting):
+            if name in ep_names and name not in args:
+                args[name] = Arg(name, kind, value, None, rule, why=why + "; with whole experts on each GPU nothing is cut")
+                added = True
+    if added:
+        notes.append(f"expert parallelism added: {why}")
+
+
+def _whole(value: Any) -> int | None:
+    """A positive whole number from a fact or a flag's text, else None."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 # The engine takes the checkpoint's quantization from its config and refuses a --quantization that

@@ -17,7 +17,7 @@ HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e
 # The model.* facts a catalog row may give (kb/models.yaml), each optional but the name.
 CATALOG_FIELDS = ("params_billion", "active_params_billion", "num_layers", "num_kv_heads", "head_dim", "weight_dtype",
                   "num_attention_heads", "hidden_size", "num_experts", "experts_per_token", "kv_lora_rank", "qk_rope_head_dim", "mtp_layers",
-                  "architecture", "vision")
+                  "architecture", "vision", "moe_intermediate_size", "weight_block_size")
 
 
 @lru_cache(maxsize=1)
@@ -112,6 +112,11 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
         routed = _count(config, "num_experts_per_tok")
         if routed:
             out.put("model.experts_per_token", routed, source("num_experts_per_tok"))
+        # an expert's width: its own key where the model has shared experts or dense layers beside (DeepSeek, Qwen3-MoE)
+        width = _count(config, "moe_intermediate_size", "intermediate_size")
+        if width:
+            out.put("model.moe_intermediate_size", width, source("moe_intermediate_size" if config.get("moe_intermediate_size")
+                                                                else "intermediate_size"))
     mtp = config.get("num_nextn_predict_layers")
     if isinstance(mtp, int) and not isinstance(mtp, bool) and 1 <= mtp <= 64:    # 0: none shipped
         # multi-token-prediction modules shipped with the weights (DeepSeek-V3/R1: 1): speculative decoding's drafter
@@ -139,6 +144,9 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
     quantized = _quantized_dtype(config.get("quantization_config"))
     if quantized:       # torch_dtype is then the activations' (DeepSeek-V3: bfloat16 beside FP8 weights)
         out.put("model.weight_dtype", quantized, source("quantization_config"))
+        block = (config.get("quantization_config") or {}).get("weight_block_size")
+        if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 100000 for b in block):
+            out.put("model.weight_block_size", block[0], source("quantization_config.weight_block_size"))
         method = (config.get("quantization_config") or {}).get("quant_method")
         if method == "mxfp4":       # weights only: the activations do not run on FP4 tensor cores
             out.put("serving.quantization", "mxfp4", source("quantization_config"))
