@@ -106,7 +106,7 @@ def test_d3_tensor_parallelism_that_cuts_a_quantization_block_gets_expert_parall
     assert "--tp-size 8" in migrated and "--expert-parallel-size 8" in migrated
 
 
-def test_tensor_parallelism_that_cuts_whole_blocks_adds_nothing(pack):
+def test_expert_parallelism_only_where_the_final_tensor_parallelism_cuts_a_block(pack):
     from pathlib import Path
 
     from kbopt.engine.advice.advisor import advise
@@ -114,7 +114,36 @@ def test_tensor_parallelism_that_cuts_whole_blocks_adds_nothing(pack):
     from kbopt.engine.evaluators import available_evaluators
     from kbopt.kb.facts import load_facts
     facts = next((Path(__file__).resolve().parent / "data" / DATA).glob("d3-*.json"))
-    for tp, expert in ((4, False), (8, True)):          # 1,536 / 4 = 384, three blocks; / 8 = 192
-        advice = advise(load_facts(facts, [f"serving.tensor_parallel_size={tp}"]), pack, available_evaluators()[0])
+    # 1,536 / 4 = 384, three blocks; / 8 = 192. On 4 GPUs TP4 stays; on 8 the late first token
+    # widens TP4 to TP8 (S-PARALLELISM-TENSOR-TTFT), which needs the experts whole as much as today's TP8.
+    for gpus, tp, final, expert in ((4, 4, 4, False), (8, 4, 8, True), (8, 8, 8, True)):
+        advice = advise(load_facts(facts, [f"serving.tensor_parallel_size={tp}", f"hardware.gpu_count={gpus}"]), pack,
+                        available_evaluators()[0])
         argv = dict(build_launch(advice, "vllm").argv())
-        assert argv["--tensor-parallel-size"] == str(tp) and ("--enable-expert-parallel" in argv) is expert, tp
+        assert argv["--tensor-parallel-size"] == str(final) and ("--enable-expert-parallel" in argv) is expert, (gpus, tp)
+
+
+def test_d6_a_first_token_out_of_the_gpus_reach_says_so_and_widens_the_split(pack):
+    # Llama-3.3-70B at TP4 on 8 NVLink H20s, 8k-token prompts, prefills under half the math: the
+    # TTFT objective got no lever (scale-out needs a queue) and no word that a prefill alone misses it.
+    advice, script = review_deployment(pack, DATA, "d6")
+    assert "W-TTFT-FLOOR-OVER-SLO" in {w.rule for w in advice.warnings}
+    widening = strategy_of(advice, "parallelism")
+    assert widening is not None and widening.params["tensor_widened"] == 8
+    ttft = {g.metric: g for g in widening.expected}["ttft_expected_ms"]
+    assert ttft.after < 0.6 * ttft.before                  # the prefill's matmuls split over twice the GPUs
+    assert "--tp_size 8" in script_flags(script)
+
+
+def test_d5_the_service_delivers_no_more_than_the_arrivals_ask_for(pack):
+    # 1.85 requests/s of 300 output tokens on a GH200: 555 tokens/s whatever the step; a faster step
+    # shortens latency. Set 15 credited the plan with more tokens a second than arrive.
+    advice, _ = review_deployment(pack, DATA, "d5")
+    offered = 1.85 * 300
+    assert advice.derived["derived.service_tokens_per_s"] <= offered + 1e-6
+    for strategy in advice.strategies:
+        for gain in strategy.expected:
+            if gain.metric == "service_tokens_per_s":
+                assert gain.after <= offered + 1e-6, strategy.key
+    assert all(g.after <= offered + 1e-6 for g in (advice.plan.expected if advice.plan else ())
+               if g.metric == "service_tokens_per_s")
