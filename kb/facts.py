@@ -244,8 +244,8 @@ def _describe(error: ValidationError, vocabulary: Vocabulary) -> str:
         inner = schema["anyOf"][0]
         if spec.type == "ratio" and isinstance(instance, (int, float)) and not isinstance(instance, bool):
             if 1 < instance <= 100:
-                return (f"{where}: {instance!r} is out of range: {dotted} is a ratio in 0..1; "
-                        f"{instance!r} looks like a percentage, write {instance / 100:g}")
+                return (f"{where}: {instance!r} is out of range: {dotted} is a ratio in 0..1 "
+                        f"({instance!r} looks like a percentage: write {instance / 100:g})")
             return f"{where}: {instance!r} is out of range: {dotted} is a ratio in 0..1"
         if spec.type in ("number", "integer", "ratio"):
             if isinstance(instance, bool) or not isinstance(instance, (int, float)):
@@ -277,7 +277,77 @@ def _facts_validator() -> Draft202012Validator:
     return jsonschema.Draft202012Validator(facts_schema())
 
 
-def validate_document(document: Any, name: str, vocabulary: Vocabulary | None = None) -> None:
+def _json_line(text: str, parts: Sequence[str | int]) -> int | None:
+    """The line of the key at `parts` (its object keys, up to the first list index) in JSON text,
+    or None: a scan of strings and nesting, run only to place an error (json gives no positions)."""
+    keys = [str(p) for p in parts[:next((i for i, p in enumerate(parts) if isinstance(p, int)), len(parts))]]
+    if not keys:
+        return None
+    path: list[str | None] = []          # the key of each open object (None: an array)
+    i, line, size = 0, 1, len(text)
+    while i < size:
+        char = text[i]
+        if char == "\n":
+            line += 1
+        elif char in "{[":
+            path.append(None)
+        elif char in "}]":
+            if path:
+                path.pop()
+        elif char == '"':
+            start_line, j, chunk = line, i + 1, []
+            while j < size and text[j] != '"':
+                if text[j] == "\\":
+                    j += 1
+                chunk.append(text[j] if j < size else "")
+                j += 1
+            k = j + 1
+            while k < size and text[k] in " \t\r\n":
+                line += text[k] == "\n"
+                k += 1
+            if k < size and text[k] == ":" and path:
+                path[-1] = "".join(chunk)
+                if path == keys:
+                    return start_line
+            i = k
+            continue
+        i += 1
+    return None
+
+
+def _yaml_line(text: str, parts: Sequence[str | int]) -> int | None:
+    """The line of the node at `parts` in YAML text (the deepest one found), or None."""
+    import yaml
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for part in parts:
+        if isinstance(node, yaml.MappingNode):
+            found = next(((k, v) for k, v in node.value if getattr(k, "value", None) == str(part)), None)
+            if found is None:
+                break
+            line, node = found[0].start_mark.line + 1, found[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def _line(text: str | None, name: str, parts: Sequence[str | int]) -> str:
+    """`line 7: ` where the text shows where the error is, else nothing."""
+    if text is None:
+        return ""
+    found = _yaml_line(text, parts) if name.endswith((".yaml", ".yml")) or not text.lstrip().startswith("{") else _json_line(text, parts)
+    return f"line {found}: " if found else ""
+
+
+def validate_document(document: Any, name: str, vocabulary: Vocabulary | None = None, text: str | None = None) -> None:
+    """Refuses a document that breaks the facts schema, naming each problem's JSON path and, where
+    `text` (the document as read) shows it, its line: one paragraph, problems separated by `;`."""
     vocabulary = vocabulary or builtin_knowledge().vocabulary
     if not isinstance(document, dict):
         raise FactsError(f"{name}: $: a facts document is a JSON object of sections "
@@ -287,9 +357,21 @@ def validate_document(document: Any, name: str, vocabulary: Vocabulary | None = 
         return
     errors = sorted(_facts_validator().iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
     if errors:
-        shown = [_describe(e, vocabulary) for e in errors[:SHOWN]]
-        more = f" (and {len(errors) - SHOWN} more)" if len(errors) > SHOWN else ""
-        raise FactsError(f"{name}: invalid facts: " + " ".join(shown) + more)
+        shown = [_line(text, name, _error_parts(e)) + _describe(e, vocabulary) for e in errors[:SHOWN]]
+        more = f"; and {len(errors) - SHOWN} more" if len(errors) > SHOWN else ""
+        count = f" ({len(errors)} problems)" if len(errors) > 1 else ""
+        raise FactsError(f"{name}: invalid facts{count}: " + "; ".join(shown) + more)
+
+
+def _error_parts(error: ValidationError) -> list[str | int]:
+    """Where an error is: its path, or for an unknown key the first such key."""
+    parts: list[str | int] = list(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        schema = error.schema if isinstance(error.schema, Mapping) else {}
+        unknown = sorted(set(error.instance) - set(schema.get("properties", {})))
+        if unknown:
+            parts.append(unknown[0])
+    return parts
 
 
 def flatten(document: dict[str, Any]) -> dict[str, Any]:
@@ -456,7 +538,7 @@ def merged_document(paths: Sequence[str]) -> tuple[dict[str, Any], str]:
         name = "<stdin>" if path == STDIN else str(path)
         text, as_yaml = _read_text(path)
         document = with_current_names(parse_document(text, name, as_yaml))
-        validate_document(document, name, vocabulary)
+        validate_document(document, name, vocabulary, text)
         documents.append(document)
     if len(documents) == 1:
         return documents[0], name

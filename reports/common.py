@@ -85,6 +85,15 @@ def origin_text(advice: Advice, path: str) -> str:
     return "derived" if path in advice.derived else "not given"
 
 
+def key_text(strategy: StrategyAdvice, facts: Mapping[str, object]) -> str:
+    """The strategy's key as a reader should see it: the catalog's 16-bit quantization variant is
+    fp16, which over bf16 weights means keep them bf16 (set 15: "Keep quantization[fp16]" read as
+    a change of dtype)."""
+    if strategy.key == "quantization[fp16]" and facts.get("model.weight_dtype") == "bf16":
+        return "quantization[bf16]"
+    return strategy.key
+
+
 def rejection_label(strategy: str, params: Mapping[str, object]) -> str:
     return f"{strategy} ({params_text(params)})" if params else strategy
 

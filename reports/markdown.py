@@ -17,6 +17,7 @@ from kbopt.reports.common import (
     deployed,
     engine_settings,
     facts_to_collect,
+    key_text,
     needs_text,
     origin_detail,
     origin_text,
@@ -65,7 +66,8 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
     out += ["", f"## Strategies ({len(advice.strategies)})", ""]
     if advice.strategies:
         out += ["| # | strategy | status | layer | parameters |", "|---|---|---|---|---|"]
-        out += [f"| {i} | {markdown_code(s.key)} | {_STATUS[s.status]} | {markdown_text(s.layer)} | {markdown_text(params_text(s.params))} |"
+        out += [f"| {i} | {markdown_code(key_text(s, advice.facts))} | {_STATUS[s.status]} | {markdown_text(s.layer)} "
+                f"| {markdown_text(params_text(s.params))} |"
                 for i, s in enumerate(advice.strategies, 1)]
     else:
         out.append("No rule recommended a strategy on these facts.")

@@ -20,6 +20,7 @@ from kbopt.reports.common import (
     facts_to_collect,
     gains_text,
     headline,
+    key_text,
     model_evidence,
     needs_text,
     origin_detail,
@@ -72,7 +73,8 @@ def _summary(advice: Advice) -> list[str]:
         for rank, strategy in enumerate(actions[:TOP], 1):
             gains = gains_text(headline(strategy.expected))
             with_ = f" (with {', '.join(strategy.together)})" if strategy.together and gains else ""
-            lines.extend(_wrap(f"{rank}. {strategy.key}{with_}: " + (gains or params_text(strategy.params) or strategy.title), "  "))
+            lines.extend(_wrap(f"{rank}. {key_text(strategy, advice.facts)}{with_}: "
+                               + (gains or params_text(strategy.params) or strategy.title), "  "))
         if len(actions) > TOP:
             lines.append(f"  … and {len(actions) - TOP} more below")
         if len(actions) > 1:
@@ -80,7 +82,7 @@ def _summary(advice: Advice) -> list[str]:
         if advice.plan and advice.plan.expected:
             lines.extend(_wrap(plan_label(advice.plan) + ": " + gains_text(headline(advice.plan.expected)), "  "))
     if kept:
-        lines.extend(_wrap("Keep (already in place): " + ", ".join(s.key for s in kept), ""))
+        lines.extend(_wrap("Keep (already in place): " + ", ".join(key_text(s, advice.facts) for s in kept), ""))
     return lines
 
 

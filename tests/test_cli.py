@@ -217,7 +217,7 @@ def test_absurd_numbers_are_exit_2_with_the_same_message_on_both_engines(run_cli
                     ' "head_dim": 128}, "hardware": {"gpu_name": "NVIDIA L4", "gpu_count": 1}, "workload": {"prompt_len_mean": 1e300}}')
     code, out, err = run_cli("advise", "--facts", str(path), "--evaluator", engine)
     assert code == 2 and out == ""
-    assert err == f"kbopt: error: {path}: invalid facts: $.workload.prompt_len_mean: 1e+300 is out of range (>=0 <=1e+09)\n"
+    assert err == f"kbopt: error: {path}: invalid facts: line 1: $.workload.prompt_len_mean: 1e+300 is out of range (>=0 <=1e+09)\n"
 
 
 def test_weights_that_do_not_fit_warn_and_leave_sizes_out(run_cli):

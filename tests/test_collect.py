@@ -54,12 +54,18 @@ def test_t4_under_load_kernels_busy_but_tensor_cores_idle():
     assert {"W-GPU-MOSTLY-IDLE", "W-PROXY-TELEMETRY"} <= {w.rule for w in advice.warnings}
 
 
-def test_a100_under_load_prefers_the_whole_gpu_over_its_mig_instance():
-    facts = _facts(facts_from_scrapes(scrape(str(REAL / "dcgm_exporter_A100_loaded_mig_nvdocs.prom"))))
-    assert facts["telemetry.compute_utilization"] == pytest.approx(0.99563)
-    assert facts["telemetry.bandwidth_utilization"] == pytest.approx(0.690789)
-    assert facts["hardware.mig_enabled"] is True
-    assert facts["telemetry.memory_used_ratio"] == pytest.approx(4845 / (4845 + 35690), abs=1e-4)
+def test_a100_in_mig_mode_reads_its_one_instance_as_the_mig_facts_describe_it():
+    # One 1g.5gb instance exported beside the whole GPU: the work runs in it, so its readings
+    # (DRAM_ACTIVE 0.80, not the card's 0.69) and its memory (4,845 MiB in use of its 4.75 GiB, not
+    # of the card's 40) are the deployment's; a newcomer found the slice's facts beside the card's.
+    collected = facts_from_scrapes(scrape(str(REAL / "dcgm_exporter_A100_loaded_mig_nvdocs.prom")))
+    facts = _facts(collected)
+    assert facts["telemetry.compute_utilization"] == pytest.approx(0.995687)
+    assert facts["telemetry.bandwidth_utilization"] == pytest.approx(0.800339)
+    assert facts["hardware.mig_enabled"] is True and facts["hardware.mig_memory_gib"] == 4.75
+    assert facts["telemetry.memory_used_ratio"] == pytest.approx(4845 / 1024 / 4.75, abs=1e-4)
+    assert "from a MIG instance" in (collected.facts["telemetry.bandwidth_utilization"][1].note or "")
+    assert any("no modelName label" in note and "hardware.gpu_name" in note for note in collected.notes)
 
 
 def test_idle_l4_is_named_and_enriched_from_the_catalog():
@@ -373,7 +379,8 @@ def test_advise_collect_in_one_step(run_cli):
     code, out, _ = run_cli("advise", "--collect", "--no-nvml", "--format", "json",
                            "--metrics", str(REAL / "dcgm_exporter_A100_loaded_mig_nvdocs.prom"))
     advice = json.loads(out)
-    assert code == 0 and advice["bottleneck"] == "compute_capacity"
+    # the 1g.5gb instance that serves holds 4,845 MiB of its 4.75 GiB: memory binds before the math
+    assert code == 0 and advice["bottleneck"] == "memory_capacity"
     assert advice["facts"]["telemetry.compute_utilization"]["origin"] == "dcgm"
 
 

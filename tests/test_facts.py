@@ -245,3 +245,22 @@ def test_the_observed_longest_sequence_is_seq_len_max_and_the_old_name_still_rea
     # the consistency check reads it under its new name
     with pytest.raises(FactsError, match="seq_len_max"):
         facts_from_document({"kbopt": "facts/1", "workload": {"max_seq_len": 100, "seq_len_mean": 900}}, "doc")
+
+
+def test_each_problem_of_a_facts_file_names_its_line_and_path(tmp_path, run_cli):
+    # a newcomer found three problems run together on one line, with no line to go to
+    for suffix, text in ((".json", '{\n "kbopt": "facts/1",\n "hardware": {"gpu_name": "NVIDIA L4", "gpu_count": 0},\n'
+                                   ' "workload": {"prompt_len_mean": -5, "engine": "vllm"},\n'
+                                   ' "telemetry": {"compute_utilization": 1.5}\n}\n'),
+                         (".yaml", "kbopt: facts/1\nhardware:\n  gpu_count: 0\nworkload:\n  prompt_len_mean: -5\n"
+                                   "telemetry:\n  compute_utilization: 1.5\n")):
+        path = tmp_path / f"bad{suffix}"
+        path.write_text(text)
+        code, out, err = run_cli("advise", "--facts", str(path))
+        assert code == 2 and out == "" and err.count("\n") == 1
+        assert "invalid facts (3 problems): " in err
+        expected = {".json": (3, 4, 5), ".yaml": (3, 5, 7)}[suffix]
+        problems = err.split(": invalid facts (3 problems): ", 1)[1].strip().split("; ")
+        lines = {p.split(":", 1)[0]: p for p in problems}
+        assert {f"line {n}" for n in expected} == set(lines), problems
+        assert "$.hardware.gpu_count" in lines[f"line {expected[0]}"]

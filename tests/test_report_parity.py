@@ -62,3 +62,13 @@ def test_a_kept_strategy_sets_nothing_in_any_report(pack):
     assert flag.startswith("--max-num-seqs")
     for fmt in ("text", "md", "html"):
         assert flag not in render(advice, fmt), fmt
+
+
+def test_the_16_bit_variant_reads_as_the_weights_dtype():
+    # the catalog's 16-bit quantization variant is fp16; kept over bf16 weights, the reports say bf16
+    from kbopt.engine.advice.model import StrategyAdvice
+    from kbopt.reports.common import key_text
+    kept = StrategyAdvice(id="quantization", layer="compute", title="Quantization", status="keep",
+                          params={"scheme": "fp16"}, because=("S-QUANT-FP16-COMPUTE",), key="quantization[fp16]")
+    assert key_text(kept, {"model.weight_dtype": "bf16"}) == "quantization[bf16]"
+    assert key_text(kept, {"model.weight_dtype": "fp16"}) == "quantization[fp16]"

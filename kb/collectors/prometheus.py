@@ -389,18 +389,27 @@ def _dcgm(first: Scrape, second: Scrape | None, out: Collected, gpu: int | None 
     second = _one_gpu(second, gpu, Collected()) if second else None
     scrapes = [s for s in (first, second) if s]
 
+    # In MIG mode the work runs in GPU instances. With one instance exported it is the one that
+    # serves, and its readings describe it, as the MIG facts below do (the whole GPU's are an
+    # aggregate over instances: a newcomer found a 1g.5gb slice's facts beside the card's readings).
+    # With several, which one serves is not in the dump: the whole GPU's readings stand.
+    instances = {labels["GPU_I_ID"] for rows in first.samples.values() for labels, _ in rows if "GPU_I_ID" in labels}
+    one_instance = len(instances) == 1
+
     def series(name: str) -> tuple[list[float], bool]:
-        """Per-GPU readings of a field (whole GPUs preferred over MIG instances)."""
+        """Per-GPU readings of a field: the one MIG instance's where it exports them, else the
+        whole GPUs', else the instances'."""
         readings: list[float] = []
         mig = False
         for s in scrapes:
             rows = s.values(name)
             whole = [v for labels, v in rows if "GPU_I_ID" not in labels]
-            if whole:
-                readings.extend(whole)
-            elif rows:
-                readings.extend(v for _, v in rows)
+            sliced = [v for labels, v in rows if "GPU_I_ID" in labels]
+            if sliced and (one_instance or not whole):
+                readings.extend(sliced)
                 mig = True
+            elif whole:
+                readings.extend(whole)
         return readings, mig
 
     def mean(values: list[float]) -> float:         # of readings the caller has checked there are
@@ -463,10 +472,29 @@ def _dcgm(first: Scrape, second: Scrape | None, out: Collected, gpu: int | None 
     names = {labels["modelName"] for rows in first.samples.values() for labels, _ in rows if labels.get("modelName")}
     if names:
         out.put("hardware.gpu_name", sorted(names)[0], Provenance("dcgm", "measured", metric="modelName label"))
-    if any("GPU_I_ID" in labels for rows in first.samples.values() for labels, _ in rows):
+    else:
+        out.notes.append(f"{first.source}: no modelName label on the DCGM series, so the GPU is not named: give "
+                         "hardware.gpu_name as nvidia-smi reports it (the performance model needs the GPU's roofs)")
+    if instances:
         out.put("hardware.mig_enabled", True, Provenance("dcgm", "measured", metric="GPU_I_ID labels"))
         _mig_memory(first, out)
+        if one_instance:
+            _slice_memory_used(used, held, out)
     return True
+
+
+def _slice_memory_used(used: list[float], held: float, out: Collected) -> None:
+    """The one MIG instance's memory in use, where the exporter gives the frame buffer of the whole
+    GPU only: in MIG mode every byte in use is some instance's, so with one instance its use over
+    its own memory (hardware.mig_memory_gib), not over the card's."""
+    slice_gib = out.facts.get("hardware.mig_memory_gib")
+    if not used or slice_gib is None or not isinstance(slice_gib[0], int | float) or slice_gib[0] <= 0:
+        return
+    ratio = round(min(1.0, (sum(used) / len(used) + held) / 1024 / slice_gib[0]), 6)
+    # replaces the card's ratio, a measurement put above, which put() would keep over a derived value
+    out.facts["telemetry.memory_used_ratio"] = (ratio, Provenance(
+        "dcgm", "derived", metric="DCGM_FI_DEV_FB_USED / hardware.mig_memory_gib", samples=len(used),
+        note="the whole GPU's frame buffer in use, all of it the one MIG instance's, over that instance's memory"))
 
 
 # GPU-instance memory, GiB, as `nvidia-smi mig -lgip` lists it for A100-40GB (1g.5gb .. 7g.40gb) and
