@@ -7,7 +7,7 @@ point and the memory split from the estimates, each strategy's point from its ex
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kbopt.engine.advice.model import Advice, StrategyAdvice
 from kbopt.engine.advice.whatif import number
@@ -23,6 +23,38 @@ class Point:
     flops: float                   # achieved FLOP/s
     x: float
     y: float
+    label_x: float = 0.0           # where its label's text starts (or ends, anchor "end"), px
+    label_y: float = 0.0
+    anchor: str = "start"
+    leader: bool = False           # the label sits a line or more away: a thin line joins it to the point
+
+
+CHAR_PX, LINE_PX = 6.4, 13         # an 11 px sans-serif label: average glyph width, line height
+
+
+def _placed(points: list[Point]) -> list[Point]:
+    """Each point with a label that overlaps no other label and no point (a newcomer found
+    `kv_cache_quantization[fp8]` over `quantization[fp8]`): beside the point, to the right unless
+    it would leave the plot, then moved a line up or down, nearest first, until it is clear."""
+    boxes: list[tuple[float, float, float, float]] = [(p.x - 6, p.y - 6, p.x + 6, p.y + 6) for p in points]
+    out: list[Point] = []
+    for point in points:
+        width = CHAR_PX * len(point.label)
+        right = point.x + 8 + width <= WIDTH - RIGHT
+        left_edge = point.x + 8 if right else point.x - 8 - width
+        base = point.y + 14 if point.label == "today" else point.y - 6
+        for step in sorted(range(-12, 13), key=lambda k: (abs(k), k)):
+            y = base + step * LINE_PX
+            box = (left_edge, y - LINE_PX + 3, left_edge + width, y + 3)
+            if TOP + LINE_PX <= y <= HEIGHT - BOTTOM and not any(
+                    box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in boxes):
+                break
+        else:
+            y = base
+        boxes.append((left_edge, y - LINE_PX + 3, left_edge + width, y + 3))
+        out.append(replace(point, label_x=point.x + 8 if right else point.x - 8, label_y=y,
+                           anchor="start" if right else "end", leader=abs(y - base) >= LINE_PX))
+    return out
 
 
 @dataclass(frozen=True)
@@ -116,10 +148,11 @@ def roofline(advice: Advice) -> Roofline | tuple[str, ...] | None:
     roof = f"M{x(low_x)},{y(low_x * bandwidth)} L{x(ridge)},{y(peak)} L{x(high_x)},{y(peak)}"
     missing = () if now else tuple(name for name in ("arithmetic_intensity", "decode_step_floor_ms", "decode_step_expected_ms")
                                    if name not in advice.estimates)
+    placed = _placed(([point("today", now)] if now else []) + [point(key, at) for key, at in moved if at is not None])
     return Roofline(
         roof=roof, ridge=ridge, bandwidth_gbps=bandwidth_gbps, peak_tflops=peak_tflops,
-        now=point("today", now) if now else None,
-        moves=tuple(point(key, at) for key, at in moved if at is not None),
+        now=placed[0] if now else None,
+        moves=tuple(placed[1:] if now else placed),
         x_ticks=tuple(Tick(number(10.0 ** e), x(10.0 ** e))
                       for e in range(round(math.log10(low_x)), round(math.log10(high_x)) + 1)),
         y_ticks=tuple(Tick(f"{number(10.0 ** e / 1e12)} T", y(10.0 ** e))

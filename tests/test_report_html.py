@@ -12,6 +12,8 @@ from kbopt.engine.evaluators import available_evaluators
 from kbopt.kb.facts import facts_from_document, load_facts
 from kbopt.reports import render
 
+ROOT = Path(__file__).resolve().parents[1]
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
@@ -137,3 +139,20 @@ def test_a_what_if_page_says_which_side_it_shows(pack):
     after = _advice(pack, overrides=["telemetry.memory_used_ratio=0.5"])
     page = render(after, "html", compare(base, after, "run.json", "run.json with --set"))
     assert 'id="what-if-banner"' in page and "the advice for <strong>run.json with --set</strong>" in page
+
+
+def test_roofline_labels_overlap_no_other_label_and_stay_in_the_plot(pack):
+    # a newcomer found kv_cache_quantization[fp8] written over quantization[fp8] (capacity-a100-chat)
+    from kbopt.reports.charts import CHAR_PX, HEIGHT, LINE_PX, WIDTH, Roofline, roofline
+    advice = advise(load_facts(ROOT / "examples" / "capacity-a100-chat.json"), pack, available_evaluators()[0])
+    chart = roofline(advice)
+    assert isinstance(chart, Roofline) and chart.now is not None and len(chart.moves) >= 3
+    boxes = []
+    for p in (chart.now, *chart.moves):
+        width = CHAR_PX * len(p.label)
+        left = p.label_x if p.anchor == "start" else p.label_x - width
+        boxes.append((left, p.label_y - LINE_PX + 3, left + width, p.label_y + 3))
+        assert left >= 0 and left + width <= WIDTH and 0 <= p.label_y <= HEIGHT, p.label
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]), (a, b)
