@@ -147,3 +147,39 @@ def test_d5_the_service_delivers_no_more_than_the_arrivals_ask_for(pack):
                 assert gain.after <= offered + 1e-6, strategy.key
     assert all(g.after <= offered + 1e-6 for g in (advice.plan.expected if advice.plan else ())
                if g.metric == "service_tokens_per_s")
+
+
+def test_a_small_chunk_budget_lengthens_the_wait_for_the_prefill_lane(pack):
+    # Set 15 a d4: a 128-token budget left prefill capacity under the prompt load, and the first
+    # token's wait was estimated from the unchunked prefill. A chunked prompt holds the lane for
+    # every chunk step, each with its decodes: fewer tokens a step, more steps, a longer queue.
+    from pathlib import Path
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    facts = next((Path(__file__).resolve().parent / "data" / DATA).glob("d1-*.json"))
+    def waited(budget: int) -> tuple[float, float]:
+        advice = advise(load_facts(facts, [f"serving.max_num_batched_tokens={budget}", "serving.max_num_seqs=32",
+                                           "workload.arrival_rate_per_s=0.5", "workload.requests_running_mean=16",
+                                           "workload.requests_waiting_mean=0"]), pack, available_evaluators()[0])
+        return advice.derived["derived.ttft_wait_ms"], advice.derived["derived.prefill_chunk_steps"]
+    (small, steps_small), (large, steps_large) = waited(64), waited(2048)
+    assert steps_small >= 20 and steps_large == 1
+    assert small > 3 * large
+
+
+def test_a_migration_does_not_call_a_flag_lost_that_travels_as_a_fact(pack):
+    # vLLM's --enable-prefix-caching is serving.prefix_caching, which SGLang has on by default and
+    # TensorRT-LLM writes as enable_block_reuse; set 15 said the new server would lack it.
+    # TGI's --lora-adapters stays lost: the adapters are not a fact any target carries.
+    from kbopt.engine.advice.command import read_command
+    from kbopt.engine.advice.launch import build_launch
+    advice, _ = review_deployment(pack, DATA, "d1")
+    command = read_command("vllm serve Qwen/Qwen2.5-32B-Instruct-AWQ --quantization awq_marlin --enable-prefix-caching --port 8000")
+    for engine in ("sglang", "trtllm"):
+        notes = " ".join(build_launch(advice, engine, command).notes)
+        assert "which has no setting kbopt maps them to: none" in notes, engine
+    lora = read_command("text-generation-launcher --model-id org/m --lora-adapters a=org/a --port 8080")
+    notes = " ".join(build_launch(advice, "vllm", lora).notes)
+    assert "kbopt maps them to: --lora-adapters" in notes

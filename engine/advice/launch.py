@@ -295,6 +295,13 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
             carried = {entry.name for entry in source.deployment}
             if isinstance(facts.get("serving.speculative_method"), str):   # set below in the target's own words
                 carried |= {read.flag for read in source.reads if read.fact in _SPECULATION_FACTS}
+            # a flag read only into facts the target's own entries carry travels as those facts (vLLM's
+            # --enable-prefix-caching is serving.prefix_caching, on by default in SGLang): set 15 read it as lost
+            target_facts = {entry.fact for entry in spec.deployment}
+            read_into: dict[str, set[str]] = {}
+            for read in source.reads:
+                read_into.setdefault(read.flag, set()).add(read.fact)
+            carried |= {flag for flag, read_facts in read_into.items() if read_facts <= target_facts}
             lost = [name for name, _ in command.args if name not in carried]
             notes.append(f"today's command is for {command.engine}: its settings are carried through the facts they state. "
                          f"NOT carried to {spec.title}, which has no setting kbopt maps them to: "

@@ -272,6 +272,17 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
         top = int(-(-raw // 16) * 16) if raw > 32 else int(raw)
         sizes = [s for s in (1, 2, 4, 8, 16, 32) if s < top] + list(range(48, top, 16)) + [top]
         return {"value": ",".join(str(s) for s in dict.fromkeys(sizes))}, ""
+    if entry.value == "above_graph_ceiling":
+        # Graphs for batches up to a new cap: needed only past what the engine captures already
+        # (derived.cuda_graph_max_batch: today's setting or its default); a lower value would shrink
+        # the capture (set 15: a cap of 431 on an MI300X set --cuda-graph-max-bs under SGLang's 512).
+        ceiling = derived.get("derived.cuda_graph_max_batch")
+        if not _number(raw) or raw < 1:
+            return None, "max_num_seqs: no cap given; CUDA graph sizes not set"
+        if _number(ceiling) and raw <= ceiling:
+            return None, (f"CUDA graphs: the cap of {raw:g} is within the batches the engine captures already "
+                          f"(up to {ceiling:g} here, derived.cuda_graph_max_batch): not set")
+        return {"value": raw}, ""
     if entry.value == "queue_limit":
         # admission_control may be a yes/no: only a number is a queue limit.
         return ({"value": raw}, "") if _number(raw) and raw > 0 else (None, "admission_control: no limit given")
