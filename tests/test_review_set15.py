@@ -183,3 +183,52 @@ def test_a_migration_does_not_call_a_flag_lost_that_travels_as_a_fact(pack):
     lora = read_command("text-generation-launcher --model-id org/m --lora-adapters a=org/a --port 8080")
     notes = " ".join(build_launch(advice, "vllm", lora).notes)
     assert "kbopt maps them to: --lora-adapters" in notes
+
+
+def test_sglang_graph_sizes_follow_a_new_cap_only_past_what_it_captures():
+    # an MI300X captures up to 512 by default (cuda_graph_runner.py@0.5.0rc2:185-190): a cap of 431
+    # needs no --cuda-graph-max-bs, which would shrink the capture; an L4's 8 is raised to a cap of 64
+    from kbopt.engine.advice.settings import settings_for, targets
+    facts = {"workload.engine": "sglang", "serving.engine_version": "0.5.0rc2"}
+    target = targets(facts, "sglang")[0]
+    for ceiling, cap, expected in ((512, 431, None), (8, 64, "--cuda-graph-max-bs 64")):
+        lines = [s.text for s in settings_for(target, "batch_cap", "batch_cap", {"max_num_seqs": cap}, facts,
+                                              {"derived.cuda_graph_max_batch": ceiling})]
+        assert f"--max-running-requests {cap}" in lines
+        graphs = [line for line in lines if "cuda-graph" in line or "CUDA graphs" in line]
+        assert (graphs == [expected]) if expected else (len(graphs) == 1 and "not set" in graphs[0]), graphs
+
+
+def test_d8_no_replicas_sized_on_an_offline_backlog(pack):
+    # 600 requests submitted at once behind 8 running, no arrival rate, a throughput objective:
+    # set 15 advised 76 replicas, (8 + 600) / 8, new hardware sized on the batch's length.
+    advice, _ = review_deployment(pack, DATA, "d8")
+    assert strategy_of(advice, "scale_out") is None
+    assert any(r.id == "scale_out" and "R-SCALE-OUT-OFFLINE-BACKLOG" in r.because for r in advice.rejected)
+    assert advice.plan is None or advice.plan.replicas is None
+
+
+def test_d8_tensorrt_llm_admits_by_use_where_requests_wait_beside_kv_room(pack, tmp_path):
+    # TensorRT-LLM's default GUARANTEED_NO_EVICT reserves every request's whole output: 8 run and
+    # 600 wait while the modelled pool holds 13 at the mean context. MAX_UTILIZATION was never offered.
+    advice, script = review_deployment(pack, DATA, "d8")
+    admission = strategy_of(advice, "admission_policy")
+    assert admission is not None and admission.status == "change"
+    assert "capacity_scheduler_policy: MAX_UTILIZATION" in script
+    running = {g.metric: g for g in admission.expected}.get("decode_tokens_per_s")
+    assert running is not None and running.after > running.before
+    # stated today in the YAML file, it is kept, not advised again
+    from pathlib import Path
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.command import read_command
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    data = Path(__file__).resolve().parent / "data" / DATA
+    options = tmp_path / "extra.yaml"
+    options.write_text("scheduler_config:\n  capacity_scheduler_policy: MAX_UTILIZATION\n")
+    command = read_command(f"trtllm-serve meta-llama/Llama-3.1-70B-Instruct --backend pytorch --tp_size 2 "
+                           f"--extra_llm_api_options {options}")
+    kept = advise(load_facts(next(data.glob("d8-*.json")), command.overrides()), pack, available_evaluators()[0])
+    assert kept.facts["serving.admission_policy"] == "max_utilization"
+    assert (s := strategy_of(kept, "admission_policy")) is None or s.status == "keep"

@@ -2,7 +2,7 @@
 and what the advice must read for them."""
 from __future__ import annotations
 
-from conftest import review_deployment
+from conftest import review_deployment, script_flags
 
 
 def _deployment(pack, name: str):
@@ -18,10 +18,13 @@ def test_d10_sglang_speculating_without_a_cap_runs_48_and_the_cap_is_raised_firs
     assert first.id == "memory_budget" and "S-BATCH-CAP-RAISE" in first.recommended_by
     assert "scale_out" not in {s.id for s in advice.strategies}
     assert "--max-running-requests" in script
-    # SGLang steps a batch above --cuda-graph-max-bs eagerly: the graphs cover a rank's cap
-    # (server_args.py@0.5.1:418-424, cuda_graph_runner.py@0.5.1:175-212).
+    # SGLang steps a batch above --cuda-graph-max-bs eagerly; on a B200 it captures up to 512 by
+    # default (cuda_graph_runner.py@0.5.0rc2:185-190), which covers a rank's cap, so the flag is not
+    # set (a value under 512 would shrink the capture: set 15).
     per_rank = first.params["max_num_seqs"]
-    assert f"--cuda-graph-max-bs {per_rank} " in script
+    assert per_rank <= advice.derived["derived.cuda_graph_max_batch"] == 512
+    assert "--cuda-graph-max-bs" not in script_flags(script)
+    assert f"the cap of {per_rank} is within the batches the engine captures already" in script
 
 
 def test_d12_tgi_keeps_the_chunk_budget_that_meets_the_itl_objective_and_drops_speculation(pack):
