@@ -232,3 +232,25 @@ def test_d8_tensorrt_llm_admits_by_use_where_requests_wait_beside_kv_room(pack, 
     kept = advise(load_facts(next(data.glob("d8-*.json")), command.overrides()), pack, available_evaluators()[0])
     assert kept.facts["serving.admission_policy"] == "max_utilization"
     assert (s := strategy_of(kept, "admission_policy")) is None or s.status == "keep"
+
+
+def test_sglang_on_an_instinct_gpu_is_told_of_aiter_and_keeps_it_when_set(pack):
+    # set 15: SGLang on MI300X never heard of AITER (SGLANG_USE_AITER, off by default in 0.5:
+    # layers/quantization/fp8_kernel.py@0.5.0rc2:43)
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.command import read_command
+    from kbopt.engine.advice.launch import build_launch
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import facts_from_document
+    document = {"kbopt": "facts/1", "hardware": {"gpu_name": "AMD Instinct MI300X", "gpu_count": 1},
+                "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "params_billion": 70.6, "num_layers": 80,
+                          "num_kv_heads": 8, "head_dim": 128, "num_attention_heads": 64, "hidden_size": 8192,
+                          "weight_dtype": "bf16"},
+                "workload": {"engine": "sglang", "prompt_len_mean": 1000, "output_len_mean": 300, "requests_running_mean": 32},
+                "serving": {"engine_version": "0.5.0rc2"}}
+    for today, advised in (("", True), ("SGLANG_USE_AITER=1 ", False)):
+        command = read_command(f"{today}python -m sglang.launch_server --model-path meta-llama/Llama-3.1-70B-Instruct --port 30000")
+        advice = advise(facts_from_document(document, "mi300x", command.overrides()), pack, available_evaluators()[0])
+        aiter = strategy_of(advice, "rocm_aiter")
+        assert (aiter is not None and aiter.status == "change") is advised
+        assert ("SGLANG_USE_AITER", "1") in build_launch(advice, "sglang", command).argv()

@@ -156,20 +156,18 @@ def test_d2_fp8_kv_on_ada_with_vllm_0_10_names_flashinfer_so_v1_does_not_fall_ba
     assert "VLLM_ATTENTION_BACKEND" not in _script(pack, "d8")
 
 
-def test_d2_the_plan_headline_says_how_many_gpus_its_gain_takes_and_what_is_left_per_gpu(pack):
-    # An offline batch job on one L40S: 15 replicas are a budget decision, not tuning. The headline
-    # says so and divides the service gain by the replicas (the reviewer's per-GPU figure: about 1.8x).
-    from kbopt.reports.common import plan_label
+def test_d2_an_offline_backlog_is_not_a_reason_for_replicas(pack):
+    # An offline batch job on one L40S, 1,800 waiting behind 138: 15 replicas are a budget decision,
+    # not tuning (this review), and set 15 found the same ratio asking 76 for 600 behind 8: replicas
+    # sized on a backlog's length. The advice rejects them under the throughput objective and keeps
+    # the gain on today's GPU (about 1.8x per GPU was the reviewer's figure for the tuning part).
     advice, _ = _deployment(pack, "d2")
+    assert all(s.id != "scale_out" for s in advice.strategies)
+    assert any(r.id == "scale_out" and "R-SCALE-OUT-OFFLINE-BACKLOG" in r.because for r in advice.rejected)
     plan = advice.plan
-    assert plan is not None and plan.replicas is not None and plan.replicas >= 2
+    assert plan is not None and plan.replicas is None
     service = next(g for g in plan.expected if g.metric == "service_tokens_per_s")
-    per_gpu = service.after / service.before / plan.replicas
-    assert 1.4 <= per_gpu <= 2.4
-    label = plan_label(plan)
-    assert label.startswith(f"all together, on {plan.replicas:g} replicas") and "per GPU" in label
-    from kbopt.reports.text import render_text
-    assert label in render_text(advice).replace("\n    ", " ")
+    assert 1.4 <= service.after / service.before <= 2.4
 
 
 def test_d8_the_chunk_budget_on_a_gpu_without_a_compute_capability_is_the_large_gpu_default(pack):
