@@ -254,3 +254,29 @@ def test_sglang_on_an_instinct_gpu_is_told_of_aiter_and_keeps_it_when_set(pack):
         aiter = strategy_of(advice, "rocm_aiter")
         assert (aiter is not None and aiter.status == "change") is advised
         assert ("SGLANG_USE_AITER", "1") in build_launch(advice, "sglang", command).argv()
+
+
+def test_a_tensor_parallel_change_that_splits_the_heads_unevenly_is_left_out(pack):
+    # Qwen2.5-7B (28 query heads, 4 KV heads) at TP2 on 8 GPUs: the TTFT widening to 8 would be
+    # refused at load (sglang layers/linear.py@0.5.0rc2:781-786), so today's 2 stays, saying why.
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.launch import build_launch
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import facts_from_document
+    document = {"kbopt": "facts/1", "hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "interconnect": "nvlink"},
+                "telemetry": {"compute_utilization": 0.55, "bandwidth_utilization": 0.5, "memory_used_ratio": 0.9,
+                              "kv_cache_usage_ratio": 0.3},
+                "model": {"name": "Qwen/Qwen2.5-7B-Instruct", "params_billion": 7.62, "num_layers": 28, "num_kv_heads": 4,
+                          "head_dim": 128, "num_attention_heads": 28, "hidden_size": 3584, "weight_dtype": "bf16"},
+                "workload": {"engine": "vllm", "prompt_len_mean": 30000, "output_len_mean": 200, "requests_running_mean": 2,
+                             "requests_waiting_mean": 0.1, "arrival_rate_per_s": 0.2, "arrival_rate_peak_per_s": 0.3,
+                             "ttft_p99_ms": 9000},
+                "serving": {"engine_version": "0.12.0", "tensor_parallel_size": 2}, "constraints": {"ttft_slo_ms": 1500}}
+    advice = advise(facts_from_document(document, "qwen7b"), pack, available_evaluators()[0])
+    assert (widening := strategy_of(advice, "parallelism")) is not None and widening.params["degree"] == 8
+    launch = build_launch(advice, "vllm")
+    assert dict(launch.argv())["--tensor-parallel-size"] == "2"
+    assert any("28 attention heads" in note and "today's 2 stays" in note for note in launch.notes)
+    document["model"].update({"num_attention_heads": 32, "num_kv_heads": 8})          # 32 and 8 split over 8
+    advice = advise(facts_from_document(document, "even"), pack, available_evaluators()[0])
+    assert dict(build_launch(advice, "vllm").argv())["--tensor-parallel-size"] == "8"

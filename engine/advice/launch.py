@@ -370,6 +370,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                 if name == cap_name:      # sized after the whole plan by the advisor (caps.py): the same number
                     arg = Arg(arg.name, arg.kind, arg.value, arg.today, arg.rule, arg.needs, _cap_why(strategy), arg.set_today)
                 args[name], set_by[name] = arg, rule
+    _heads_split_evenly(spec, args, facts, notes)
     _whole_blocks_per_gpu(target, args, facts, advice.derived, notes)
     if cap_name is not None and cap_name in args:
         _check_pool_fits(advice)
@@ -391,6 +392,29 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     applied, not_applied = _accounted(advice, pending, kept, removed, engine, facts)
     return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed),
                   applied, not_applied)
+
+
+def _heads_split_evenly(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], notes: list[str]) -> None:
+    """A new tensor-parallel degree that does not split the attention heads evenly is refused at
+    load by every engine (sglang layers/linear.py@0.5.0rc2:781-786: the query heads divide by it, and
+    the KV heads divide by it or it by them; vLLM's QKVParallelLinear the same): today's degree
+    stays, saying why (Qwen2.5-7B's 28 heads over 8 GPUs)."""
+    name = next((c.name for c in spec.deployment if c.fact == "serving.tensor_parallel_size"), None)
+    arg = args.get(name) if name else None
+    tp, heads = _whole(arg.value) if arg is not None else None, _whole(facts.get("model.num_attention_heads"))
+    if name is None or arg is None or tp is None or heads is None or arg.status == "unchanged":
+        return
+    kv_heads = _whole(facts.get("model.num_kv_heads"))
+    kv_ok = kv_heads is None or facts.get("model.kv_lora_rank") or (kv_heads % tp == 0 if tp <= kv_heads else tp % kv_heads == 0)
+    if heads % tp == 0 and kv_ok:
+        return
+    why = (f"{name} {tp} ({arg.rule}) does not split the model's {heads} attention heads"
+           + (f" and {kv_heads} KV heads" if kv_heads else "") + " evenly, which the engine refuses at load")
+    if arg.set_today and arg.today is not None:
+        args[name] = replace(arg, value=arg.today, rule=f"today: {name} (a change to {tp} left out)", why=why)
+    else:
+        del args[name]
+    notes.append(f"{why}: " + (f"today's {arg.today} stays" if arg.set_today else "not set"))
 
 
 def _whole_blocks_per_gpu(target: Target, args: dict[str, Arg], facts: Mapping[str, Any], derived: Mapping[str, Any],
