@@ -94,6 +94,14 @@ def key_text(strategy: StrategyAdvice, facts: Mapping[str, object]) -> str:
     return strategy.key
 
 
+def shown_params(strategy: StrategyAdvice, facts: Mapping[str, object]) -> dict[str, object]:
+    """The strategy's parameters as a reader should see them: the 16-bit variant's scheme is the
+    weights' own dtype (bf16 over bf16 weights), as key_text says."""
+    if key_text(strategy, facts) == "quantization[bf16]" and strategy.params.get("scheme") == "fp16":
+        return {**strategy.params, "scheme": "bf16"}
+    return dict(strategy.params)
+
+
 def rejection_label(strategy: str, params: Mapping[str, object]) -> str:
     return f"{strategy} ({params_text(params)})" if params else strategy
 

@@ -24,6 +24,7 @@ from kbopt.reports.common import (
     params_text,
     plan_label,
     rejection_label,
+    shown_params,
 )
 from kbopt.reports.escape import markdown_code, markdown_text
 
@@ -67,7 +68,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
     if advice.strategies:
         out += ["| # | strategy | status | layer | parameters |", "|---|---|---|---|---|"]
         out += [f"| {i} | {markdown_code(key_text(s, advice.facts))} | {_STATUS[s.status]} | {markdown_text(s.layer)} "
-                f"| {markdown_text(params_text(s.params))} |"
+                f"| {markdown_text(params_text(shown_params(s, advice.facts)))} |"
                 for i, s in enumerate(advice.strategies, 1)]
     else:
         out.append("No rule recommended a strategy on these facts.")

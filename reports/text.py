@@ -28,6 +28,7 @@ from kbopt.reports.common import (
     params_text,
     plan_label,
     rejection_label,
+    shown_params,
 )
 from kbopt.reports.escape import terminal_text
 
@@ -74,7 +75,7 @@ def _summary(advice: Advice) -> list[str]:
             gains = gains_text(headline(strategy.expected))
             with_ = f" (with {', '.join(strategy.together)})" if strategy.together and gains else ""
             lines.extend(_wrap(f"{rank}. {key_text(strategy, advice.facts)}{with_}: "
-                               + (gains or params_text(strategy.params) or strategy.title), "  "))
+                               + (gains or params_text(shown_params(strategy, advice.facts)) or strategy.title), "  "))
         if len(actions) > TOP:
             lines.append(f"  … and {len(actions) - TOP} more below")
         if len(actions) > 1:
@@ -88,7 +89,7 @@ def _summary(advice: Advice) -> list[str]:
 
 def _strategy(advice: Advice, number: int, strategy: StrategyAdvice, explain: bool) -> list[str]:
     keep = "  (keep: already in place)" if strategy.status == "keep" else ""
-    lines = [f"  {number}. {strategy.id} [{strategy.layer}]  {params_text(strategy.params)}".rstrip() + keep]
+    lines = [f"  {number}. {strategy.id} [{strategy.layer}]  {params_text(shown_params(strategy, advice.facts))}".rstrip() + keep]
     # kb/engines/<engine>.yaml's lines when the facts name the engine (JSON and --emit give all four otherwise)
     for engine, settings in engine_settings(strategy):
         lines.extend(_wrap(f"{engine}: {settings}", "     "))

@@ -70,5 +70,8 @@ def test_the_16_bit_variant_reads_as_the_weights_dtype():
     from kbopt.reports.common import key_text
     kept = StrategyAdvice(id="quantization", layer="compute", title="Quantization", status="keep",
                           params={"scheme": "fp16"}, because=("S-QUANT-FP16-COMPUTE",), key="quantization[fp16]")
+    from kbopt.reports.common import shown_params
     assert key_text(kept, {"model.weight_dtype": "bf16"}) == "quantization[bf16]"
+    assert shown_params(kept, {"model.weight_dtype": "bf16"}) == {"scheme": "bf16"}
     assert key_text(kept, {"model.weight_dtype": "fp16"}) == "quantization[fp16]"
+    assert shown_params(kept, {"model.weight_dtype": "fp16"}) == {"scheme": "fp16"}
