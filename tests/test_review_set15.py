@@ -272,9 +272,16 @@ def test_a_tensor_parallel_change_that_splits_the_heads_unevenly_is_left_out(pac
                              "requests_waiting_mean": 0.1, "arrival_rate_per_s": 0.2, "arrival_rate_peak_per_s": 0.3,
                              "ttft_p99_ms": 9000},
                 "serving": {"engine_version": "0.12.0", "tensor_parallel_size": 2}, "constraints": {"ttft_slo_ms": 1500}}
+    from dataclasses import replace
     advice = advise(facts_from_document(document, "qwen7b"), pack, available_evaluators()[0])
-    assert (widening := strategy_of(advice, "parallelism")) is not None and widening.params["degree"] == 8
-    launch = build_launch(advice, "vllm")
+    # the widening asks for the widest even split (M-TP-WIDEST): 4, not the 8 GPUs
+    assert advice.derived["derived.tp_widest"] == 4
+    assert (widening := strategy_of(advice, "parallelism")) is not None and widening.params["degree"] == 4
+    assert dict(build_launch(advice, "vllm").argv())["--tensor-parallel-size"] == "4"
+    # and a degree that splits unevenly, whichever rule asks for it, never reaches the script
+    uneven = replace(advice, strategies=tuple(replace(s, params={**s.params, "degree": 8, "tensor_widened": 8})
+                                              if s.id == "parallelism" else s for s in advice.strategies))
+    launch = build_launch(uneven, "vllm")
     assert dict(launch.argv())["--tensor-parallel-size"] == "2"
     assert any("28 attention heads" in note and "today's 2 stays" in note for note in launch.notes)
     document["model"].update({"num_attention_heads": 32, "num_kv_heads": 8})          # 32 and 8 split over 8
