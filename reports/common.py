@@ -148,11 +148,30 @@ HEADLINE = ("service_tokens_per_s", "decode_tokens_per_s", "itl_expected_ms", "i
             "kv_pool_sequences", "weights_overflow_gib", "ttft_floor_ms", "decode_step_floor_ms")
 
 
-def headline(gains: Iterable[Gain], most: int = 3) -> list[Gain]:
-    """The gains worth a summary line: the headline metrics first, then the largest moves."""
+# A missed objective's own estimates, which a summary line names before the others.
+MISSED = (("constraints.ttft_slo_ms", ("workload.ttft_p99_ms", "workload.ttft_mean_ms"), ("ttft_expected_ms", "ttft_p99_expected_ms")),
+          ("constraints.itl_slo_ms", ("workload.itl_p99_ms", "workload.itl_mean_ms"), ("itl_expected_ms", "itl_p99_expected_ms")))
+
+
+def missed_metrics(facts: Mapping[str, object]) -> tuple[str, ...]:
+    """The estimates of the objectives the measurements show missed (TTFT or ITL over its SLO):
+    an action advised for a late first token leads with its TTFT (set 15 d6 showed decode gains only)."""
+    out: list[str] = []
+    for slo_path, measured, metrics in MISSED:
+        slo = facts.get(slo_path)
+        values = [facts.get(m) for m in measured]
+        if isinstance(slo, int | float) and any(isinstance(v, int | float) and v > slo for v in values):
+            out.extend(metrics)
+    return tuple(out)
+
+
+def headline(gains: Iterable[Gain], most: int = 3, first: tuple[str, ...] = ()) -> list[Gain]:
+    """The gains worth a summary line: a missed objective's estimates (`first`), then the headline
+    metrics, then the largest moves."""
+    order = first + tuple(m for m in HEADLINE if m not in first)
     def rank(gain: Gain) -> tuple[int, float, str]:
-        first = HEADLINE.index(gain.metric) if gain.metric in HEADLINE else len(HEADLINE)
-        return first, -abs(gain.change), gain.metric
+        place = order.index(gain.metric) if gain.metric in order else len(order)
+        return place, -abs(gain.change), gain.metric
     gains = list(gains)
     # without prefills sharing the steps the client's ITL is the decode step: say it once
     itl = {(g.before, g.after) for g in gains if g.metric == "itl_expected_ms"}

@@ -21,6 +21,7 @@ from kbopt.reports.common import (
     gains_text,
     headline,
     key_text,
+    missed_metrics,
     model_evidence,
     needs_text,
     origin_detail,
@@ -72,7 +73,7 @@ def _summary(advice: Advice) -> list[str]:
         modelled = " — expected by the performance model" if any(s.expected for s in actions) else ""
         lines.append(f"Actions{modelled}")
         for rank, strategy in enumerate(actions[:TOP], 1):
-            gains = gains_text(headline(strategy.expected))
+            gains = gains_text(headline(strategy.expected, first=missed_metrics(advice.facts)))
             with_ = f" (with {', '.join(strategy.together)})" if strategy.together and gains else ""
             lines.extend(_wrap(f"{rank}. {key_text(strategy, advice.facts)}{with_}: "
                                + (gains or params_text(shown_params(strategy, advice.facts)) or strategy.title), "  "))
@@ -81,7 +82,7 @@ def _summary(advice: Advice) -> list[str]:
         if len(actions) > 1:
             lines.extend(_wrap(f"({ACTION_ORDER})", "  "))
         if advice.plan and advice.plan.expected:
-            lines.extend(_wrap(plan_label(advice.plan) + ": " + gains_text(headline(advice.plan.expected)), "  "))
+            lines.extend(_wrap(plan_label(advice.plan) + ": " + gains_text(headline(advice.plan.expected, first=missed_metrics(advice.facts))), "  "))
     if kept:
         lines.extend(_wrap("Keep (already in place): " + ", ".join(key_text(s, advice.facts) for s in kept), ""))
     return lines

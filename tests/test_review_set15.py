@@ -287,3 +287,11 @@ def test_a_tensor_parallel_change_that_splits_the_heads_unevenly_is_left_out(pac
     document["model"].update({"num_attention_heads": 32, "num_kv_heads": 8})          # 32 and 8 split over 8
     advice = advise(facts_from_document(document, "even"), pack, available_evaluators()[0])
     assert dict(build_launch(advice, "vllm").argv())["--tensor-parallel-size"] == "8"
+
+
+def test_d6_the_summary_leads_with_the_missed_objective(pack):
+    # an action advised for a late first token showed its decode gains only in the summary
+    from kbopt.reports.text import render_text
+    advice, _ = review_deployment(pack, DATA, "d6")
+    line = next(line for line in render_text(advice).splitlines() if ". parallelism: " in line)
+    assert line.split(": ", 1)[1].startswith("ttft expected")
