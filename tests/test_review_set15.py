@@ -295,3 +295,18 @@ def test_d6_the_summary_leads_with_the_missed_objective(pack):
     advice, _ = review_deployment(pack, DATA, "d6")
     line = next(line for line in render_text(advice).splitlines() if ". parallelism: " in line)
     assert line.split(": ", 1)[1].startswith("ttft expected")
+
+
+def test_no_vllm_fusion_over_a_block_fp8_checkpoint(pack):
+    # vLLM 0.12's fusion passes match static per-tensor and dynamic per-token FP8 only
+    # (compilation/fusion.py@0.12.0:340-357): set 15 advised them for a block-FP8 MoE, a no-op.
+    from pathlib import Path
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    facts = next((Path(__file__).resolve().parent / "data" / DATA).glob("d3-*.json"))
+    overrides = ["serving.tensor_parallel_size=4", "hardware.gpu_count=4"]
+    blocked = advise(load_facts(facts, overrides), pack, available_evaluators()[0])
+    assert strategy_of(blocked, "op_fusion") is None
+    assert any(r.id == "op_fusion" and "R-FUSION-BLOCK-FP8" in r.because for r in blocked.rejected)
