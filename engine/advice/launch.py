@@ -397,8 +397,9 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
 def _heads_split_evenly(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], notes: list[str]) -> None:
     """A new tensor-parallel degree that does not split the attention heads evenly is refused at
     load by every engine (sglang layers/linear.py@0.5.0rc2:781-786: the query heads divide by it, and
-    the KV heads divide by it or it by them; vLLM's QKVParallelLinear the same): today's degree
-    stays, saying why (Qwen2.5-7B's 28 heads over 8 GPUs)."""
+    the KV heads divide by it or it by them; vllm config/model.py@0.12.0:1141-1148 and
+    layers/linear.py@0.12.0:918-923 the same): today's degree stays, saying why (Qwen2.5-7B's 28
+    heads over 8 GPUs)."""
     name = next((c.name for c in spec.deployment if c.fact == "serving.tensor_parallel_size"), None)
     arg = args.get(name) if name else None
     tp, heads = _whole(arg.value) if arg is not None else None, _whole(facts.get("model.num_attention_heads"))

@@ -172,7 +172,7 @@ def leaves_no_room(moved: Iterable[tuple[str, Any, Any]], lookup: Lookup) -> str
         if longest is not None and after < longest <= before:
             return (f"its KV pool goes {number(before)} -> {number(after)} tokens, under one sequence of the "
                     f"{number(longest)} tokens the deployment serves: vLLM refuses to start "
-                    "(v1/core/kv_cache_utils.py, check_enough_kv_cache_memory), SGLang caps every request at the pool "
+                    "(v1/core/kv_cache_utils.py@0.12.0:685-716, check_enough_kv_cache_memory), SGLang caps every request at the pool "
                     "(managers/tp_worker.py@0.5.0rc2:141-144), TGI's router refuses --max-total-tokens above the "
                     "batch's total (backends/v3/src/main.rs@v3.3.0:191-192)")
     return ""
