@@ -273,7 +273,9 @@ def _advise(args) -> int:
         today = advise(read(launched, ()), pack, evaluator) if args.overrides else None
         advice = _what_if(today, facts, args.overrides, pack, evaluator) if today else advise(facts, pack, evaluator)
         if args.emit:
+            from kbopt.engine.advice.migrate import advice_for
             from kbopt.reports.emit import render_emit
+            advice = advice_for(advice, args.emit, pack, evaluator)
             write_output(render_emit(advice, args.emit, command), args.output)
             return EXIT_OK
         comparison = None

@@ -104,7 +104,7 @@ def render_launch(launch: Launch, bottleneck: str) -> str:
     else:
         out.append("# changes: none; this is today's deployment")
     if launch.applied or launch.not_applied:
-        out.append("# what each change gives alone (the performance model, on today's deployment):")
+        out.append(f"# what each change gives alone (the performance model, on {launch.baseline}):")
         out += [f"#   applied here: {clean(text)}" for text in launch.applied]
         out += [f"#   not applied by this script: {clean(text)}" for text in launch.not_applied]
     out += [f"# {clean(note)}" for note in launch.notes]

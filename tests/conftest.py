@@ -46,14 +46,18 @@ def script_flags(script: str) -> str:
 
 
 def migrated_script(advice, folder: str, name: str, engine: str) -> str:
-    """The review deployment's advice emitted for `engine`, read with today's launch command."""
+    """The review deployment's advice emitted for `engine`, read with today's launch command, as
+    `kbopt advise --emit ENGINE` writes it: the advice re-run for that engine (migrate.py)."""
     from pathlib import Path
 
     from kbopt.engine.advice.command import read_command
     from kbopt.engine.advice.launch import build_launch
+    from kbopt.engine.advice.migrate import advice_for
+    from kbopt.engine.evaluators import available_evaluators
     from kbopt.reports.emit import render_launch
     command = read_command(f"@{Path(__file__).resolve().parent / 'data' / folder / f'{name}.launch'}")
-    return render_launch(build_launch(advice, engine, command), advice.bottleneck)
+    moved = advice_for(advice, engine, load_pack(), available_evaluators()[0])
+    return render_launch(build_launch(moved, engine, command), moved.bottleneck)
 
 
 def strategy_of(advice, strategy_id: str):

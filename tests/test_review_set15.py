@@ -3,6 +3,7 @@ command), and what the advice must now read for the defects it found."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from conftest import migrated_script, review_deployment, script_flags, strategy_of
 
@@ -83,6 +84,25 @@ def test_d7_tgi_neither_chunks_nor_caches_prefixes_for_gemma3(pack):
     assert advice.derived["derived.prefill_compute_ms"] == off.derived["derived.prefill_compute_ms"]
     on = advise(load_facts(facts, ["workload.engine=\"vllm\""]), pack, available_evaluators()[0])
     assert on.derived["derived.prefill_compute_ms"] < 0.6 * advice.derived["derived.prefill_compute_ms"]
+
+
+def test_d7_the_move_to_vllm_carries_vllms_own_advice(pack, run_cli):
+    # TGI's advice has no chunk budget (it cannot chunk a Gemma 3); the vLLM it moves to can, and its
+    # script must size one on the 80 ms ITL objective instead of carrying TGI's 8,192-token prefill batch
+    advice, _ = review_deployment(pack, DATA, "d7")
+    script = migrated_script(advice, DATA, "d7", "vllm")
+    argv = script_flags(script).split()
+    assert int(argv[argv.index("--max-num-batched-tokens") + 1]) < 8192
+    assert "S-CHUNKED-PREFILL" in script and "R-TGI-CANNOT-CHUNK" not in script
+    assert "the advice behind this script: what-if of serving.engine_version, workload.engine" in script
+    assert "re-estimated (today's measurements dropped): workload.itl_mean_ms" in script
+    assert "on today's deployment moved to vLLM" in script
+    assert "--gpu-memory-utilization" not in script          # TGI's fraction is in TGI's own denominator
+    # what the user runs says the same
+    data = Path(__file__).resolve().parent / "data" / DATA
+    code, out, _ = run_cli("advise", "--facts", str(next(data.glob("d7-*.json"))), "--launch", f"@{data / 'd7.launch'}",
+                           "--emit", "vllm")
+    assert code == 0 and out == script
 
 
 def test_d4_no_quantization_that_leaves_the_kv_pool_under_one_sequence(pack):

@@ -77,6 +77,7 @@ class Launch:
     removed: tuple[Arg, ...] = ()      # today's settings a change replaces (--no-enable-prefix-caching)
     applied: tuple[str, ...] = ()      # each change this script makes, with what it gives alone (the model)
     not_applied: tuple[str, ...] = ()  # each change it cannot make (a checkpoint, a step outside it), with its gain
+    baseline: str = "today's deployment"   # what the gains are relative to
 
     @property
     def spec(self) -> Engine:
@@ -277,7 +278,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                          f"{_first_flag(spec)}) are not known to exist there; upgrade the engine or leave "
                          "serving.engine_version out to get the script for the latest covered version")
     model = checked_model(facts.get("model.name"))
-    notes: list[str] = []
+    notes: list[str] = [f"the advice behind this script: {advice.restated.text()}"] if advice.restated else []
     args: dict[str, Arg] = {}
     if command is not None and command.engine == engine:
         for arg in _from_command(spec, command):
@@ -390,8 +391,9 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
         _bind_to_todays_checkpoint(spec, args, notes, advice.facts, model)
     kept, dropped = _checked(spec, target, list(args.values()))
     applied, not_applied = _accounted(advice, pending, kept, removed, engine, facts)
+    moved = advice.restated is not None and "workload.engine" in advice.restated.changed
     return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed),
-                  applied, not_applied)
+                  applied, not_applied, f"today's deployment moved to {spec.title}" if moved else "today's deployment")
 
 
 def _heads_split_evenly(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], notes: list[str]) -> None:

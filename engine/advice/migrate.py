@@ -1,0 +1,43 @@
+"""The advice for an engine other than the deployed one: what `--emit ENGINE` writes for a move.
+
+A migration's script is the new engine's own advice (its levers, caps and chunk budget, sized on
+its memory rule) on today's model, GPUs and load, not the deployed engine's advice translated:
+TGI cannot chunk a Gemma 3, so its advice has no chunk budget, where vLLM's has one (set 15 d7).
+The move is a what-if of `workload.engine`, restated as a --set of the deployment is (restate.py):
+today's measurements the move would change are re-estimated with today's calibration."""
+from __future__ import annotations
+
+import dataclasses
+
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.advice.model import Advice
+from kbopt.engine.advice.restate import Restated, restate
+from kbopt.engine.pack.rule import Pack
+from kbopt.kb.engines import ENGINES
+from kbopt.kb.facts import Facts
+from kbopt.kb.provenance import Provenance
+
+# Each engine's own: its version, and a memory fraction in its own denominator (the profiles'
+# `deployed_only`): a move drops them, and the new engine's defaults stand.
+ENGINE_OWN = ("serving.engine_version", "serving.memory_fraction")
+
+
+def advice_for(advice: Advice, engine: str, pack: Pack, evaluator: str) -> Advice:
+    """`advice` itself where `engine` is the deployed one (or the facts name no covered engine);
+    else the advice again with `engine` serving today's load, saying what it kept and re-estimated."""
+    deployed = advice.facts.get("workload.engine")
+    if deployed not in ENGINES or deployed == engine:
+        return advice
+    today = Facts(advice.facts, advice.provenance)
+    values = {path: value for path, value in today.values.items() if path not in ENGINE_OWN}
+    provenance = {path: prov for path, prov in today.provenance.items() if path not in ENGINE_OWN}
+    values["workload.engine"] = engine
+    provenance["workload.engine"] = Provenance("what-if", "user", note=f"--emit {engine}: the deployment moved to it")
+    changed = ("workload.engine", *(path for path in ENGINE_OWN if path in today.values))
+    facts, restated = restate(today, advice.derived, Facts(values=values, provenance=provenance), changed)
+    earlier = advice.restated        # a --set what-if before the move: the header says both
+    if earlier is not None and restated is not None:
+        restated = Restated(tuple(sorted({*earlier.changed, *restated.changed})),
+                            tuple(dict.fromkeys(earlier.re_estimated + restated.re_estimated)),
+                            tuple(dict.fromkeys(earlier.carried + restated.carried)), restated.kept)
+    return dataclasses.replace(advise(facts, pack, evaluator), restated=restated)
