@@ -139,7 +139,7 @@ def test_emit_for_another_engine_carries_the_deployment_but_not_the_memory_fract
     code, out, _ = run_cli("advise", "--facts", str(FACTS), "--set", "serving.memory_fraction=0.9", "--emit", "sglang")
     assert code == 0 and "SGLang 0.5.0 (serving.engine_version not given" in out
     assert "--max-running-requests 128" in out and "--mem-fraction-static" not in out
-    assert "serving.memory_fraction = 0.9 is vllm's setting, in its own denominator: not carried" in out
+    assert "left with today's engine (its own settings): serving.engine_version = 0.11.0 (vllm's), serving.memory_fraction = 0.9 (vllm's)" in out
 
 
 def test_strings_from_the_facts_stay_inert(run_cli, tmp_path):

@@ -299,6 +299,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             if why:
                 sized_by_key[key].append((name, why))
                 notes.append(RuleNote(c.params[name][1], f"{name}={params[name]}: {why}"))
+    resized += _one_cap(candidates, evaluated, sized_by_key, [key for key in resolution.chosen if key not in unneeded
+                                                              and (key not in kept or key in planned)])
     if whatif is not None and [key for key in resized if key in planned]:
         # once more with the caps as printed (a replica's caps: a rank's would be divided again)
         plan = plan_of()
@@ -487,6 +489,30 @@ def _drawn(pack: Pack, fired: tuple[str, ...], kind: type[C]) -> list[Drawn[C]]:
     by_kind = pack.memo(f"drawn:{kind.__name__}", lambda: {
         rule.id: tuple(Drawn(rule.id, c) for c in rule.then if isinstance(c, kind)) for rule in pack.rules})
     return [drawn for rule_id in fired for drawn in by_kind[rule_id]]
+
+
+def _one_cap(candidates: Mapping[str, Candidate], evaluated: Mapping[str, tuple[dict[str, Any], list[RuleNote]]],
+             sized_by_key: Mapping[str, list[tuple[str, str]]], keys: list[str]) -> list[str]:
+    """The server runs one running-batch cap: where several changes size one (an ITL objective's and
+    the KV pool's), each takes the tightest, which meets them all, so that the flag and the settings
+    that follow it (SGLang's --cuda-graph-max-bs, TensorRT-LLM's graph batch) agree (a newcomer's
+    2026-12 try: --max-running-requests 52 beside --cuda-graph-max-bs 225). The keys it lowered."""
+    caps = [(key, name, evaluated[key][0][name]) for key in keys for name in evaluated[key][0]
+            if (candidates[key].strategy, name) in CAP_PARAMS and isinstance(evaluated[key][0][name], int | float)]
+    if len({value for _, _, value in caps}) < 2:
+        return []
+    tightest_key, _, tightest = min(caps, key=lambda cap: cap[2])
+    lowered = []
+    for key, name, value in caps:
+        if value != tightest:
+            params, notes = evaluated[key]
+            why = (f"lowered from {value:,} to {tightest:,}, the cap {tightest_key} sizes: the server runs one cap, "
+                   "and the tightest meets every change's bound")
+            params[name] = tightest
+            sized_by_key[key].append((name, why))
+            notes.append(RuleNote(candidates[key].params[name][1], f"{name}={tightest}: {why}"))
+            lowered.append(key)
+    return lowered
 
 
 def _attention_ranks(final: FinalFacts, parallelism: list[dict[str, Any]]) -> int:

@@ -33,11 +33,12 @@ def advice_for(advice: Advice, engine: str, pack: Pack, evaluator: str) -> Advic
     provenance = {path: prov for path, prov in today.provenance.items() if path not in ENGINE_OWN}
     values["workload.engine"] = engine
     provenance["workload.engine"] = Provenance("what-if", "user", note=f"--emit {engine}: the deployment moved to it")
-    changed = ("workload.engine", *(path for path in ENGINE_OWN if path in today.values))
-    facts, restated = restate(today, advice.derived, Facts(values=values, provenance=provenance), changed)
-    earlier = advice.restated        # a --set what-if before the move: the header says both
-    if earlier is not None and restated is not None:
-        restated = Restated(tuple(sorted({*earlier.changed, *restated.changed})),
-                            tuple(dict.fromkeys(earlier.re_estimated + restated.re_estimated)),
-                            tuple(dict.fromkeys(earlier.carried + restated.carried)), restated.kept)
+    facts, restated = restate(today, advice.derived, Facts(values=values, provenance=provenance), ("workload.engine",))
+    assert restated is not None            # workload.engine changed
+    left = tuple(f"{path} = {today.values[path]} ({deployed}'s)" for path in ENGINE_OWN if path in today.values)
+    earlier = advice.restated              # a --set what-if before the move: the header says both
+    carried = tuple(dict.fromkeys((earlier.carried if earlier else ()) + restated.carried))
+    restated = Restated(tuple(sorted({*(earlier.changed if earlier else ()), *restated.changed})),
+                        tuple(dict.fromkeys((earlier.re_estimated if earlier else ()) + restated.re_estimated)),
+                        carried, tuple(path for path in restated.kept if path not in carried), left)
     return dataclasses.replace(advise(facts, pack, evaluator), restated=restated)

@@ -28,13 +28,17 @@ class Restated:
     re_estimated: tuple[str, ...]     # today's measurements dropped: the model estimates them again
     carried: tuple[str, ...]          # today's calibration given to the changed deployment
     kept: tuple[str, ...]             # measurements kept as they are (load, lengths, telemetry)
+    left_behind: tuple[str, ...] = ()  # `fact = value` of today's engine a move to another leaves (migrate.py)
 
     def to_dict(self) -> dict[str, list[str]]:
         return {"changed": list(self.changed), "re_estimated": list(self.re_estimated),
-                "carried": list(self.carried), "kept": list(self.kept)}
+                "carried": list(self.carried), "kept": list(self.kept),
+                **({"left_behind": list(self.left_behind)} if self.left_behind else {})}
 
     def text(self) -> str:
         parts = [f"what-if of {', '.join(self.changed)}"]
+        if self.left_behind:
+            parts.append(f"left with today's engine (its own settings): {', '.join(self.left_behind)}")
         if self.re_estimated:
             parts.append(f"re-estimated (today's measurements dropped): {', '.join(self.re_estimated)}")
         if self.carried:
