@@ -236,6 +236,28 @@ class Bound:
 
 
 @dataclass(frozen=True)
+class ImpliedCap:
+    """A cap the engine lowers by itself when another flag is set and the cap is not (SGLang runs 48
+    requests under EAGLE speculation): a script that sets `when` sets the cap too, at the running
+    batch the advice's estimates assume."""
+    flag: str                          # the cap: --max-running-requests
+    when: str                          # the flag that brings the engine's own lower cap: --speculative-algorithm
+    value: int                         # the cap the engine then runs
+    source: str
+
+
+@dataclass(frozen=True)
+class PromptLimit:
+    """A prompt longer than the step's token budget is refused unless chunked prefill is on
+    (TensorRT-LLM's PyTorch backend): a script whose budget is under the workload's long prompts
+    turns chunking on, at that budget."""
+    budget: str                        # the budget's flag: --max_num_tokens
+    default: int                       # its default when unset
+    chunking: str                      # the setting that lifts the limit (a YAML key): enable_chunked_prefill
+    source: str
+
+
+@dataclass(frozen=True)
 class Engine:
     id: str
     title: str
@@ -255,6 +277,8 @@ class Engine:
     vendors: tuple[str, ...] = VENDORS   # the GPU makers it runs on (hardware.vendor)
     rank_totals: RankTotals | None = None
     bounds: tuple[Bound, ...] = ()
+    implied_caps: tuple[ImpliedCap, ...] = ()
+    prompt_limit: PromptLimit | None = None
     # facts any server of the engine has, stated by a launch command of it whatever the facts file
     # says (every covered engine batches continuously: a facts file's "static" is not this server)
     states: tuple[tuple[str, Any], ...] = ()
@@ -464,6 +488,9 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                     str(raw.get("unknown_flag") or "unrecognized argument {flag}"),
                     tuple(raw.get("vendors") or VENDORS), _rank_totals(raw.get("dp_attention_totals")),
                     tuple(_bound(item) for item in raw.get("bounded") or ()),
+                    tuple(ImpliedCap(item["flag"], item["when"], int(item["value"]), item["source"])
+                          for item in raw.get("implied_caps") or ()),
+                    PromptLimit(**raw["prompt_limit"]) if raw.get("prompt_limit") else None,
                     tuple(sorted((raw.get("states") or {}).items())))
     if not set(engine.vendors) <= set(VENDORS):
         raise ValueError(f"{where}: vendors {list(engine.vendors)} are not among {list(VENDORS)}")
@@ -477,7 +504,9 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                  + [name for r in engine.reads for name in (r.flag, r.without, *(k for k, _ in r.where if k.startswith("-")))
                     if name is not None]
                  + ([totals.switch, totals.size, *totals.flags] if totals else [])
-                 + [name for bound in engine.bounds for name in (bound.flag, bound.at_most)]):
+                 + [name for bound in engine.bounds for name in (bound.flag, bound.at_most)]
+                 + [name for cap in engine.implied_caps for name in (cap.flag, cap.when)]
+                 + ([engine.prompt_limit.budget, engine.prompt_limit.chunking] if engine.prompt_limit else [])):
         if name not in known:
             raise ValueError(f"{where}: {name} is set but not in the profile's flags")
     return engine, entries

@@ -13,13 +13,14 @@ without the reason, and a value from the facts that could be read as an option.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard
 
-from kbopt.engine.advice.caps import plan_metric
+from kbopt.engine.advice.caps import plan_metric, today_batch
 from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.model import Advice, StrategyAdvice
 from kbopt.engine.advice.settings import Setting, Target, clean, settings_for, targets, variant_of
@@ -310,6 +311,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                          + (": add the new engine's own equivalents yourself, or the new server lacks them" if lost else ""))
         for arg in _carried(spec, target, facts, notes):
             args.setdefault(arg.name, arg)
+        _assumed_tensor_parallel(spec, args, facts, advice.derived)
     set_by: dict[str, str] = {}
     placeholders: list[str] = []
     cap_name = next((c.name for c in spec.deployment if c.fact == CAP_FACT), None)
@@ -377,6 +379,8 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
         _check_pool_fits(advice)
     _within_bounds(spec, args, facts, advice.derived, notes)
     _as_rank_totals(spec, args, facts, notes)
+    _implied_caps(spec, args, facts, advice.derived, notes)
+    _prompts_within_budget(spec, args, facts, notes)
     if engine == "trtllm" and (command is None or command.engine != engine):
         # stated, where kbopt writes the command: the settings are the PyTorch backend's (today's command keeps its own)
         args.setdefault("--backend", Arg("--backend", "cli", "pytorch", None, "kbopt: the PyTorch backend these settings are for"))
@@ -394,6 +398,21 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     moved = advice.restated is not None and "workload.engine" in advice.restated.changed
     return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed),
                   applied, not_applied, f"today's deployment moved to {spec.title}" if moved else "today's deployment")
+
+
+def _assumed_tensor_parallel(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], derived: Mapping[str, Any]) -> None:
+    """The tensor parallelism every estimate assumed, where the facts give the replica several GPUs
+    and no serving.tensor_parallel_size: without the flag the engine loads on one GPU and the pool,
+    caps and budgets sized on all of them do not exist (set 16 d1: a 2-GPU L40S replica relaunched
+    on one, its cap of 131 over a pool of 28 sequences)."""
+    carry = next((c for c in spec.deployment if c.fact == "serving.tensor_parallel_size"), None)
+    tp = _whole(derived.get("derived.tensor_parallel"))
+    if carry is None or carry.name in args or facts.get("serving.tensor_parallel_size") is not None or tp is None or tp < 2:
+        return
+    why = (f"serving.tensor_parallel_size is not in the facts: the advice's estimates split each layer over the "
+           f"replica's {tp} GPUs (derived.tensor_parallel), so the script does; state today's degree if it differs")
+    for arg in _carry_args(carry, tp):
+        args[arg.name] = replace(arg, today=None, set_today=False, rule="kbopt: derived.tensor_parallel", why=why)
 
 
 def _heads_split_evenly(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], notes: list[str]) -> None:
@@ -562,6 +581,46 @@ def _as_rank_totals(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any]
         args[flag] = replace(arg, value=str(per_gpu * ranks), today=today)
         notes.append(f"{flag} {per_gpu * ranks}: {per_gpu} per GPU x {ranks} data-parallel attention ranks; "
                      f"{spec.title} divides it among them ({totals.source})")
+
+
+def _implied_caps(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], derived: Mapping[str, Any],
+                  notes: list[str]) -> None:
+    """A cap the engine would lower by itself under a flag the script sets (kb/engines: implied_caps)
+    is set to the replica's running batch, which the advice's estimates assume (a total: the
+    engine divides it among data-parallel attention ranks itself)."""
+    for cap in spec.implied_caps:
+        if cap.when not in args or cap.flag in args:
+            continue
+        running = derived.get("derived.running_batch")
+        today = today_batch(facts)
+        batch = math.ceil(running if _number(running) else today[0] if today else 0)
+        if batch <= cap.value:
+            continue
+        why = (f"with {cap.when} and no {cap.flag}, {spec.title} runs {cap.value} requests ({cap.source}); "
+               f"the advice's estimates assume today's {batch}")
+        args[cap.flag] = Arg(cap.flag, "cli", str(batch), None, "kbopt: derived.running_batch", why=why)
+        notes.append(f"{cap.flag} {batch}: {why}")
+
+
+def _prompts_within_budget(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], notes: list[str]) -> None:
+    """Chunked prefill on where the engine refuses a prompt over the step's budget without it
+    (kb/engines: prompt_limit) and the workload's long prompts are over the script's budget."""
+    limit = spec.prompt_limit
+    backend = args.get("--backend")
+    if limit is None or limit.chunking in args or (backend is not None and backend.value != "pytorch"):
+        return
+    budget_arg = args.get(limit.budget)
+    budget = _whole(budget_arg.value) if budget_arg is not None else limit.default
+    fact = next((name for name in ("workload.prompt_len_p99", "workload.prompt_len_mean") if _number(facts.get(name))), None)
+    longest = facts[fact] if fact is not None else None
+    if budget is None or longest is None or longest <= budget:
+        return
+    why = (f"prompts of {longest:,.0f} tokens ({fact}) are over the step's budget of {budget:,} "
+           f"({limit.budget}{'' if budget_arg is not None else ', its default'}): without chunked prefill "
+           f"{spec.title} refuses them ({limit.source}); chunked at that budget, a prompt takes "
+           f"{math.ceil(longest / budget)} steps")
+    args[limit.chunking] = Arg(limit.chunking, "yaml", "true", None, "kbopt: the workload's prompts fit no step", why=why)
+    notes.append(f"{limit.chunking}: true: {why}")
 
 
 def _first_flag(spec: Engine) -> str:

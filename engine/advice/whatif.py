@@ -316,6 +316,10 @@ class WhatIf:
                 applied.append(key)
                 for path, value in effects:
                     merged.setdefault(path, value)
+                if any(path == "serving.replicas" for path, _ in effects):
+                    # the other changes hold the arrivals at today's; more replicas split them, whatever
+                    # the order (set 16 d4: 8 replicas each credited with the whole stream, 8x the demand)
+                    merged.update((path, value) for path, value in effects if path in ARRIVALS)
         if not applied:
             return None
         outcome = self.run(tuple(merged.items()), "the plan")
@@ -327,6 +331,7 @@ class WhatIf:
         return Plan(tuple(applied), outcome.gains, float(replicas))
 
 
+ARRIVALS = ("workload.arrival_rate_per_s", "workload.arrival_rate_peak_per_s")   # the load a scale-out splits
 PARAM = "param:"     # an effect that sets a fact to the strategy's parameter (`param:max_num_batched_tokens`)
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")   # a parameter's number inside an `=expression` effect
 
