@@ -262,6 +262,8 @@ def _describe(error: ValidationError, vocabulary: Vocabulary) -> str:
         if spec.type == "list":
             return f"{where}: expected a list of distinct values from {', '.join(spec.values)}, got {_show(instance)}"
         if spec.type == "string":
+            if isinstance(instance, str) and spec.pattern:
+                return f"{where}: {_show(instance)} is not of the form {dotted} takes ({spec.description})"
             return f"{where}: expected a string, got {_show(instance)}"
         return f"{where}: {error.message} (expected {inner})"
     if error.validator == "type" and error.validator_value == "object":

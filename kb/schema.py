@@ -32,7 +32,7 @@ def fact_schema(spec: FactSpec) -> dict[str, Any]:
     elif spec.type == "list":
         schema = {"type": "array", "items": {"enum": list(spec.values)}, "uniqueItems": True}
     else:
-        schema = {"type": "string"}
+        schema = {"type": "string", **({"pattern": spec.pattern} if spec.pattern else {})}
     description = spec.description + (f" [{spec.unit}]" if spec.unit else "")
     # null means "not known": collectors write it for a field they could not read.
     return {"description": description, "anyOf": [schema, {"type": "null"}]}
@@ -197,7 +197,7 @@ def _plainly_valid_value(spec: FactSpec, value: Any) -> bool:
     if kind == "list":
         return isinstance(value, list) and all(isinstance(v, str) and v in spec.values for v in value) \
             and len(set(value)) == len(value)
-    return isinstance(value, str)
+    return isinstance(value, str) and (spec.pattern is None or re.search(spec.pattern, value) is not None)
 
 
 def plainly_valid(document: dict[str, Any], vocabulary: Vocabulary) -> bool:

@@ -31,6 +31,7 @@ class FactSpec:
     validated_by: str | None = None  # the metric of kb/model_errors.yaml it is checked as (its error band)
     absent_means_none: bool = False  # absent, the feature is not there (no MIG slice): a rule's default then assumes nothing
     applies_when: str | None = None  # a condition of the rule language: where false, the fact is not asked for (what to collect)
+    pattern: str | None = None     # a string fact's form, as a regular expression (an engine's version)
 
     @property
     def section(self) -> str:
@@ -121,6 +122,7 @@ def spec_from(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
         validated_by=raw.get("validated_by"),
         absent_means_none=bool(raw.get("absent_means_none", False)),
         applies_when=raw.get("applies_when"),
+        pattern=raw.get("pattern"),
     )
 
 

@@ -75,8 +75,12 @@ def _parser() -> argparse.ArgumentParser:
                                  description="Write a self-contained HTML (or Markdown) explanation report. With "
                                              "--compare or --set it also shows what changed in the facts and "
                                              "in the advice.")
-    report.add_argument("--facts", required=True, metavar="FILE", help="facts document, JSON or YAML")
+    report.add_argument("--facts", required=True, action="append", metavar="FILE",
+                        help="facts document, JSON or YAML (- for standard input); repeat it to merge several in order, "
+                             "as advise does")
     report.add_argument("--compare", metavar="FILE", help="a second facts document to compare with")
+    report.add_argument("--launch", metavar="COMMAND|@FILE",
+                        help="today's launch command, as advise reads it: the report's launch table relaunches it")
     report.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
                         help="what-if override, applied to the compared side (repeatable)")
     report.add_argument("--format", choices=("html", "md"), default="html", help="report format (default html)")
@@ -238,22 +242,15 @@ def _evaluator(choice: str) -> str:
     return "reference"
 
 
-def _advise(args) -> int:
-    from kbopt.engine.advice.advisor import advise
+def _facts_reader(args):
+    """The facts (--collect, or the --facts merged in order) as a reader of (launch overrides, --set
+    overrides), their name, and today's launch command (--launch) with the facts it states."""
     from kbopt.kb.facts import facts_from_document, merged_document
-    from kbopt.reports import render
-    pack = load_checked_pack(args.rules)        # broken rules fail before a long collection
-    if args.facts_jsonl is not None:
-        if args.launch is not None or args.emit:
-            raise KboptError(f"{'--launch' if args.launch is not None else '--emit'} is for one deployment: use it with "
-                             "--facts or --collect, not --facts-jsonl")
-        return _advise_jsonl(args, pack)
-    if args.collect:
+    if getattr(args, "collect", False):
         document, name = _collected_document(args), "collected facts"
-        read = lambda launched, overrides: facts_from_document(document, name, overrides, launched)   # noqa: E731
     else:
         document, name = merged_document(args.facts)        # standard input is read once, here
-        read = lambda launched, overrides: facts_from_document(document, name, overrides, launched)   # noqa: E731
+    read = lambda launched, overrides: facts_from_document(document, name, overrides, launched)   # noqa: E731
     command = None
     if args.launch is not None:
         from kbopt.engine.advice.command import read_command
@@ -265,7 +262,19 @@ def _advise(args) -> int:
             raise KboptError(f"--launch is a {command.engine} command, but the facts say workload.engine = "
                              f"{given.get('workload.engine')} with serving.engine_version = {stated}, a version of that "
                              f"engine: give {command.engine}'s with --set serving.engine_version=VERSION")
-    launched = command.overrides() if command else []
+    return read, name, command, command.overrides() if command else []
+
+
+def _advise(args) -> int:
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.reports import render
+    pack = load_checked_pack(args.rules)        # broken rules fail before a long collection
+    if args.facts_jsonl is not None:
+        if args.launch is not None or args.emit:
+            raise KboptError(f"{'--launch' if args.launch is not None else '--emit'} is for one deployment: use it with "
+                             "--facts or --collect, not --facts-jsonl")
+        return _advise_jsonl(args, pack)
+    read, name, command, launched = _facts_reader(args)
     facts = read(launched, args.overrides)   # bad input before anything is said
     evaluator = _evaluator(args.evaluator)
     # Even one advice set off collections that walked the whole loaded pack (kbopt.gctuning).
@@ -347,17 +356,20 @@ def _report(args) -> int:
     from kbopt.reports import render
 
     pack = load_checked_pack(args.rules)
-    base_facts = load_facts(args.facts)
-    other = args.compare or args.facts
-    other_facts = load_facts(other, args.overrides) if (args.compare or args.overrides) else None
+    read, name, command, launched = _facts_reader(args)
+    base_facts = read(launched, ())
     evaluator = _evaluator(args.evaluator)
-    base = advise(base_facts, pack, evaluator)
-    comparison, shown = None, base
-    if other_facts is not None:
-        shown = advise(other_facts, pack, evaluator)
-        label = Path(other).name + (" with --set" if args.overrides else "")
-        comparison = compare(base, shown, Path(args.facts).name, label)
-    write_output(render(shown, args.format, comparison), args.output)
+    name = Path(name).name if len(args.facts) == 1 else name     # the label the what-if shows
+    with many_advices():
+        base = advise(base_facts, pack, evaluator)
+        comparison, shown = None, base
+        if args.compare:
+            shown = advise(load_facts(args.compare, args.overrides), pack, evaluator)
+            comparison = compare(base, shown, name, Path(args.compare).name + (" with --set" if args.overrides else ""))
+        elif args.overrides:     # a what-if of today's facts, restated as advise restates one
+            shown = _what_if(base, read(launched, args.overrides), args.overrides, pack, evaluator)
+            comparison = compare(base, shown, name, f"{name} with --set")
+        write_output(render(shown, args.format, comparison, command=command), args.output)
     return EXIT_OK
 
 

@@ -10,6 +10,7 @@ from kbopt.engine.advice.launch import Launch, deployed_launch
 from kbopt.engine.advice.model import Advice, Firing, StrategyAdvice
 from kbopt.engine.advice.whatif import TIMES, Gain, Plan, label, number
 from kbopt.engine.lang.text import fmt
+from kbopt.kb.engines import version_text
 
 
 def firings(advice: Advice) -> dict[str, Firing]:
@@ -220,3 +221,12 @@ def deployed(advice: Advice, command: Command | None = None) -> tuple[str, Launc
     renderers' Launch sections; None when the facts name no engine kbopt has a profile for."""
     launch = deployed_launch(advice, command)
     return None if launch is None else (str(advice.facts.get("workload.engine")), launch)
+
+
+def version_warning(launch: Launch) -> str | None:
+    """Where serving.engine_version is not a covered version: whose settings the launch holds."""
+    target = launch.target
+    if target.asked is None:
+        return None
+    return (f"{launch.spec.id} {version_text(target.asked)} (serving.engine_version) is not covered: the settings are "
+            f"{version_text(target.version)}'s, the nearest covered version; check them against {version_text(target.asked)}")

@@ -27,6 +27,7 @@ from kbopt.reports.common import (
     params_text,
     plan_label,
     shown_params,
+    version_warning,
 )
 from kbopt.reports.escape import safe_text
 from kbopt.reports.graph_layout import layout
@@ -73,7 +74,7 @@ def _environment():
     # Every rendered string passes here: drop bidirectional controls before escaping.
     env.finalize = lambda value: safe_text(value) if isinstance(value, str) else value
     env.globals.update(gauge=gauge, sources_of=_sources_of, engine_settings=engine_settings, relative_text=relative_text,
-                       plan_label=plan_label, shown_params=shown_params)
+                       plan_label=plan_label, shown_params=shown_params, version_warning=version_warning)
     return env
 
 

@@ -25,6 +25,7 @@ from kbopt.reports.common import (
     plan_label,
     rejection_label,
     shown_params,
+    version_warning,
 )
 from kbopt.reports.escape import markdown_code, markdown_text
 
@@ -137,6 +138,7 @@ def _launch(advice: Advice, command: Command | None = None) -> list[str]:
     version = ".".join(map(str, launch.target.version))
     out = ["", f"## Launch ({markdown_code(engine)} {version}): today → proposed", "",
            f"`kbopt advise --emit {engine}` prints the script.", "",
+           *((f"**Warning:** {markdown_text(warning)}", "") if (warning := version_warning(launch)) else ()),
            "| setting | today | proposed | status | set by |", "|---|---|---|---|---|"]
     out += [f"| {markdown_code(a.name)} | {markdown_text(a.today_text)} | {markdown_text(a.value_text)} | {a.status} | "
             f"{markdown_text(a.rule + (f' ({a.why})' if a.why else ''))} |" for a in launch.args]

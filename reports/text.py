@@ -9,6 +9,7 @@ from kbopt.engine.advice.model import Advice, StrategyAdvice
 from kbopt.engine.advice.whatif import number as shown  # `number` numbers the strategies below
 from kbopt.engine.lang.text import fmt
 from kbopt.kb import sources
+from kbopt.kb.engines import version_text
 from kbopt.reports.common import (
     ACTION_ORDER,
     bottleneck_evidence,
@@ -30,6 +31,7 @@ from kbopt.reports.common import (
     plan_label,
     rejection_label,
     shown_params,
+    version_warning,
 )
 from kbopt.reports.escape import terminal_text
 
@@ -119,12 +121,14 @@ def _launch(advice: Advice, command: Command | None = None) -> list[str]:
     if isinstance(launch, str):
         return ["", *_wrap(f"Launch ({engine}): not written: {launch}", "")]
     changes = launch.changes()
-    out = ["", f"Launch ({engine} {'.'.join(map(str, launch.target.version))}): {len(changes)} setting(s) change, "
-                f"{len(launch.args) - len(changes)} carried unchanged; `--emit {engine}` prints the script"]
+    carried = [arg.name for arg in launch.args if arg.status == "unchanged"]
+    out = ["", f"Launch ({engine} {version_text(launch.target.version)}): {len(changes)} setting(s) change, "
+                f"{len(carried)} carried unchanged; `--emit {engine}` prints the script"]
+    if (warning := version_warning(launch)) is not None:
+        out.extend(_wrap(f"warning: {warning}", "  "))
     for arg in changes:
         out.extend(_wrap(f"{arg.name}: {arg.today_text} -> {arg.value_text}  [{arg.rule}]"
                          + (f" ({arg.why})" if arg.why else ""), "  "))
-    carried = [arg.name for arg in launch.args if arg.status == "unchanged"]
     if carried:
         out.extend(_wrap(f"carried unchanged: {', '.join(carried)}", "  "))
     for note in launch.dropped:

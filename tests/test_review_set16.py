@@ -96,3 +96,62 @@ def test_every_set16_script_relaunches_and_passes_bash(pack):
         assert "exec " in script
         for engine in ("vllm", "sglang"):
             assert "exec " in migrated_script(advice, DATA, name, engine)
+
+
+def test_n1_report_merges_the_facts_as_advise_does(run_cli, tmp_path):
+    # `report --facts mine --facts constraints` kept only the last file: a report with no GPU in it
+    mine, constraints = HERE / "n1-vllm0101-llama31-70b-fp8-2xh100.yaml", HERE / "n1-constraints.yaml"
+    code, advised, _ = run_cli("advise", "--facts", str(mine), "--facts", str(constraints), "--format", "md")
+    assert code == 0
+    out = tmp_path / "r.md"
+    code, _, err = run_cli("report", "--facts", str(mine), "--facts", str(constraints), "--format", "md", "-o", str(out))
+    assert code == 0, err
+    assert out.read_text() == advised
+    assert "memory capacity" in advised.splitlines()[0]
+
+
+def test_n1_an_uncovered_version_is_said_beside_the_launch_in_every_format(run_cli):
+    mine, constraints = HERE / "n1-vllm0101-llama31-70b-fp8-2xh100.yaml", HERE / "n1-constraints.yaml"
+    for fmt in ("text", "md", "html"):
+        code, out, _ = run_cli("advise", "--facts", str(mine), "--facts", str(constraints), "--format", fmt)
+        assert code == 0 and "0.10.1 (serving.engine_version) is not covered" in out, fmt
+
+
+@pytest.mark.parametrize("version", ["banana", "0.11.0; rm -rf /", "../../etc"])
+def test_a_malformed_engine_version_is_refused_naming_the_field(run_cli, tmp_path, version):
+    import json
+    document = json.loads((HERE / "d3-vllm0120-llama33-70b-mi300x-itl.json").read_text())
+    document["serving"]["engine_version"] = version
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps(document))
+    code, out, err = run_cli("advise", "--facts", str(facts), "--emit", "vllm")
+    assert code == 2 and out == "" and "$.serving.engine_version" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "v3.3.0", "1.1.0rc2", "0.10.1.1", "3.3.4-dev0", "0.9.2+cu128"])
+def test_the_versions_engines_report_are_read(run_cli, tmp_path, version):
+    import json
+    document = json.loads((HERE / "d3-vllm0120-llama33-70b-mi300x-itl.json").read_text())
+    document["serving"]["engine_version"] = version
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps(document))
+    code, _, err = run_cli("advise", "--facts", str(facts))
+    assert code == 0, err
+
+
+def test_d5_the_launch_counts_no_negative_carried_settings(run_cli):
+    code, out, _ = run_cli("advise", "--facts", str(next(HERE.glob("d5-*.json"))))
+    assert code == 0
+    line = next(line for line in out.splitlines() if line.startswith("Launch ("))
+    assert "-1 carried" not in line and " 0 carried unchanged" in line
+
+
+def test_a_model_name_with_a_leading_dash_names_the_local_path_to_give(run_cli, tmp_path):
+    import json
+    document = json.loads((HERE / "d3-vllm0120-llama33-70b-mi300x-itl.json").read_text())
+    document["model"]["name"] = "-my-model"
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps(document))
+    code, _, err = run_cli("advise", "--facts", str(facts), "--emit", "vllm")
+    assert code == 2 and "(./-my-model for a local folder)" in err

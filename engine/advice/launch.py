@@ -103,7 +103,7 @@ def checked_model(name: Any) -> str | None:
         raise KboptError(f"model.name {text!r} starts or ends with white space: give the model id as the engine should load it")
     if text.startswith("-"):
         raise KboptError(f"model.name {text!r} starts with '-': the engine would read it as an option, not as the model "
-                         "to serve; give the model id or a path (./{text} for a local folder)")
+                         f"to serve; give the model id or a path (./{text} for a local folder)")
     return text
 
 
