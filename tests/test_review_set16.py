@@ -155,3 +155,13 @@ def test_a_model_name_with_a_leading_dash_names_the_local_path_to_give(run_cli, 
     facts.write_text(json.dumps(document))
     code, _, err = run_cli("advise", "--facts", str(facts), "--emit", "vllm")
     assert code == 2 and "(./-my-model for a local folder)" in err
+
+
+def test_d1_fp8_kv_on_an_l40s_under_vllm_011_asks_for_flashinfer(pack):
+    # 0.11 runs FP8 KV before Hopper on its Triton kernel unless told (platforms/cuda.py@0.11.0:359-362);
+    # the variable exists there (envs.py@0.11.0:612), and 0.12 picks FlashInfer by itself
+    advice, script = review_deployment(pack, DATA, "d1")
+    assert strategy_of(advice, "kv_cache_quantization") is not None
+    assert "export VLLM_ATTENTION_BACKEND=FLASHINFER" in script
+    newer = _facts_only(pack, "d1", "serving.engine_version=\"0.12.0\"")
+    assert "VLLM_ATTENTION_BACKEND" not in script_flags(render_launch(build_launch(newer, "vllm"), newer.bottleneck))
