@@ -165,3 +165,15 @@ def test_d1_fp8_kv_on_an_l40s_under_vllm_011_asks_for_flashinfer(pack):
     assert "export VLLM_ATTENTION_BACKEND=FLASHINFER" in script
     newer = _facts_only(pack, "d1", "serving.engine_version=\"0.12.0\"")
     assert "VLLM_ATTENTION_BACKEND" not in script_flags(render_launch(build_launch(newer, "vllm"), newer.bottleneck))
+
+
+def test_n1_a_move_to_tensorrt_llm_says_todays_fp8_needs_a_checkpoint(run_cli):
+    # vLLM quantizes the BF16 checkpoint to FP8 as it loads; trtllm-serve reads a ModelOpt one, so
+    # the same MODEL would load 141 GB of BF16 onto 2x80 GB: the script must say so
+    mine, constraints = HERE / "n1-vllm0101-llama31-70b-fp8-2xh100.yaml", HERE / "n1-constraints.yaml"
+    code, out, _ = run_cli("advise", "--facts", str(mine), "--facts", str(constraints), "--emit", "trtllm")
+    assert code == 0
+    assert "in place today, by vllm quantizing the 16-bit checkpoint as it loads" in out
+    assert "needs an FP8 checkpoint" in out
+    code, out, _ = run_cli("advise", "--facts", str(mine), "--facts", str(constraints), "--emit", "sglang")
+    assert code == 0 and "in place today" not in out and "--quantization fp8" in script_flags(out)

@@ -324,7 +324,9 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     # entry carries (it is read from --speculative-config and the like), is set in the new engine's
     # own words, or the new server would lack it (set 13: EAGLE-3 lost moving to SGLang). Other
     # strategies in place travel as their facts (a checkpoint's quantization is the checkpoint's).
-    migrating = not target.deployed or (command is not None and command.engine != engine)
+    moved_from = advice.restated.moved_from if advice.restated else None   # the advice re-run for it (migrate.py)
+    moved = moved_from is not None
+    migrating = not target.deployed or moved or (command is not None and command.engine != engine)
     in_place = list(advice.strategies)
     method = facts.get("serving.speculative_method")
     if migrating and isinstance(method, str) and method != "none" and all(s.id != "speculative_decoding" for s in in_place):
@@ -338,6 +340,12 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
         if strategy.status == "keep":
             if migrating and strategy.id == "speculative_decoding":   # the one read through no deployment entry
                 _carry_in_place(strategy, target, facts, advice.derived, args)
+            if migrating and (checkpoint := _needs_checkpoint(engine, replace(strategy, status="change"), facts)):
+                # today's engine quantizes today's checkpoint as it loads; the new one cannot (TensorRT-LLM
+                # reads a ModelOpt checkpoint): 141 GB of BF16 on 2x80 GB, silently (a newcomer's 2026-12 try)
+                today = moved_from or facts.get("workload.engine") or "today's engine"
+                notes.append(f"in place today, by {today} quantizing the 16-bit checkpoint as it loads, which "
+                             f"{spec.title} does not: {checkpoint}")
             continue            # in place today: its settings are today's, carried above or the engine's default
         rule = _rule(strategy)
         checkpoint = _needs_checkpoint(engine, strategy, facts)
@@ -395,7 +403,6 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
         _bind_to_todays_checkpoint(spec, args, notes, advice.facts, model)
     kept, dropped = _checked(spec, target, list(args.values()))
     applied, not_applied = _accounted(advice, pending, kept, removed, engine, facts)
-    moved = advice.restated is not None and "workload.engine" in advice.restated.changed
     return Launch(target, model, tuple(kept), tuple(dict.fromkeys(notes)), tuple(placeholders + dropped), tuple(removed),
                   applied, not_applied, f"today's deployment moved to {spec.title}" if moved else "today's deployment")
 

@@ -40,5 +40,5 @@ def advice_for(advice: Advice, engine: str, pack: Pack, evaluator: str) -> Advic
     carried = tuple(dict.fromkeys((earlier.carried if earlier else ()) + restated.carried))
     restated = Restated(tuple(sorted({*(earlier.changed if earlier else ()), *restated.changed})),
                         tuple(dict.fromkeys((earlier.re_estimated if earlier else ()) + restated.re_estimated)),
-                        carried, tuple(path for path in restated.kept if path not in carried), left)
+                        carried, tuple(path for path in restated.kept if path not in carried), left, str(deployed))
     return dataclasses.replace(advise(facts, pack, evaluator), restated=restated)

@@ -29,6 +29,7 @@ class Restated:
     carried: tuple[str, ...]          # today's calibration given to the changed deployment
     kept: tuple[str, ...]             # measurements kept as they are (load, lengths, telemetry)
     left_behind: tuple[str, ...] = ()  # `fact = value` of today's engine a move to another leaves (migrate.py)
+    moved_from: str | None = None      # the deployed engine, where the what-if is a move to another (migrate.py)
 
     def to_dict(self) -> dict[str, list[str]]:
         return {"changed": list(self.changed), "re_estimated": list(self.re_estimated),
