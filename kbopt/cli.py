@@ -116,7 +116,10 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--tag", help="only rules with this tag")
     _pack_options(listing, engine=False)
     test = rule_commands.add_parser("test", help="run every rule's inline examples (on both evaluators where durable_rules imports)")
-    test.add_argument("paths", nargs="*", metavar="PATH", help="rule packs to test with the built-in one (default: the built-in pack)")
+    test.add_argument("paths", nargs="*", metavar="PATH",
+                      help="rule packs to test, layered over the built-in one: their rules' examples (default: the built-in pack's)")
+    test.add_argument("--all", action="store_true", dest="all_rules",
+                      help="with PATHs: every rule's examples, the built-in ones too (a pack's parameters or overrides can change them)")
     _pack_options(test, engine=False)
     lint = rule_commands.add_parser("lint", help="static checks: file:line, the offending text and a hint; exit 2 on errors",
                                   description="Static checks on rule packs. Each finding has a stable code (L001, L201, ...), "
@@ -416,18 +419,22 @@ def _rules(args) -> int:
     from kbopt.engine.authoring.examples import run_examples
     from kbopt.engine.evaluators import available_evaluators
     evaluators = available_evaluators()
-    results = run_examples(pack, evaluators)
+    tested = list(pack.rules)
+    if getattr(args, "paths", None) and not args.all_rules:     # the pack author's rules, not the project's
+        tested = [rule for rule in pack.rules if rule.pack != "builtin"]
+        print(terminal_text(f"testing the {len(tested)} rule(s) of {', '.join(args.paths)} (--all adds the built-in ones)"))
+    results = run_examples(pack, evaluators, tested)
     failed = [r for r in results if not r.ok]
     for result in failed:
         for failure in result.failures:
             print(terminal_message(f"FAIL {result.rule} / {result.example!r} ({result.evaluator}) at {result.location}: {failure}"))
     from kbopt.engine.authoring.examples import leaf_coverage
-    decided_both = [r.id for r in pack.rules if {True, False} <= {e.fires for e in r.examples}]
+    decided_both = [r.id for r in tested if {True, False} <= {e.fires for e in r.examples}]
     both_ways, leaves = leaf_coverage(results)
-    print(f"coverage: {len(decided_both)}/{len(pack.rules)} rules have an example that fires and one decided false; "
+    print(f"coverage: {len(decided_both)}/{len(tested)} rules have an example that fires and one decided false; "
           f"{both_ways}/{leaves} comparisons are seen both true and false")
     print(f"{len(results) - len(failed)} passed, {len(failed)} failed "
-          f"({sum(len(r.examples) for r in pack.rules)} examples x {len(evaluators)} evaluator(s))")
+          f"({sum(len(r.examples) for r in tested)} examples x {len(evaluators)} evaluator(s))")
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -438,7 +445,8 @@ def _lint(args) -> int:
     sys.stdout.write(terminal_message(render_all(findings)))
     errors = sum(f.severity == "error" for f in findings)
     warnings = sum(f.severity == "warning" for f in findings)
-    print(f"{errors} error(s), {warnings} warning(s) in {checked} rule(s)")
+    print(f"{errors} error(s), {warnings} warning(s) in {checked} rule(s)" if checked or not errors
+          else f"{errors} error(s): the rules did not load, so none was checked further")
     return EXIT_BAD_INPUT if errors else EXIT_OK
 
 

@@ -227,6 +227,8 @@ def test_evaluators_agree_on_random_facts(pack):
                 value = rng.sample(spec.values, rng.randint(0, len(spec.values)))
             elif spec.type == "version":
                 value = rng.choice(["7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "10.0"])
+            elif spec.pattern:     # an engine's version
+                value = rng.choice(["0.10.2", "0.11.0", "0.12.0", "0.5.0rc2", "1.1.0", "3.3.0"])
             else:
                 value = rng.choice(["NVIDIA L4", "NVIDIA A100-SXM4-40GB", "Tesla T4", "something else"])
             document.setdefault(section, {})[name] = value

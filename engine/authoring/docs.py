@@ -128,7 +128,7 @@ parameters:
     value: 1
     why: TODO say where the number comes from (a measurement, a document) or delete this block
 then:
-  # derive | recommend | reject | caveat | require | mitigate | warn (see README, "Rules")
+  # derive | recommend | reject | caveat | require | mitigate | warn (see docs/rules.md)
   - {conclusion}
 because: TODO why, with the facts that matter in braces, e.g. {{workload.seq_len_max}} tokens
 source: TODO seed K… or a public reference (URL)

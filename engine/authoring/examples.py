@@ -91,6 +91,8 @@ def expectation_failures(rule: Rule, example: Example, advice: Advice) -> list[s
     return failures
 
 
-def run_examples(pack: Pack, evaluators: Sequence[str] = ("durable", "reference")) -> list[ExampleResult]:
+def run_examples(pack: Pack, evaluators: Sequence[str] = ("durable", "reference"),
+                 rules: Sequence[Rule] | None = None) -> list[ExampleResult]:
+    """Each rule's examples (`rules`: these of the pack's, default all) on each evaluator, in the whole pack."""
     return [check_example(rule, example, pack, evaluator)
-            for rule in pack.rules for example in rule.examples for evaluator in evaluators]
+            for rule in (pack.rules if rules is None else rules) for example in rule.examples for evaluator in evaluators]
