@@ -34,12 +34,13 @@ def _parser() -> argparse.ArgumentParser:
     advise = commands.add_parser("advise", help="advise on a facts file",
                                  description="Run the rules on a facts file (facts/1, JSON or YAML) and print "
                                              "the strategy set with the rules and fact values behind it.")
-    source = advise.add_mutually_exclusive_group(required=True)
+    source = advise.add_mutually_exclusive_group()
     source.add_argument("--facts", metavar="FILE", action="append",
                         help="facts document, JSON or YAML (- for standard input); repeat it to merge several in order, "
                              "a later document's facts replacing an earlier one's (e.g. kbopt collect | kbopt advise "
-                             "--facts - --facts constraints.yaml)")
-    source.add_argument("--collect", action="store_true", help="collect the facts first (takes the collect options below)")
+                             "--facts - --facts constraints.yaml); with --collect, merged over the collected facts")
+    advise.add_argument("--collect", action="store_true",
+                        help="collect the facts first (takes the collect options below); --facts files are merged over them")
     source.add_argument("--facts-jsonl", metavar="FILE",
                         help="one facts document per line (- for standard input): one advice JSON per line, streamed; "
                              "a bad line gives an error record naming it and the rest go on (exit 2 at the end)")
@@ -248,9 +249,12 @@ def _evaluator(choice: str) -> str:
 def _facts_reader(args):
     """The facts (--collect, or the --facts merged in order) as a reader of (launch overrides, --set
     overrides), their name, and today's launch command (--launch) with the facts it states."""
-    from kbopt.kb.facts import facts_from_document, merged_document
+    from kbopt.kb.facts import facts_from_document, merge_documents, merged_document
     if getattr(args, "collect", False):
         document, name = _collected_document(args), "collected facts"
+        if args.facts:          # the objectives and constraints no telemetry knows, over what was collected
+            given, given_name = merged_document(args.facts)
+            document, name = merge_documents([document, given]), f"collected facts + {given_name}"
     else:
         document, name = merged_document(args.facts)        # standard input is read once, here
     read = lambda launched, overrides: facts_from_document(document, name, overrides, launched)   # noqa: E731
@@ -272,6 +276,11 @@ def _advise(args) -> int:
     from kbopt.engine.advice.advisor import advise
     from kbopt.reports import render
     pack = load_checked_pack(args.rules)        # broken rules fail before a long collection
+    if not (args.facts or args.collect or args.facts_jsonl is not None):
+        raise KboptError("advise needs facts: --facts FILE (repeatable), --collect (with --facts files merged over "
+                         "what it collects), or --facts-jsonl FILE")
+    if args.collect and args.facts_jsonl is not None:
+        raise KboptError("--collect and --facts-jsonl: give one (--facts-jsonl advises documents already written)")
     if args.facts_jsonl is not None:
         if args.launch is not None or args.emit:
             raise KboptError(f"{'--launch' if args.launch is not None else '--emit'} is for one deployment: use it with "
@@ -474,8 +483,31 @@ def run() -> NoReturn:
     os._exit(code)
 
 
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)command's own parser, so that its usage and name head an error about its arguments."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                return _command_parser(chosen, args)
+    return parser
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The arguments, or exit 2 with the usage of the command they were given to: argparse would
+    print the top-level usage for an argument a subcommand does not take (`--set PATH VALUE`)."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        words = list(sys.argv[1:] if argv is None else argv)
+        spaced = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--set" and "=" not in words[i + 1]]
+        hint = (f"; --set takes PATH=VALUE as one word (--set {spaced[0]}=VALUE)" if spaced else "")
+        _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     try:
         if args.command == "advise":
             return _advise(args)

@@ -177,3 +177,24 @@ def test_n1_a_move_to_tensorrt_llm_says_todays_fp8_needs_a_checkpoint(run_cli):
     assert "needs an FP8 checkpoint" in out
     code, out, _ = run_cli("advise", "--facts", str(mine), "--facts", str(constraints), "--emit", "sglang")
     assert code == 0 and "in place today" not in out and "--quantization fp8" in script_flags(out)
+
+
+def test_n1_a_spaced_set_gets_advises_usage_and_the_form_it_takes(capsys):
+    from kbopt.cli import main
+    with pytest.raises(SystemExit) as stopped:
+        main(["advise", "--facts", str(HERE / "n1-constraints.yaml"), "--set", "serving.tensor_parallel_size", "4"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.startswith("usage: kbopt advise")
+    assert "--set takes PATH=VALUE as one word (--set serving.tensor_parallel_size=VALUE)" in err
+
+
+def test_n1_collected_facts_take_a_constraints_file_over_them(run_cli):
+    real = HERE.parent / "real"
+    code, out, err = run_cli("advise", "--collect", "--no-nvml", "--metrics", str(real / "dcgm_exporter_L40S_upcloud.prom"),
+                             "--facts", str(HERE / "n1-constraints.yaml"), "--format", "json")
+    assert code == 0, err
+    import json
+    facts = json.loads(out)["facts"]
+    assert facts["constraints.itl_slo_ms"]["value"] == 40 and "L40S" in facts["hardware.gpu_name"]["value"]
+    code, _, err = run_cli("advise")
+    assert code == 2 and "advise needs facts" in err
