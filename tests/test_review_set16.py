@@ -198,3 +198,15 @@ def test_n1_collected_facts_take_a_constraints_file_over_them(run_cli):
     assert facts["constraints.itl_slo_ms"]["value"] == 40 and "L40S" in facts["hardware.gpu_name"]["value"]
     code, _, err = run_cli("advise")
     assert code == 2 and "advise needs facts" in err
+
+
+def test_d8_fp8_on_a_kv_starved_l4_is_the_first_action_not_more_gpus(pack):
+    # a pool of 4 sequences with 11 waiting: FP8 weights grow it 5x and drain the queue that holds a
+    # missed TTFT objective 10x over; the ITL p99 its bigger batch costs is a trade, not harm. The
+    # model's TTFT reads 15x today's measurement (the facts break Little's law), so it judges no
+    # cost, but its relative move still counts as relief
+    advice, _ = review_deployment(pack, DATA, "d8")
+    actions = [s.key for s in advice.strategies if s.status != "keep"]
+    assert actions[0] == "quantization[fp8]", actions
+    assert actions.index("quantization[fp8]") < actions.index("scale_out")
+    assert all(r.id != "quantization" or "int8" in str(r.params) for r in advice.rejected)

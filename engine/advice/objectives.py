@@ -29,6 +29,10 @@ class Objective:
     # measurement moved as the model moves: after x scale (measured / modelled) past the ceiling.
     scale: float | None = None
     slo: float | None = None           # the objective's number, where an SLO states one
+    # A missed objective whose estimate is too far off today's measurement to judge a cost by: its
+    # relative move still counts as relief, never as harm (set 16 d8: FP8 weights vetoed on an ITL
+    # p99 cost while the 5x pool drains a queue that holds a missed TTFT objective 10x over).
+    relief_only: bool = False
 
 
 # An SLO, the estimates it is judged by, and the facts that show it missed (measured first).
@@ -94,13 +98,15 @@ def objectives(lookup: Lookup) -> tuple[Objective, ...]:
                 # nothing (set 12: MTP on DeepSeek-R1 vetoed for a p99 modelled at 25 ms where 95 ms
                 # is measured, the stall the model added with it already in the measurement).
                 out.append(Objective(metric, "lower", name, missed, slo, measured / modelled, slo))
+            elif missed:
+                out.append(Objective(metric, "lower", name, missed, slo=slo, relief_only=True))
     status, stated = lookup("constraints.objective")
     # an SLO already states what the latency objective asks of its statistic, in numbers
     by_slo = {metric for slo_fact, _, metrics, _ in _SLOS if (_number(lookup, slo_fact) or 0) > 0 for metric in metrics}
     if status == KNOWN and isinstance(stated, str):
         out += [Objective(metric, better, f"the {stated} objective", False)
                 for metric, better in _STATED.get(stated, ()) if metric not in by_slo]
-    return tuple(o for o in out if o.scale is not None or _reads_today(lookup, o.metric))
+    return tuple(o for o in out if o.scale is not None or o.relief_only or _reads_today(lookup, o.metric))
 
 
 def _worse(before: float, after: float, better: Better) -> float:
@@ -121,8 +127,9 @@ def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...]
     else by the replica's decode rate."""
     moves = {name: (before, after) for name, before, after in moved
              if isinstance(before, int | float) and isinstance(after, int | float)}
-    relevant = [o for o in judged_by if o.metric in moves
-                and not (o.metric == "decode_tokens_per_s" and "service_tokens_per_s" in moves)]
+    relieving = [o for o in judged_by if o.metric in moves
+                 and not (o.metric == "decode_tokens_per_s" and "service_tokens_per_s" in moves)]
+    relevant = [o for o in relieving if not o.relief_only]
     worse = [o for o in relevant if _worse(*moves[o.metric], o.better) >= threshold
              and (o.ceiling is None or moves[o.metric][1] * (o.scale or 1) > o.ceiling)]
     missed = tuple((o, o.metric) for o in worse if o.missed)
@@ -132,9 +139,9 @@ def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...]
         # it costs the other; it is harm where it costs more than it relieves
         cost = max(_worse(*moves[o.metric], o.better) for o, _ in missed)
         costly = {o.name for o, _ in missed}
-        relief = max((-_worse(*moves[o.metric], o.better) for o in relevant if o.missed and o.name not in costly), default=0.0)
+        relief = max((-_worse(*moves[o.metric], o.better) for o in relieving if o.missed and o.name not in costly), default=0.0)
         return missed[:1] if relief <= cost else ()
-    better = [o for o in relevant if -_worse(*moves[o.metric], o.better) >= threshold] + [
+    better = [o for o in relieving if -_worse(*moves[o.metric], o.better) >= threshold] + [
         m for m in ("service_tokens_per_s", "decode_tokens_per_s") if m in moves and relative_change(*moves[m]) >= threshold]
     return () if better else tuple((o, o.metric) for o in worse)
 
