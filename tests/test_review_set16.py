@@ -210,3 +210,16 @@ def test_d8_fp8_on_a_kv_starved_l4_is_the_first_action_not_more_gpus(pack):
     assert actions[0] == "quantization[fp8]", actions
     assert actions.index("quantization[fp8]") < actions.index("scale_out")
     assert all(r.id != "quantization" or "int8" in str(r.params) for r in advice.rejected)
+
+
+def test_d3_an_itl_cap_the_plan_leaves_idle_is_not_lowered(pack):
+    # after FP8 the largest batch meeting 40 ms is 60, above the 24 running (31 at the busiest arrival
+    # rate): 64 -> 60 changed nothing but the peak; today's cap stays, and the rejection says why
+    advice, script = review_deployment(pack, DATA, "d3")
+    assert strategy_of(advice, "batch_cap") is None
+    assert "--max-num-seqs 64  # unchanged" in script
+    reason = next(r.reason for r in advice.rejected if r.id == "batch_cap")
+    assert "would never bind" in reason
+    # a raise of a cap that binds today stays (set 14 d5: 64 running against 64, 35 waiting)
+    raised, _ = review_deployment(pack, "review14", "d5")
+    assert strategy_of(raised, "batch_cap") is not None

@@ -1,11 +1,12 @@
 """Facts + pack -> Advice: run an evaluator, explain what fired, settle conflicts."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kbopt.engine.advice.caps import CAP_PARAMS, sized_cap
+from kbopt.engine.advice.caps import CAP_PARAMS, ITL_CAPS, sized_cap
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
@@ -301,6 +302,11 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                 notes.append(RuleNote(c.params[name][1], f"{name}={params[name]}: {why}"))
     resized += _one_cap(candidates, evaluated, sized_by_key, [key for key in resolution.chosen if key not in unneeded
                                                               and (key not in kept or key in planned)])
+    idle = _idle_itl_caps(candidates, evaluated, final.inputs, [key for key in planned if key not in kept])
+    if idle:
+        unneeded.update(idle)
+        planned = [key for key in planned if key not in idle]
+        resized += [key for key in planned if key in outcomes]
     if whatif is not None and [key for key in resized if key in planned]:
         # once more with the caps as printed (a replica's caps: a rank's would be divided again)
         plan = plan_of()
@@ -489,6 +495,30 @@ def _drawn(pack: Pack, fired: tuple[str, ...], kind: type[C]) -> list[Drawn[C]]:
     by_kind = pack.memo(f"drawn:{kind.__name__}", lambda: {
         rule.id: tuple(Drawn(rule.id, c) for c in rule.then if isinstance(c, kind)) for rule in pack.rules})
     return [drawn for rule_id in fired for drawn in by_kind[rule_id]]
+
+
+def _idle_itl_caps(candidates: Mapping[str, Candidate], evaluated: Mapping[str, tuple[dict[str, Any], list[RuleNote]]],
+                   facts: Mapping[str, Any], keys: list[str]) -> dict[str, str]:
+    """ITL caps the plan leaves idle, with why: sized after the plan, the largest batch that meets
+    the objective is above what is in flight at the busiest arrival rate, so the cap never binds and
+    lowering the engine's would change nothing but its peak (set 16 d3: 64 -> 60 with 24 running)."""
+    running, waiting = facts.get("workload.requests_running_mean"), facts.get("workload.requests_waiting_mean") or 0
+    mean, peak = facts.get("workload.arrival_rate_per_s"), facts.get("workload.arrival_rate_peak_per_s")
+    if not isinstance(running, int | float) or isinstance(running, bool):
+        return {}
+    burst = peak / mean if isinstance(peak, int | float) and isinstance(mean, int | float) and mean > 0 else 1.0
+    busiest = math.ceil((running + waiting) * max(1.0, burst))
+    idle = {}
+    for key in keys:
+        strategy, params = candidates[key].strategy, evaluated[key][0]
+        cap = params.get("max_num_seqs")
+        today_cap = facts.get("serving.max_num_seqs")
+        lowers = not isinstance(today_cap, int | float) or cap is None or cap <= today_cap   # not a raise of a cap that binds
+        if strategy in ITL_CAPS and isinstance(cap, int | float) and cap >= busiest and lowers:
+            idle[key] = (f"not needed after the plan: the largest batch that meets the ITL objective once the plan's "
+                         f"other changes are in ({cap:,.0f}) is above the {busiest:,} requests in flight at the busiest "
+                         "arrival rate, so the cap would never bind")
+    return idle
 
 
 def _one_cap(candidates: Mapping[str, Candidate], evaluated: Mapping[str, tuple[dict[str, Any], list[RuleNote]]],
