@@ -217,7 +217,7 @@ def test_d3_an_itl_cap_the_plan_leaves_idle_is_not_lowered(pack):
     # rate): 64 -> 60 changed nothing but the peak; today's cap stays, and the rejection says why
     advice, script = review_deployment(pack, DATA, "d3")
     assert strategy_of(advice, "batch_cap") is None
-    assert "--max-num-seqs 64  # unchanged" in script
+    assert "--max-num-seqs 64 " in script and "--max-num-seqs 60" not in script
     reason = next(r.reason for r in advice.rejected if r.id == "batch_cap")
     assert "would never bind" in reason
     # a raise of a cap that binds today stays (set 14 d5: 64 running against 64, 35 waiting)
