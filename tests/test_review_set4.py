@@ -143,19 +143,19 @@ def test_d4_a_latency_server_at_three_requests_is_not_told_to_take_more(pack):
 
 def test_d4_the_default_chunk_budget_is_sized_for_the_itl_p99_once_graphs_shorten_the_step(pack):
     # Eager, the decode step alone misses the 8 ms ITL p99, so no budget meets it; with CUDA graphs
-    # (about 3.4 ms a step) a 256-token budget does. vLLM's default budget runs today, so lowering
+    # (about 3.4 ms a step) a 288-token budget does (multiples of 32). vLLM's default budget runs today, so lowering
     # it is a change, in the plan and in the script, and the plan's p99 then meets the objective.
     from kbopt.engine.advice.launch import build_launch
     from kbopt.reports.emit import render_launch
     advice = _deployment(pack, "d4")
     chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
-    assert chunked.status == "change" and chunked.params["max_num_batched_tokens"] == 256
+    assert chunked.status == "change" and chunked.params["max_num_batched_tokens"] == 288
     assert advice.plan is not None and "chunked_prefill" in advice.plan.strategies
     itl = next(s for s in advice.symptoms if s.kind == "itl")
     assert itl.after is not None and itl.after <= 8
     script = render_launch(build_launch(advice, "vllm", read_command((DATA / "d4.launch").read_text().strip())),
                            advice.bottleneck)
-    assert "--max-num-batched-tokens 256" in script
+    assert "--max-num-batched-tokens 288" in script
     # vLLM refuses a budget below max_num_seqs, 1024 by default on a B200 (scheduler.py@0.12.0:262-267):
     # the cap comes down to the budget, or the server would not start.
-    assert "\n  --max-num-seqs 256 " in script and "ValueError" in script
+    assert "\n  --max-num-seqs 288 " in script and "ValueError" in script
