@@ -8,7 +8,8 @@ from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check, NotEvaluated
 from kbopt.engine.advice.launch import Launch, deployed_launch
 from kbopt.engine.advice.model import Advice, Firing, StrategyAdvice
-from kbopt.engine.advice.whatif import TIMES, Gain, Plan, label, number
+from kbopt.engine.advice.symptoms import AGREEMENT
+from kbopt.engine.advice.whatif import TIMES, Gain, Plan, label, number, relative_text
 from kbopt.engine.lang.text import fmt
 from kbopt.kb.engines import version_text
 
@@ -212,8 +213,28 @@ def plan_label(plan: Plan) -> str:
     return f"all together, on {number(plan.replicas)} replicas ({number(plan.replicas)}{TIMES} today's GPUs{per_gpu})"
 
 
-def gains_text(gains: Iterable[Gain]) -> str:
-    return ", ".join(g.text() for g in gains)
+# The measurement of the statistic each client estimate models.
+_MEASURED_AS = {"itl_expected_ms": "workload.itl_mean_ms", "itl_p99_expected_ms": "workload.itl_p99_ms",
+                "ttft_expected_ms": "workload.ttft_mean_ms", "ttft_p99_expected_ms": "workload.ttft_p99_ms"}
+
+
+def gain_text(gain: Gain, facts: Mapping[str, object] | None = None) -> str:
+    """A gain as text; where the model's before-value reads today's measurement of the same
+    statistic more than AGREEMENT off, only its move is quoted, with both readings, so that no
+    figure the symptoms call unprojectable heads an action (a newcomer's 2026-12 try: "ttft p99
+    expected 12,007 -> 1,750 ms" beside "the model reads 12,007 ms where 2,400 ms is measured")."""
+    measured = facts.get(_MEASURED_AS.get(gain.metric, "")) if facts is not None else None
+    before = gain.before
+    if (isinstance(measured, int | float) and not isinstance(measured, bool) and measured > 0
+            and isinstance(before, int | float) and before > 0 and not 1 / AGREEMENT <= before / measured <= AGREEMENT):
+        unit = f" {gain.unit}" if gain.unit else ""
+        return (f"{label(gain.metric)} {relative_text(gain.before, gain.after)} (the model's move only: it reads "
+                f"{number(before)}{unit} where {number(measured)}{unit} is measured)")
+    return gain.text()
+
+
+def gains_text(gains: Iterable[Gain], facts: Mapping[str, object] | None = None) -> str:
+    return ", ".join(gain_text(g, facts) for g in gains)
 
 
 def deployed(advice: Advice, command: Command | None = None) -> tuple[str, Launch | str] | None:

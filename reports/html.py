@@ -22,6 +22,7 @@ from kbopt.reports.common import (
     engine_settings,
     facts_to_collect,
     firings,
+    gain_text,
     origin_detail,
     origin_text,
     params_text,
@@ -74,7 +75,7 @@ def _environment():
     # Every rendered string passes here: drop bidirectional controls before escaping.
     env.finalize = lambda value: safe_text(value) if isinstance(value, str) else value
     env.globals.update(gauge=gauge, sources_of=_sources_of, engine_settings=engine_settings, relative_text=relative_text,
-                       plan_label=plan_label, shown_params=shown_params, version_warning=version_warning)
+                       plan_label=plan_label, shown_params=shown_params, version_warning=version_warning, gain_text=gain_text)
     return env
 
 

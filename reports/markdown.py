@@ -1,7 +1,7 @@
 """Markdown advice, for tickets and pull requests: the same content as the text report."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.compare import Comparison
@@ -17,6 +17,7 @@ from kbopt.reports.common import (
     deployed,
     engine_settings,
     facts_to_collect,
+    gain_text,
     key_text,
     needs_text,
     origin_detail,
@@ -61,7 +62,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
         out += ["", f"## Plan: {' + '.join(markdown_code(k) for k in advice.plan.strategies)}, evaluated together", ""]
         if advice.plan.replicas is not None:
             out += [f"{markdown_text(plan_label(advice.plan))}: the service rate counts the new GPUs.", ""]
-        out += _gains(advice.plan.expected)
+        out += _gains(advice.plan.expected, advice.facts)
     out += _launch(advice, command)
     if sum(s.status != "keep" for s in advice.strategies) > 1:
         out += ["", f"The actions are {markdown_text(ACTION_ORDER)}."]
@@ -83,7 +84,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
         if strategy.expected:
             together = f", together with {', '.join(markdown_code(k) for k in strategy.together)} (the rules make them one change)" \
                 if strategy.together else ""
-            out += [f"Expected by the performance model{together}:", ""] + _gains(strategy.expected) + [""]
+            out += [f"Expected by the performance model{together}:", ""] + _gains(strategy.expected, advice.facts) + [""]
         for depth, firing in chain(advice, strategy.recommended_by):
             pad = "  " * depth
             out.append(f"{pad}- {markdown_code(firing.rule)} {markdown_text(firing.title)} "
@@ -146,8 +147,8 @@ def _launch(advice: Advice, command: Command | None = None) -> list[str]:
     return out
 
 
-def _gains(gains: Iterable[Gain]) -> list[str]:
-    return [f"- {markdown_text(g.text())} ({g.confidence}; {', '.join(markdown_code(r) for r in g.rules)})" for g in gains]
+def _gains(gains: Iterable[Gain], facts: Mapping[str, object]) -> list[str]:
+    return [f"- {markdown_text(gain_text(g, facts))} ({g.confidence}; {', '.join(markdown_code(r) for r in g.rules)})" for g in gains]
 
 
 def _comparison(c: Comparison) -> list[str]:

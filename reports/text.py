@@ -19,6 +19,7 @@ from kbopt.reports.common import (
     engine_settings,
     estimate_text,
     facts_to_collect,
+    gain_text,
     gains_text,
     headline,
     key_text,
@@ -75,7 +76,7 @@ def _summary(advice: Advice) -> list[str]:
         modelled = " — expected by the performance model" if any(s.expected for s in actions) else ""
         lines.append(f"Actions{modelled}")
         for rank, strategy in enumerate(actions[:TOP], 1):
-            gains = gains_text(headline(strategy.expected, first=missed_metrics(advice.facts)))
+            gains = gains_text(headline(strategy.expected, first=missed_metrics(advice.facts)), advice.facts)
             with_ = f" (with {', '.join(strategy.together)})" if strategy.together and gains else ""
             lines.extend(_wrap(f"{rank}. {key_text(strategy, advice.facts)}{with_}: "
                                + (gains or params_text(shown_params(strategy, advice.facts)) or strategy.title), "  "))
@@ -84,7 +85,8 @@ def _summary(advice: Advice) -> list[str]:
         if len(actions) > 1:
             lines.extend(_wrap(f"({ACTION_ORDER})", "  "))
         if advice.plan and advice.plan.expected:
-            lines.extend(_wrap(plan_label(advice.plan) + ": " + gains_text(headline(advice.plan.expected, first=missed_metrics(advice.facts))), "  "))
+            planned = headline(advice.plan.expected, first=missed_metrics(advice.facts))
+            lines.extend(_wrap(plan_label(advice.plan) + ": " + gains_text(planned, advice.facts), "  "))
     if kept:
         lines.extend(_wrap("Keep (already in place): " + ", ".join(key_text(s, advice.facts) for s in kept), ""))
     return lines
@@ -101,7 +103,7 @@ def _strategy(advice: Advice, number: int, strategy: StrategyAdvice, explain: bo
     if strategy.together and strategy.expected:
         lines.extend(_wrap(f"model, together with {', '.join(strategy.together)} (the rules make them one change):", "     "))
     for gain in strategy.expected:
-        lines.extend(_wrap(f"model: {gain.text()}  [{gain.confidence}; {', '.join(gain.rules)}]", "     "))
+        lines.extend(_wrap(f"model: {gain_text(gain, advice.facts)}  [{gain.confidence}; {', '.join(gain.rules)}]", "     "))
     if explain:
         lines.append("     because:")
         lines.extend(_proof(advice, strategy.recommended_by, "       "))
@@ -176,7 +178,7 @@ def render_text(advice: Advice, explain: bool = False, command: Command | None =
         lines.append("")
         lines.append(f"Plan: {' + '.join(advice.plan.strategies)} together, through the model once")
         for gain in advice.plan.expected:
-            lines.extend(_wrap(f"{gain.text()}  [{gain.confidence}; {', '.join(gain.rules)}]", "  "))
+            lines.extend(_wrap(f"{gain_text(gain, advice.facts)}  [{gain.confidence}; {', '.join(gain.rules)}]", "  "))
     lines.append("")
     lines.append(f"Rejected ({len(advice.rejected)})")
     if not advice.rejected:

@@ -223,3 +223,19 @@ def test_d3_an_itl_cap_the_plan_leaves_idle_is_not_lowered(pack):
     # a raise of a cap that binds today stays (set 14 d5: 64 running against 64, 35 waiting)
     raised, _ = review_deployment(pack, "review14", "d5")
     assert strategy_of(raised, "batch_cap") is not None
+
+
+def test_n1_no_action_quotes_a_figure_the_symptoms_call_unprojectable(run_cli):
+    # the symptoms say the model reads a 12,007 ms TTFT p99 where 2,400 ms is measured: the actions
+    # then quote its move, not its figures, in every format
+    mine, constraints = HERE / "n1-vllm0101-llama31-70b-fp8-2xh100.yaml", HERE / "n1-constraints.yaml"
+    for fmt in ("text", "md", "html"):
+        code, out, _ = run_cli("advise", "--facts", str(mine), "--facts", str(constraints), "--format", fmt)
+        assert code == 0
+        if fmt == "html":
+            import html
+            out = html.unescape(out)
+        gains = [line for line in out.splitlines() if "ttft p99 expected" in line and "harmful" not in line
+                 and "not projected" not in line]
+        assert gains and not any("12,007 → " in line for line in gains), (fmt, [g for g in gains if "12,007 → " in g])
+        assert "the model's move only: it reads 12,007 ms where 2,400 ms is measured" in out, fmt
