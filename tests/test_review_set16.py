@@ -239,3 +239,12 @@ def test_n1_no_action_quotes_a_figure_the_symptoms_call_unprojectable(run_cli):
                  and "not projected" not in line]
         assert gains and not any("12,007 → " in line for line in gains), (fmt, [g for g in gains if "12,007 → " in g])
         assert "the model's move only: it reads 12,007 ms where 2,400 ms is measured" in out, fmt
+
+
+def test_n1_continuous_batching_on_vllm_reads_as_its_cap(run_cli):
+    # every covered engine batches continuously: the action is the running cap, not the batching
+    mine, constraints = HERE / "n1-vllm0101-llama31-70b-fp8-2xh100.yaml", HERE / "n1-constraints.yaml"
+    code, out, _ = run_cli("advise", "--facts", str(mine), "--facts", str(constraints))
+    assert code == 0
+    actions = out.split("Actions", 1)[1].split("Keep", 1)[0]
+    assert "continuous_batching (in place: its running cap changes): max_batch_size=52" in " ".join(actions.split())
