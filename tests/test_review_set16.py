@@ -248,3 +248,18 @@ def test_n1_continuous_batching_on_vllm_reads_as_its_cap(run_cli):
     assert code == 0
     actions = out.split("Actions", 1)[1].split("Keep", 1)[0]
     assert "continuous_batching (in place: its running cap changes): max_batch_size=52" in " ".join(actions.split())
+
+
+def test_d4_a_cap_that_binds_with_kv_room_is_raised_on_what_the_engines_gauge_reads(pack):
+    # 128 running fill 58% of the pool (850 waiting): the pool at full length holds 125, but SGLang
+    # admits on the blocks in use, so today's mix fills it at 198 (a tenth below full); the raise is
+    # the first action, sized again on the pool the plan leaves, and the flag is the replica's total
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert advice.derived["derived.max_batch_kv_seen"] == 198
+    actions = [s for s in advice.strategies if s.status != "keep"]
+    assert actions[0].id == "memory_budget" and "S-BATCH-CAP-RAISE" in actions[0].recommended_by
+    argv = script_flags(script).split()
+    assert int(argv[argv.index("--max-running-requests") + 1]) > 198
+    # TensorRT-LLM reserves a request's whole length (GUARANTEED_NO_EVICT): no gauge-based bound there
+    trtllm, _ = review_deployment(pack, "review3", "d6")
+    assert "derived.max_batch_kv_seen" not in trtllm.derived

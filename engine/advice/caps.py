@@ -60,10 +60,17 @@ def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
 
 def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[int, str]:
     before, after = plan_metric(plan, derived, "kv_pool_sequences")
+    seen = derived.get("derived.max_batch_kv_seen")
     why = ""
     if before is not None and after is not None and after != before and abs(cap - math.floor(before)) <= 1:
         cap, why = max(1, math.floor(after)), (f"sized on the KV pool after the plan: {math.floor(before):,} -> "
                                                f"{math.floor(after):,} sequences of the mean length")
+    elif before and after is not None and after != before and _number(seen) and abs(cap - math.floor(seen)) <= 1:
+        # bounded by what the engine's gauge says today's mix fills (M-MAX-BATCH-KV-SEEN): it grows with the pool
+        grown = max(1, math.floor(seen * after / before))
+        cap, why = grown, (f"sized on the KV pool after the plan: today's mix fills it at {math.floor(seen):,} requests, "
+                           f"{grown:,} in the pool the plan leaves ({math.floor(before):,} -> {math.floor(after):,} "
+                           "sequences at full length)")
     today = today_batch(facts)
     if today is not None and cap < math.ceil(today[0]):
         floor, what = math.ceil(today[0]), today[1]
