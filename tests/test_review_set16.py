@@ -263,3 +263,10 @@ def test_d4_a_cap_that_binds_with_kv_room_is_raised_on_what_the_engines_gauge_re
     # TensorRT-LLM reserves a request's whole length (GUARANTEED_NO_EVICT): no gauge-based bound there
     trtllm, _ = review_deployment(pack, "review3", "d6")
     assert "derived.max_batch_kv_seen" not in trtllm.derived
+
+
+def test_n1_a_catalog_key_as_model_name_is_said_in_the_script(run_cli):
+    code, out, _ = run_cli("advise", "--facts", str(HERE.parents[2] / "examples" / "capacity-a100-chat.json"), "--emit", "vllm")
+    assert code == 0 and "model.name 'llama-3-8b' is neither a Hugging Face id (org/name) nor a path" in out
+    code, out, _ = run_cli("advise", "--facts", str(next(HERE.glob("d3-*.json"))), "--emit", "vllm")
+    assert code == 0 and "is neither a Hugging Face id" not in out

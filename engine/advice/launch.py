@@ -280,6 +280,10 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                          "serving.engine_version out to get the script for the latest covered version")
     model = checked_model(facts.get("model.name"))
     notes: list[str] = [f"the advice behind this script: {advice.restated.text()}"] if advice.restated else []
+    if model is not None and "/" not in model:
+        # a catalog key (kbopt collect --model llama-3-8b) names a shape, not a checkpoint to load
+        notes.append(f"model.name {clean(model)!r} is neither a Hugging Face id (org/name) nor a path: run the "
+                     "script with MODEL set to the checkpoint the engine should load (MODEL=org/name bash script.sh)")
     args: dict[str, Arg] = {}
     if command is not None and command.engine == engine:
         for arg in _from_command(spec, command):
