@@ -58,8 +58,9 @@ def _parser() -> argparse.ArgumentParser:
                              "it: its flags become serving.* facts (before --set), and --emit relaunches it flag for flag "
                              "with the advice applied; flags kbopt does not model are carried as given")
     advise.add_argument("--explain", action="store_true",
-                        help="text: add each strategy's proof chain, the rejections, what waits on facts, the "
-                             "estimates, facts and rules fired (default: the summary and the strategies)")
+                        help="text and md: add each strategy's proof chain, the rejections (text), what waits on facts, "
+                             "the estimates, facts and rules fired (default: the summary and the strategies; md then fits "
+                             "an issue or a ticket); kbopt report always writes them")
     advise.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", dest="overrides",
                         help="override a fact for a what-if, e.g. --set telemetry.memory_used_ratio=0.95 (repeatable)")
     _pack_options(advise)
@@ -381,7 +382,7 @@ def _report(args) -> int:
         elif args.overrides:     # a what-if of today's facts, restated as advise restates one
             shown = _what_if(base, read(launched, args.overrides), args.overrides, pack, evaluator)
             comparison = compare(base, shown, name, f"{name} with --set")
-        write_output(render(shown, args.format, comparison, command=command), args.output)
+        write_output(render(shown, args.format, comparison, explain=True, command=command), args.output)
     return EXIT_OK
 
 

@@ -15,7 +15,8 @@ FORMATS = ("text", "json", "md", "html")
 def render(advice: Advice, fmt: str, comparison: Comparison | None = None, explain: bool = False,
            command: Command | None = None) -> str:
     """Format an Advice; `comparison` (a what-if) is shown by the html and md formats; `explain`
-    adds the text format's proof chains and the rest of the record (the other formats hold it always)."""
+    adds the text and Markdown formats' proof chains and the rest of the record (HTML folds it, JSON
+    holds it always)."""
     if fmt == "json":
         from kbopt.engine.advice.launch import launch_dict
         launch = launch_dict(advice, command)
@@ -26,7 +27,7 @@ def render(advice: Advice, fmt: str, comparison: Comparison | None = None, expla
         return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt == "md":
         from kbopt.reports.markdown import render_markdown
-        return render_markdown(advice, comparison, command)
+        return render_markdown(advice, comparison, command, explain)
     if fmt == "html":
         from kbopt.reports.html import render_html
         return render_html(advice, comparison, command)

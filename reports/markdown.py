@@ -41,7 +41,11 @@ def _sources(cited) -> str:
     return ", ".join(one(entry) for entry in cited)
 
 
-def render_markdown(advice: Advice, comparison: Comparison | None = None, command: Command | None = None) -> str:
+def render_markdown(advice: Advice, comparison: Comparison | None = None, command: Command | None = None,
+                    explain: bool = True) -> str:
+    """The advice as Markdown: symptoms, bottleneck, plan, launch, strategies and rejections, and with
+    `explain` the record behind them (proof chains, what waits on facts, the conflict graph, estimates,
+    facts, rules fired); without it the page fits an issue or a ticket (GitHub takes 65,536 characters)."""
     out = [f"# kbopt advice: {advice.bottleneck.replace('_', ' ')}", ""]
     if advice.symptoms:       # what the facts show going wrong, before the bottleneck that explains it
         out += [f"**Symptoms ({len(advice.symptoms)}):**"]
@@ -85,7 +89,7 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
             together = f", together with {', '.join(markdown_code(k) for k in strategy.together)} (the rules make them one change)" \
                 if strategy.together else ""
             out += [f"Expected by the performance model{together}:", ""] + _gains(strategy.expected, advice.facts) + [""]
-        for depth, firing in chain(advice, strategy.recommended_by):
+        for depth, firing in chain(advice, strategy.recommended_by) if explain else ():
             pad = "  " * depth
             out.append(f"{pad}- {markdown_code(firing.rule)} {markdown_text(firing.title)} "
                        f"({_sources(firing.source)}; {markdown_code(firing.location)})")
@@ -98,6 +102,12 @@ def render_markdown(advice: Advice, comparison: Comparison | None = None, comman
     out += ["", f"## Rejected ({len(advice.rejected)})", ""]
     out += [f"- {markdown_code(rejection_label(r.id, r.params))}: {markdown_text(r.reason)} ({', '.join(markdown_code(b) for b in r.because)})"
             for r in advice.rejected] or ["None."]
+    if not explain:
+        if comparison:
+            out += _comparison(comparison)
+        out += ["", "_`--explain` adds each strategy's proof chain, what waits on which facts, the conflict graph, "
+                "the estimates, the facts and the rules fired._", "", f"_Rule pack {advice.pack_version}._", ""]
+        return "\n".join(out)
     out += ["", f"## Not evaluated for lack of facts ({len(advice.not_evaluated)})", ""]
     if advice.not_evaluated:
         out += ["To close the gap, collect: " + ", ".join(f"{markdown_code(p)} ({n} rules)" for p, n in facts_to_collect(advice)), ""]

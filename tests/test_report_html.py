@@ -107,22 +107,31 @@ def test_report_command_with_compare(run_cli, tmp_path):
 
 
 def test_markdown_carries_the_graph(pack):
-    page = render(_advice(pack), "md")
+    page = render(_advice(pack), "md", explain=True)
     assert "## Conflict graph" in page
     assert "| `quantization[fp8]` | excludes | `quantization[int8]` | kb:strategies |" in page
+
+
+def test_markdown_without_explain_fits_a_ticket(pack):
+    # GitHub refuses an issue or comment body over 65,536 characters; the newcomer's md was 101,006
+    short, full = render(_advice(pack), "md"), render(_advice(pack), "md", explain=True)
+    assert len(short) < 65536 < 2 * len(short) or len(short) < len(full) / 3
+    assert "## Conflict graph" not in short and "## Rules fired" not in short and "--explain` adds" in short
+    for section in ("## Launch", "## Strategies", "## Rejected", "## Plan"):
+        assert (section in short) == (section in full), section
 
 
 def test_bidirectional_controls_cannot_reverse_the_page(pack):
     facts = facts_from_document({"hardware": {"gpu_name": "A\u202eBC"}, "telemetry": {"memory_used_ratio": 0.95}}, "x")
     advice = advise(facts, pack, "reference")
     for fmt in ("html", "md"):
-        page = render(advice, fmt)
+        page = render(advice, fmt, explain=True)     # the facts table holds the hostile string
         assert "\u202e" not in page and "<U+202E>" in page.replace("&lt;", "<").replace("&gt;", ">")
 
 
 def test_markdown_escapes_html_in_input_strings(pack):
     facts = facts_from_document({"hardware": {"gpu_name": "<img src=x onerror=alert(1)>"}}, "x")
-    page = render(advise(facts, pack, "reference"), "md")
+    page = render(advise(facts, pack, "reference"), "md", explain=True)
     assert "<img" not in page and "&lt;img src=x onerror=alert(1)>" in page     # no `<`, no tag; `>` alone is text
 
 

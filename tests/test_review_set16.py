@@ -101,7 +101,7 @@ def test_every_set16_script_relaunches_and_passes_bash(pack):
 def test_n1_report_merges_the_facts_as_advise_does(run_cli, tmp_path):
     # `report --facts mine --facts constraints` kept only the last file: a report with no GPU in it
     mine, constraints = HERE / "n1-vllm0101-llama31-70b-fp8-2xh100.yaml", HERE / "n1-constraints.yaml"
-    code, advised, _ = run_cli("advise", "--facts", str(mine), "--facts", str(constraints), "--format", "md")
+    code, advised, _ = run_cli("advise", "--facts", str(mine), "--facts", str(constraints), "--format", "md", "--explain")
     assert code == 0
     out = tmp_path / "r.md"
     code, _, err = run_cli("report", "--facts", str(mine), "--facts", str(constraints), "--format", "md", "-o", str(out))
