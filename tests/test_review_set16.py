@@ -65,7 +65,11 @@ def test_d6_tensorrt_llm_never_refuses_the_workloads_prompts(pack):
     advice = _facts_only(pack, "d6")
     script = render_launch(build_launch(advice, "trtllm"), advice.bottleneck)
     assert "enable_chunked_prefill: true" in script
-    assert "refuses them" in script
+    # where no change of the advice chunks (the chunk budget rejected), the launch itself turns chunking on
+    from dataclasses import replace
+    plain = replace(advice, strategies=tuple(s for s in advice.strategies if s.id != "chunked_prefill"))
+    script = render_launch(build_launch(plain, "trtllm"), plain.bottleneck)
+    assert "enable_chunked_prefill: true" in script and "refuses them" in script
     # today's own command turns it on already: carried, not added again
     _, relaunched = review_deployment(pack, DATA, "d6")
     assert relaunched.count("enable_chunked_prefill") == 1
@@ -270,3 +274,15 @@ def test_n1_a_catalog_key_as_model_name_is_said_in_the_script(run_cli):
     assert code == 0 and "model.name 'llama-3-8b' is neither a Hugging Face id (org/name) nor a path" in out
     code, out, _ = run_cli("advise", "--facts", str(next(HERE.glob("d3-*.json"))), "--emit", "vllm")
     assert code == 0 and "is neither a Hugging Face id" not in out
+
+
+def test_d6_a_chunk_budget_is_judged_beside_the_prefix_cache_the_plan_turns_on(pack):
+    # alone, on today's cache-off server, the 768-token budget reads as a 6.5x TTFT; beside the block
+    # reuse the plan turns on (55% of prompt tokens cached) it does not work against the objective
+    advice, script = review_deployment(pack, DATA, "d6")
+    chunked = strategy_of(advice, "chunked_prefill")
+    assert chunked is not None and chunked.status == "change"
+    assert strategy_of(advice, "prefix_caching") is not None
+    assert all(r.id != "chunked_prefill" for r in advice.rejected)
+    argv = script_flags(script).split()
+    assert int(argv[argv.index("--max_num_tokens") + 1]) < 8192
