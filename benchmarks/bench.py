@@ -15,10 +15,11 @@ same run, since absolute figures vary from machine to machine and run to run.
 (g) `kbopt advise --facts-jsonl` on 10,000 facts documents: wall time, peak RSS against 1,000;
 (h) `kbopt fleet` against a real Prometheus with 200 simulated replicas: queries and wall time,
     against 20 replicas (benchmarks/fleet.py).
-Targets (from the issue "Fast at every size"): cold advise <= 8x `python -c pass` (text) and
-<= 12x (html); >= 5,000 whole advise()/s per core; one evaluation <= 25 us (reference) and
-<= 100 us (durable); 2,000-rule pack <= 2 ms per whole advise(); trace < 3 s, memory bounded;
-10,000 --facts-jsonl documents <= 10 s with flat memory; fleet queries independent of replicas.
+Targets, what users feel (issue "One semantics, one runtime, one home per idea", which retired
+the micro-targets of "Fast at every size": 5,000 advise()/s, 25/100 us an evaluation, 2 ms on
+2,000 rules, now printed without a verdict): cold advise <= 5x `python -c pass` (text) and <= 6x
+(html); trace < 3 s, memory bounded; 10,000 --facts-jsonl documents <= 10 s on 2 cores with flat
+memory; fleet queries independent of replicas; and none of these regresses.
 """
 from __future__ import annotations
 
@@ -142,7 +143,7 @@ def cold_start(pairs: int) -> None:
     baseline = [python, "-c", "pass"]
     print(f"(a) cold `kbopt advise` ({EXAMPLES[0].name}) against `python -c pass`, child CPU time, "
           f"median of {pairs} alternating pairs, after a first run; peak RSS standalone:")
-    targets = {"text": 8, "html": 12}
+    targets = {"text": 5, "html": 6}
     base_rss = []
     with tempfile.TemporaryDirectory() as folder:
         _prepare_cold_runs(Path(folder))
@@ -191,7 +192,6 @@ def throughput(seconds: float) -> None:
     values = [f.engine_values() for f in facts]
     print(f"(b) built-in rules ({len(pack.rules)}), in process, cycling over {len(facts)} example facts files, "
           f"per CPU second of one core:")
-    limits = {"reference": 25, "durable": 100}
     for name in available_evaluators()[::-1]:
         evaluator = make_evaluator(pack, name)
         for f in facts[:HOT_AFTER]:     # in use: past the first advices, compiled (engine/lang/compiled.py)
@@ -200,10 +200,9 @@ def throughput(seconds: float) -> None:
         whole = per_core(lambda f, name=name: advise(f, pack, name), facts, seconds)
         with many_advices():      # the collector as kbopt fleet and the batch workers set it
             tuned = per_core(lambda f, name=name: advise(f, pack, name), facts, seconds)
-        target = verdict(1e6 / evaluations <= limits[name], f"<= {limits[name]} us")
-        print(f"    {name:9} one evaluation {1e6 / evaluations:6.1f} us {target}; "
-              f"whole advise() {whole:6.0f}/s, {evaluations / whole:4.1f}x one evaluation "
-              f"{verdict(whole >= 5000, '>= 5,000/s')}; with kbopt.gctuning {tuned:6.0f}/s")
+        print(f"    {name:9} one evaluation {1e6 / evaluations:6.1f} us; "
+              f"whole advise() {whole:6.0f}/s, {evaluations / whole:4.1f}x one evaluation; "
+              f"with kbopt.gctuning {tuned:6.0f}/s")
 
 
 def scaling(sizes: list[int], evaluations: int) -> None:
@@ -244,9 +243,8 @@ def scaling(sizes: list[int], evaluations: int) -> None:
                     advise(f, pack, name)
                 tuned = (time.process_time() - start) / evaluations * 1000
             first.setdefault(name, whole)
-            target = f" {verdict(whole <= 2, '<= 2 ms')}" if size == 2000 else ""
             row.append(f"{name} evaluation {one:6.3f} ms, whole advise() {whole:6.3f} ms "
-                       f"({whole / first[name]:5.1f}x 50 rules){target}, with kbopt.gctuning {tuned:6.3f} ms")
+                       f"({whole / first[name]:5.1f}x 50 rules), with kbopt.gctuning {tuned:6.3f} ms")
         print(f"    {size:5} rules (load {loaded:4.2f} s): " + ";\n                              ".join(row))
 
 
