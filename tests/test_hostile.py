@@ -357,7 +357,7 @@ def test_carriage_returns_and_separators_in_facts_are_inert_in_text(tmp_path, ru
 
 @pytest.mark.parametrize("fmt", ["md", "html"])
 def test_terminal_escapes_are_inert_in_markdown_and_html(tmp_path, run_cli, fmt):
-    code, out, err = run_cli("advise", "--collect", "--no-nvml", "--metrics", write_dcgm(tmp_path, HOSTILE), "--format", fmt)
+    code, out, err = run_cli("advise", "--collect", "--no-nvml", "--metrics", write_dcgm(tmp_path, HOSTILE), "--format", fmt, "--explain")
     assert code == 0, err
     assert not CONTROLS.search(out), ascii(out)
 
@@ -367,7 +367,7 @@ def test_markdown_escapes_images_and_html_in_facts_and_the_whatif_heading(tmp_pa
     facts["model"]["name"] = "![x](http://evil.example/a.png) <img src=x onerror=alert(1)> `code` *b* [l](http://e)"
     path = tmp_path / "<b>![i](http:x)`.json"
     path.write_text(json.dumps(facts), encoding="utf-8")
-    code, out, err = run_cli("advise", "--facts", str(path), "--format", "md", "--set", "serving.max_num_seqs=64")
+    code, out, err = run_cli("advise", "--facts", str(path), "--format", "md", "--explain", "--set", "serving.max_num_seqs=64")
     assert code == 0, err
     assert "![" not in out and "<img" not in out and "<b>" not in out, out
     assert "\\!\\[x\\](http://evil.example/a.png) &lt;img" in out or "!\\[x\\]" in out
@@ -378,7 +378,7 @@ def test_markdown_escapes_provenance_source_and_metric(tmp_path, run_cli):
     facts["provenance"] = {"telemetry.memory_used_ratio": {
         "source": "<script>alert(1)</script>![i](http://evil.example/i.png)", "quality": "measured",
         "metric": "<img src=x>|`x`", "note": "[n](javascript:alert(1))"}}
-    code, out, err = run_cli("advise", "--facts", write_facts(tmp_path, json.dumps(facts)), "--format", "md")
+    code, out, err = run_cli("advise", "--facts", write_facts(tmp_path, json.dumps(facts)), "--format", "md", "--explain")
     assert code == 0, err
     assert "<script" not in out and "<img" not in out and "![" not in out, out
     assert not re.search(r"(?<!\\)\]\(javascript", out), out         # `\]` is no link
@@ -395,7 +395,7 @@ def test_a_packs_texts_and_the_values_they_fill_in_are_inert(tmp_path, run_cli):
         text.replace("title: A test rule", "title: '<i>A</i> ![t](http://evil.example/t) rule'")
             .replace("warn: Something to say.", "warn: '<u>warn</u> ![w](http://evil.example/w) {model.name}'"))
     path = write_facts(tmp_path, json.dumps(facts))
-    code, out, err = run_cli("advise", "--facts", path, "--rules", str(pack), "--format", "md")
+    code, out, err = run_cli("advise", "--facts", path, "--rules", str(pack), "--format", "md", "--explain")
     assert code == 0, err
     assert "<b>" not in out and "<i>" not in out and "<u>" not in out and "<img" not in out and "![" not in out, out
     assert not CONTROLS.search(out), ascii(out)

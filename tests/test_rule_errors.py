@@ -60,7 +60,7 @@ def test_a_custom_pack_adds_rules_and_is_cited(run_cli, tmp_path):
     (layer / "x-broken-rule.yaml").write_text((HERE / "broken_rules" / "valid.yaml").read_text()
                                              .replace("derived.bottleneck: memory_capacity", "derived.queue_timeouts: true"))
     examples = HERE.parent / "examples" / "capacity-a100-chat.json"
-    code, out, _ = run_cli("advise", "--facts", str(examples), "--rules", str(tmp_path / "pack"), "--format", "md")
+    code, out, _ = run_cli("advise", "--facts", str(examples), "--rules", str(tmp_path / "pack"), "--format", "md", "--explain")
     assert code == 0 and "X-BROKEN-RULE" in out
 
 

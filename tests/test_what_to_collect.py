@@ -77,7 +77,7 @@ def test_a_rule_that_any_one_of_several_facts_decides_says_so(pack, run_cli, tmp
     assert "needs telemetry.kv_cache_usage_ratio or workload.long_seq_fraction or workload.preemption_ratio" in line
     rows = {row["rule"]: row for row in json.loads(run_cli("advise", "--facts", str(path), "--format", "json")[1])["not_evaluated"]}
     assert ["workload.preemption_ratio"] in rows["S-KV-CACHE-FP8"]["one_of"] and "one_of" not in rows["D-SEQ-LEN-CV"]
-    markdown = run_cli("advise", "--facts", str(path), "--format", "md")[1]
+    markdown = run_cli("advise", "--facts", str(path), "--format", "md", "--explain")[1]
     assert "`workload.long_seq_fraction` or `workload.preemption_ratio`" in markdown
     html_path = tmp_path / "report.html"
     assert run_cli("advise", "--facts", str(path), "--format", "html", "-o", str(html_path))[0] == 0
