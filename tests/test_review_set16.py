@@ -177,10 +177,10 @@ def test_n1_a_move_to_tensorrt_llm_says_todays_fp8_needs_a_checkpoint(run_cli):
     mine, constraints = HERE / "n1-vllm0101-llama31-70b-fp8-2xh100.yaml", HERE / "n1-constraints.yaml"
     code, out, _ = run_cli("advise", "--facts", str(mine), "--facts", str(constraints), "--emit", "trtllm")
     assert code == 0
-    assert "in place today, by vllm quantizing the 16-bit checkpoint as it loads" in out
+    assert "FP8 weights today come from vllm quantizing the 16-bit checkpoint as it loads" in out
     assert "needs an FP8 checkpoint" in out
     code, out, _ = run_cli("advise", "--facts", str(mine), "--facts", str(constraints), "--emit", "sglang")
-    assert code == 0 and "in place today" not in out and "--quantization fp8" in script_flags(out)
+    assert code == 0 and "FP8 weights today" not in out and "--quantization fp8" in script_flags(out)
 
 
 def test_n1_a_spaced_set_gets_advises_usage_and_the_form_it_takes(capsys):

@@ -588,7 +588,11 @@ def _attention_ranks(final: FinalFacts, parallelism: list[dict[str, Any]]) -> in
     planned = next((p for p in parallelism if p.get("dp_attention") is True), None)
     if planned is None and final.lookup("serving.dp_attention") != (KNOWN, True):
         return 1
-    tensor = (planned or {}).get("tensor")
+    # the ranks are the data-parallel degree where the plan states one (vLLM writes DP attention as
+    # --data-parallel-size 8 beside --tensor-parallel-size 1, each rank its own scheduler and cap:
+    # set 17 d4's 2,353 was a rank's cap, 8x the pool), else the tensor-parallel degree (SGLang's)
+    data = (planned or {}).get("data")
+    tensor = data if isinstance(data, int) and not isinstance(data, bool) and data >= 2 else (planned or {}).get("tensor")
     if not isinstance(tensor, int) or isinstance(tensor, bool):
         status, tensor = final.lookup("derived.tensor_parallel")
         if status != KNOWN or not isinstance(tensor, int | float) or isinstance(tensor, bool):

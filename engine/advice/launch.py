@@ -97,7 +97,8 @@ def checked_model(name: Any) -> str | None:
         return None
     text = str(name)
     if _CONTROL.search(text):
-        raise KboptError(f"model.name {clean(text)!r} holds control characters (a newline, tab or escape): a launch "
+        shown = "".join(f"<U+{ord(c):04X}>" if _CONTROL.match(c) else c for c in text)   # which one, visibly
+        raise KboptError(f"model.name {shown!r} holds control characters (a newline, tab or escape): a launch "
                          "script does not take it; give the model id as the engine should load it")
     if text.strip() != text or not text:
         raise KboptError(f"model.name {text!r} starts or ends with white space: give the model id as the engine should load it")
@@ -179,6 +180,27 @@ def _needs_checkpoint(engine: str, strategy: StrategyAdvice, facts: Mapping[str,
     return (f"{strategy.key}: needs {how}; then run this script with MODEL set to that checkpoint (the engine reads "
             f"its quantization config). Until then MODEL stays today's checkpoint, and the script sets no quantization "
             f"flag for the new one")
+
+
+def _checkpoint_on_the_move(engine: str, spec: Engine, facts: Mapping[str, Any], moved_from: str | None) -> str | None:
+    """What today's quantization, kept, needs on the engine moved to: nothing where it reads today's
+    checkpoint; a checkpoint made for it where today's engine quantizes 16-bit weights as it loads
+    and it cannot (a newcomer's 2026-12 try: 141 GB of BF16 on 2x80 GB, silently), or where it cannot
+    read today's format (set 17 d7: an AutoAWQ checkpoint on TensorRT-LLM loads unquantized)."""
+    today = moved_from or facts.get("workload.engine") or "today's engine"
+    quantization = facts.get("serving.quantization")
+    if quantization == "fp8" and _sixteen_bit_checkpoint(facts) and engine == "trtllm":
+        return (f"FP8 weights today come from {today} quantizing the 16-bit checkpoint as it loads, which {spec.title} "
+                f"does not: it needs {HOW_TO['fp8']}; then run this script with MODEL set to that checkpoint (until then "
+                "MODEL is today's 16-bit checkpoint, at twice the weight memory)")
+    if engine == "trtllm" and quantization in ("int4_awq", "int4_gptq"):
+        return (f"today's checkpoint ({clean(facts.get('model.name') or 'model.name')}) is in the "
+                f"{str(quantization).removeprefix('int4_').upper()} INT4 format {today} reads, which {spec.title} "
+                "does not read: it loads ModelOpt (hf_quant_config.json), compressed-tensors, FP8 and MXFP4 checkpoints "
+                "(tensorrt_llm/_torch/model_config.py load_hf_quant_config), so this one would load unquantized. Make a "
+                "ModelOpt INT4 AWQ checkpoint (hf_ptq.py --qformat int4_awq) or use an FP8 one, and run the script with "
+                "MODEL set to it")
+    return None
 
 
 def _carried(spec: Engine, target: Target, facts: Mapping[str, Any], notes: list[str]) -> list[Arg]:
@@ -340,16 +362,12 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
             params={"method": method, **{name: facts[path] for name, path in (("num_speculative_tokens", "serving.num_speculative_tokens"),
                                                                               ("draft_model", "model.draft_model")) if path in facts}},
             because=("today's command",), key=f"speculative_decoding[{method}]"))
+    if migrating and (note := _checkpoint_on_the_move(engine, spec, facts, moved_from)):
+        notes.append(note)
     for strategy in in_place:
         if strategy.status == "keep":
             if migrating and strategy.id == "speculative_decoding":   # the one read through no deployment entry
                 _carry_in_place(strategy, target, facts, advice.derived, args)
-            if migrating and (checkpoint := _needs_checkpoint(engine, replace(strategy, status="change"), facts)):
-                # today's engine quantizes today's checkpoint as it loads; the new one cannot (TensorRT-LLM
-                # reads a ModelOpt checkpoint): 141 GB of BF16 on 2x80 GB, silently (a newcomer's 2026-12 try)
-                today = moved_from or facts.get("workload.engine") or "today's engine"
-                notes.append(f"in place today, by {today} quantizing the 16-bit checkpoint as it loads, which "
-                             f"{spec.title} does not: {checkpoint}")
             continue            # in place today: its settings are today's, carried above or the engine's default
         rule = _rule(strategy)
         checkpoint = _needs_checkpoint(engine, strategy, facts)
@@ -386,6 +404,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                     arg = Arg(arg.name, arg.kind, arg.value, arg.today, arg.rule, arg.needs, _cap_why(strategy), arg.set_today)
                 args[name], set_by[name] = arg, rule
     _heads_split_evenly(spec, args, facts, notes)
+    _gpus_needed(spec, args, facts, notes)
     _whole_blocks_per_gpu(target, args, facts, advice.derived, notes)
     if cap_name is not None and cap_name in args:
         _check_pool_fits(advice)
@@ -424,6 +443,21 @@ def _assumed_tensor_parallel(spec: Engine, args: dict[str, Arg], facts: Mapping[
            f"replica's {tp} GPUs (derived.tensor_parallel), so the script does; state today's degree if it differs")
     for arg in _carry_args(carry, tp):
         args[arg.name] = replace(arg, today=None, set_today=False, rule="kbopt: derived.tensor_parallel", why=why)
+
+
+def _gpus_needed(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], notes: list[str]) -> None:
+    """Where the script's tensor x pipeline parallelism spans more GPUs than the facts give a replica,
+    say so first: the engine refuses to start on fewer (a plan that widens the split adds GPUs)."""
+    degree = 1
+    for fact in ("serving.tensor_parallel_size", "serving.pipeline_parallel_size"):
+        name = next((c.name for c in spec.deployment if c.fact == fact), None)
+        arg = args.get(name) if name else None
+        degree *= (_whole(arg.value) or 1) if arg is not None else (_whole(facts.get(fact)) or 1)
+    gpus = _whole(facts.get("hardware.gpu_count"))
+    if gpus is not None and degree > gpus:
+        notes.insert(0, f"this script needs {degree} GPUs for one replica (tensor x pipeline parallelism) and the facts give "
+                        f"{gpus} (hardware.gpu_count): run it where the replica has {degree}, or take the alternative the "
+                        "advice names on today's GPUs")
 
 
 def _heads_split_evenly(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], notes: list[str]) -> None:

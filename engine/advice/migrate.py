@@ -17,9 +17,12 @@ from kbopt.kb.engines import ENGINES
 from kbopt.kb.facts import Facts
 from kbopt.kb.provenance import Provenance
 
-# Each engine's own: its version, and a memory fraction in its own denominator (the profiles'
-# `deployed_only`): a move drops them, and the new engine's defaults stand.
-ENGINE_OWN = ("serving.engine_version", "serving.memory_fraction")
+# Each engine's own: its version, a memory fraction in its own denominator (the profiles'
+# `deployed_only`), and its token budget, which means another thing in each (TGI's prefill-only batch,
+# TensorRT-LLM's step with chunking off): a move drops them, and the new engine's defaults stand
+# unless its advice sizes one (set 17 d6: TRT-LLM's 8,192 carried as vLLM's budget on an L4 reserved
+# 5 GiB of activations and asked for a second GPU).
+ENGINE_OWN = ("serving.engine_version", "serving.memory_fraction", "serving.max_num_batched_tokens")
 
 
 def advice_for(advice: Advice, engine: str, pack: Pack, evaluator: str) -> Advice:

@@ -1,0 +1,65 @@
+"""Expert review set 17: deployments a reviewer wrote (tests/data/review17, each with today's launch
+command), and what the advice must now read for the defects it found."""
+from __future__ import annotations
+
+import json
+
+from conftest import migrated_script, review_deployment, script_flags
+
+DATA = "review17"
+
+
+def _flag(script: str, name: str) -> str | None:
+    argv = script_flags(script).split()
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def test_d6_a_move_to_vllm_keeps_the_one_gpu_replica_and_leaves_trtllms_budget(pack):
+    # TRT-LLM's --max_num_tokens 8192 carried as vLLM's budget reserved 5 GiB of activations on an
+    # L4 and asked for TP2 on a one-GPU replica: each engine's budget is its own
+    advice, _ = review_deployment(pack, DATA, "d6")
+    script = migrated_script(advice, DATA, "d6", "vllm")
+    assert _flag(script, "--tensor-parallel-size") in (None, "1")
+    assert _flag(script, "--max-num-batched-tokens") != "8192"
+    assert "serving.max_num_batched_tokens = 8192 (trtllm's)" in script
+
+
+def test_a_script_that_needs_more_gpus_than_the_replica_has_says_so_first(pack, run_cli, tmp_path):
+    facts = tmp_path / "fit.json"
+    facts.write_text(json.dumps({"kbopt": "facts/1", "hardware": {"gpu_name": "NVIDIA A100-SXM4-80GB", "gpu_count": 1},
+                                 "model": {"name": "meta-llama/Llama-3.1-70B-Instruct", "params_billion": 70.6,
+                                           "weight_dtype": "bf16", "num_layers": 80, "num_kv_heads": 8, "head_dim": 128,
+                                           "num_attention_heads": 64},
+                                 "workload": {"engine": "vllm"}}))
+    code, out, _ = run_cli("advise", "--facts", str(facts), "--emit", "vllm")
+    assert code == 0 and _flag(out, "--tensor-parallel-size") == "4"
+    assert "this script needs 4 GPUs for one replica (tensor x pipeline parallelism) and the facts give 1" in out
+
+
+def test_d7_a_move_to_tensorrt_llm_says_it_cannot_read_an_autoawq_checkpoint(pack):
+    advice, _ = review_deployment(pack, DATA, "d7")
+    script = migrated_script(advice, DATA, "d7", "trtllm")
+    assert "AWQ INT4 format vllm reads, which TensorRT-LLM" in script and "hf_ptq.py --qformat int4_awq" in script
+    # an FP8 checkpoint TensorRT-LLM reads (Qwen3's 128-blocks) gets no such note
+    advice, _ = review_deployment(pack, DATA, "d1")
+    script = migrated_script(advice, DATA, "d1", "trtllm")
+    assert "FP8 weights today" not in script and "does not read" not in script
+
+
+def test_d4_vllm_data_parallel_ranks_each_take_their_share_of_the_cap(pack):
+    # each vLLM DP rank is its own scheduler with the same max_num_seqs (config/scheduler.py@0.12.0:57):
+    # the replica's 2,353 is 295 a rank; SGLang's flag is the replica's total, which it divides
+    advice, _ = review_deployment(pack, DATA, "d4")
+    vllm = migrated_script(advice, DATA, "d4", "vllm")
+    ranks, cap = int(_flag(vllm, "--data-parallel-size") or 1), int(_flag(vllm, "--max-num-seqs") or 0)
+    assert ranks == 8 and 0 < cap * ranks <= 2400
+    sglang = migrated_script(advice, DATA, "d4", "sglang")
+    assert "SGLang divides it among them" in sglang
+
+
+def test_an_escape_in_model_name_is_shown_as_its_code_point(run_cli, tmp_path):
+    facts = tmp_path / "ansi.json"
+    facts.write_text(json.dumps({"kbopt": "facts/1", "hardware": {"gpu_name": "NVIDIA L4", "gpu_count": 1},
+                                 "model": {"name": "mistralai/Mistral \u001b[31mRED"}, "workload": {"engine": "vllm"}}))
+    code, out, err = run_cli("advise", "--facts", str(facts), "--emit", "vllm")
+    assert code == 2 and out == "" and "<U+001B>[31mRED" in err
