@@ -63,3 +63,13 @@ def test_an_escape_in_model_name_is_shown_as_its_code_point(run_cli, tmp_path):
                                  "model": {"name": "mistralai/Mistral \u001b[31mRED"}, "workload": {"engine": "vllm"}}))
     code, out, err = run_cli("advise", "--facts", str(facts), "--emit", "vllm")
     assert code == 2 and out == "" and "<U+001B>[31mRED" in err
+
+
+def test_d7_an_itl_cap_never_serves_fewer_requests_than_arrive(pack):
+    # 1.4 requests/s of 300 tokens: at a cap of 20 and about 79 ms between tokens the replica serves
+    # 0.85/s and the queue grows without bound; the cap stays at what serves the arrivals
+    advice, script = review_deployment(pack, DATA, "d7")
+    cap = int(_flag(script, "--max-num-seqs") or 0)
+    itl = next((g.after for g in advice.plan.expected if g.metric == "itl_expected_ms"), None) if advice.plan else None
+    assert itl is not None and cap * 1000 / (300 * itl) >= 1.4
+    assert "the queue would grow without bound" in script

@@ -88,6 +88,19 @@ def _itl_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Map
     if before is not None and after is not None and math.floor(after) != math.floor(before) and cap == math.floor(before):
         cap = max(1, math.floor(after))
         why = f"sized after the plan: {math.floor(before)} -> {cap} requests meet the ITL objective"
+    # The batch that still serves the arrivals: fewer running requests than arrival x output x ITL
+    # serve fewer requests a second than arrive, and the queue grows without bound on this replica
+    # (set 17 d7: a cap of 20 served 0.85 requests/s where 1.4 arrive, the replicas it relied on
+    # not in the script).
+    arrivals, output = facts.get("workload.arrival_rate_per_s"), facts.get("workload.output_len_mean")
+    _, itl = plan_metric(plan, derived, "itl_expected_ms")
+    if _number(arrivals) and _number(output) and itl is not None and arrivals > 0:
+        stable = math.ceil(arrivals * output * itl / 1000)
+        if cap < stable:
+            cap, why = stable, ((why + "; ") if why else "") + (
+                f"raised to {stable}: a smaller batch serves fewer requests a second than the {arrivals:g} that arrive "
+                f"({arrivals:g} x {output:g} tokens x {itl:.1f} ms between tokens), and the queue would grow without "
+                "bound on this replica; the ITL objective then needs the replicas the advice names")
     today = today_batch(facts)
     if today is not None and cap < math.ceil(today[0]):
         why = ((why + "; ") if why else "") + (f"below {today[1]} ({math.ceil(today[0])}) on purpose: the largest batch whose "
