@@ -274,6 +274,7 @@ class Engine:
     invoked_as: tuple[str, ...] = ()   # how a launch command of this engine starts (kbopt advise --launch)
     model_flags: tuple[str, ...] = ()  # options that name the model besides the positional
     unknown_flag: str = "unrecognized argument {flag}"   # the engine's own message for an argument it lacks
+    abbreviations: bool = False        # its parser takes a unique prefix of a long option (Python's argparse)
     vendors: tuple[str, ...] = VENDORS   # the GPU makers it runs on (hardware.vendor)
     rank_totals: RankTotals | None = None
     bounds: tuple[Bound, ...] = ()
@@ -485,7 +486,7 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                     tuple(_carry(item) for item in raw.get("deployment") or ()),
                     tuple(_read(item) for item in raw.get("reads") or ()),
                     tuple(raw.get("invoked_as") or ()), tuple(raw.get("model_flags") or ()),
-                    str(raw.get("unknown_flag") or "unrecognized argument {flag}"),
+                    str(raw.get("unknown_flag") or "unrecognized argument {flag}"), bool(raw.get("abbreviations")),
                     tuple(raw.get("vendors") or VENDORS), _rank_totals(raw.get("dp_attention_totals")),
                     tuple(_bound(item) for item in raw.get("bounded") or ()),
                     tuple(ImpliedCap(item["flag"], item["when"], int(item["value"]), item["source"])

@@ -73,3 +73,15 @@ def test_d7_an_itl_cap_never_serves_fewer_requests_than_arrive(pack):
     itl = next((g.after for g in advice.plan.expected if g.metric == "itl_expected_ms"), None) if advice.plan else None
     assert itl is not None and cap * 1000 / (300 * itl) >= 1.4
     assert "the queue would grow without bound" in script
+
+
+def test_a_unique_prefix_is_read_as_the_option_argparse_takes_it_for(run_cli):
+    # SGLang's and vLLM's parsers are argparse's, which read --tp as --tp-size and --max-num-seq as
+    # --max-num-seqs; TGI's clap and TensorRT-LLM's click do not
+    from kbopt.engine.advice.command import read_command
+    sglang = read_command("python3 -m sglang.launch_server --model-path m --tp 8 --max-running-req 64")
+    assert ("--tp-size", "8") in sglang.args and ("--max-running-requests", "64") in sglang.args
+    vllm = read_command("vllm serve m --max-num-seq 64")
+    assert ("--max-num-seqs", "64") in vllm.args
+    trtllm = read_command("trtllm-serve m --max_batch 64")    # click: no prefixes (carried as given, unread)
+    assert all(name != "--max_batch_size" for name, _ in trtllm.args)

@@ -86,6 +86,14 @@ def read_command(text: str, version: str | None = None) -> Command:
                              f"model {model!r})")
         name, eq, inline = word.partition("=")
         flag = spec.by_name.get(name)
+        if flag is None and spec.abbreviations and name.startswith("--") and len(name) > 3:
+            # argparse reads a unique prefix as the option it starts (SGLang's docs write --tp for
+            # --tp-size): one the profile's flags make unique is read so (set 17 d4: --tp 8 carried as
+            # unknown beside a new --tp-size); the engine's parser knows more options than the profile,
+            # so a prefix it would find ambiguous is still refused there, as the engine would
+            starting = {f.name: f for n, f in spec.by_name.items() if n.startswith(name) and n.startswith("--")}
+            if len(starting) == 1:
+                flag = next(iter(starting.values()))
         if flag is not None:
             name = flag.name            # an alias (vLLM -tp, SGLang --ep-size) is read, and relaunched, as the flag
         if name in spec.model_flags:
