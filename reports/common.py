@@ -214,8 +214,8 @@ def plan_label(plan: Plan) -> str:
         return "all together"
     service = next((g for g in plan.expected if g.metric == "service_tokens_per_s"
                     and isinstance(g.before, int | float) and isinstance(g.after, int | float) and g.before > 0), None)
-    per_gpu = f", {number(service.after / service.before / plan.replicas)}{TIMES} per GPU" if service is not None else ""
-    return f"all together, on {number(plan.replicas)} replicas ({number(plan.replicas)}{TIMES} today's GPUs{per_gpu})"
+    per_gpu = f", {number(service.after / service.before / plan.gpus_factor)}{TIMES} per GPU" if service is not None else ""
+    return f"all together, on {number(plan.replicas)} replicas ({number(plan.gpus_factor)}{TIMES} today's GPUs{per_gpu})"
 
 
 # The measurement of the statistic each client estimate models.

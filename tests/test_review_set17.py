@@ -85,3 +85,22 @@ def test_a_unique_prefix_is_read_as_the_option_argparse_takes_it_for(run_cli):
     assert ("--max-num-seqs", "64") in vllm.args
     trtllm = read_command("trtllm-serve m --max_batch 64")    # click: no prefixes (carried as given, unread)
     assert all(name != "--max_batch_size" for name, _ in trtllm.args)
+
+
+def test_d3_more_replicas_are_counted_from_todays(pack):
+    # three replicas today were told "replicas=2" (a scale-down) and "2x today's GPUs"
+    from pathlib import Path
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.command import read_command
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    data = Path(__file__).resolve().parent / "data" / DATA
+    command = read_command(f"@{data / 'd3.launch'}")
+    for today in (1, 3):
+        facts = load_facts(next(data.glob("d3-*.json")), [*command.overrides(), f"serving.replicas={today}"])
+        advice = advise(facts, pack, available_evaluators()[0])
+        scale = next((s for s in advice.strategies if s.id == "scale_out"), None)
+        assert scale is not None and scale.params["replicas"] > today
+        if advice.plan is not None and advice.plan.replicas is not None:
+            assert advice.plan.gpus_factor == advice.plan.replicas / today

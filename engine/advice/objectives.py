@@ -225,7 +225,7 @@ def not_worth_their_gpus(full: Plan, lean: Plan, full_symptoms: Iterable[Symptom
     if not isinstance(rest, int | float) or rest <= 0:
         return None
     ratio = service.after / rest
-    if ratio >= 1 + REPLICA_SHARE * (full.replicas - 1):
+    if ratio >= 1 + REPLICA_SHARE * (full.gpus_factor - 1):
         return None
     def met(found: Iterable[Symptom]) -> dict[str, bool | None]:
         return {s.kind: (None if s.after is None else s.after <= (s.objective or 0))
@@ -234,5 +234,5 @@ def not_worth_their_gpus(full: Plan, lean: Plan, full_symptoms: Iterable[Symptom
     if any(verdict is None or (verdict and not without.get(kind)) for kind, verdict in with_them.items()):
         return None
     return (f"not worth its GPUs: {number(full.replicas)} replicas serve {number(ratio)}{TIMES} the tokens a second of the "
-            f"plan's other changes on today's GPUs ({number(ratio / full.replicas)}{TIMES} per GPU), and meet no objective "
+            f"plan's other changes on today's GPUs ({number(ratio / full.gpus_factor)}{TIMES} per GPU), and meet no objective "
             "those leave missed")

@@ -156,11 +156,18 @@ class Plan:
     # Replicas the plan serves the load on (serving.replicas, set by scale_out): its service rate
     # then counts new GPUs, which a report says beside the gain (per GPU it is this many times less).
     replicas: float | None = None
+    today_replicas: float = 1.0    # serving.replicas today: the plan's GPUs are replicas / today_replicas times today's
+
+    @property
+    def gpus_factor(self) -> float:
+        return (self.replicas or self.today_replicas) / self.today_replicas
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"strategies": list(self.strategies), "expected": [g.to_dict() for g in self.expected]}
         if self.replicas is not None:
             out["replicas"] = self.replicas
+            if self.today_replicas != 1:
+                out["today_replicas"] = self.today_replicas
         return out
 
 
@@ -326,9 +333,11 @@ class WhatIf:
         if outcome.unevaluated is not None:
             return None
         replicas = merged.get("serving.replicas")
-        if not isinstance(replicas, int | float) or isinstance(replicas, bool) or replicas <= 1:
+        today = self.inputs.get("serving.replicas")
+        today = float(today) if isinstance(today, int | float) and not isinstance(today, bool) and today >= 1 else 1.0
+        if not isinstance(replicas, int | float) or isinstance(replicas, bool) or replicas <= today:
             return Plan(tuple(applied), outcome.gains)
-        return Plan(tuple(applied), outcome.gains, float(replicas))
+        return Plan(tuple(applied), outcome.gains, float(replicas), today)
 
 
 ARRIVALS = ("workload.arrival_rate_per_s", "workload.arrival_rate_peak_per_s")   # the load a scale-out splits
