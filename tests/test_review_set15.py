@@ -96,7 +96,8 @@ def test_d7_the_move_to_vllm_carries_vllms_own_advice(pack, run_cli):
     assert "S-CHUNKED-PREFILL" in script and "R-TGI-CANNOT-CHUNK" not in script
     assert ("the advice behind this script: what-if of workload.engine; left with today's engine (its own settings): "
             "serving.engine_version = 3.3.0 (tgi's)") in script
-    assert "re-estimated (today's measurements dropped): workload.itl_mean_ms" in script
+    assert "kept as measured: " in script and "workload.itl_p99_ms" in script.split("kept as measured: ", 1)[1]
+    assert "missed today: ITL p99 310 ms against a 80 ms objective" in script
     assert "on today's deployment moved to vLLM" in script
     assert "--gpu-memory-utilization" not in script          # TGI's fraction is in TGI's own denominator
     # what the user runs says the same

@@ -104,3 +104,12 @@ def test_d3_more_replicas_are_counted_from_todays(pack):
         assert scale is not None and scale.params["replicas"] > today
         if advice.plan is not None and advice.plan.replicas is not None:
             assert advice.plan.gpus_factor == advice.plan.replicas / today
+
+
+def test_d2_a_move_to_sglang_keeps_the_missed_itl_objective_and_its_lever(pack):
+    # the move dropped today's ITL measurements, and with them the missed 35 ms objective: the
+    # SGLang script had no chunk budget and said nothing
+    advice, _ = review_deployment(pack, DATA, "d2")
+    script = migrated_script(advice, DATA, "d2", "sglang")
+    assert "missed today: ITL p99 95 ms against a 35 ms objective" in script
+    assert _flag(script, "--chunked-prefill-size") is not None and "--enable-mixed-chunk" in script_flags(script)

@@ -301,7 +301,12 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                          f"{_first_flag(spec)}) are not known to exist there; upgrade the engine or leave "
                          "serving.engine_version out to get the script for the latest covered version")
     model = checked_model(facts.get("model.name"))
-    notes: list[str] = [f"the advice behind this script: {advice.restated.text()}"] if advice.restated else []
+    # the objectives the facts show missed, and where the whole advice leaves each, first: a script
+    # that cannot meet one says so (set 17 d2: an SGLang script silent on a 35 ms ITL objective)
+    notes: list[str] = [f"missed today: {s.text()}" for s in advice.symptoms
+                        if s.objective is not None and s.miss is not None and s.miss > 0]
+    if advice.restated:
+        notes.append(f"the advice behind this script: {advice.restated.text()}")
     if model is not None and "/" not in model:
         # a catalog key (kbopt collect --model llama-3-8b) names a shape, not a checkpoint to load
         notes.append(f"model.name {clean(model)!r} is neither a Hugging Face id (org/name) nor a path: run the "

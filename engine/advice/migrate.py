@@ -3,15 +3,15 @@
 A migration's script is the new engine's own advice (its levers, caps and chunk budget, sized on
 its memory rule) on today's model, GPUs and load, not the deployed engine's advice translated:
 TGI cannot chunk a Gemma 3, so its advice has no chunk budget, where vLLM's has one (set 15 d7).
-The move is a what-if of `workload.engine`, restated as a --set of the deployment is (restate.py):
-today's measurements the move would change are re-estimated with today's calibration."""
+The move is a what-if of `workload.engine` that keeps today's measurements: they describe the
+load, which moves with the deployment, and the new engine's model is calibrated to them."""
 from __future__ import annotations
 
 import dataclasses
 
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.model import Advice
-from kbopt.engine.advice.restate import Restated, restate
+from kbopt.engine.advice.restate import MEASURED_SECTIONS, Restated
 from kbopt.engine.pack.rule import Pack
 from kbopt.kb.engines import ENGINES
 from kbopt.kb.facts import Facts
@@ -27,7 +27,7 @@ ENGINE_OWN = ("serving.engine_version", "serving.memory_fraction", "serving.max_
 
 def advice_for(advice: Advice, engine: str, pack: Pack, evaluator: str) -> Advice:
     """`advice` itself where `engine` is the deployed one (or the facts name no covered engine);
-    else the advice again with `engine` serving today's load, saying what it kept and re-estimated."""
+    else the advice again with `engine` serving today's load, saying what it kept and left behind."""
     deployed = advice.facts.get("workload.engine")
     if deployed not in ENGINES or deployed == engine:
         return advice
@@ -36,12 +36,16 @@ def advice_for(advice: Advice, engine: str, pack: Pack, evaluator: str) -> Advic
     provenance = {path: prov for path, prov in today.provenance.items() if path not in ENGINE_OWN}
     values["workload.engine"] = engine
     provenance["workload.engine"] = Provenance("what-if", "user", note=f"--emit {engine}: the deployment moved to it")
-    facts, restated = restate(today, advice.derived, Facts(values=values, provenance=provenance), ("workload.engine",))
-    assert restated is not None            # workload.engine changed
+    # Today's measurements stay: they are the load's own evidence (a missed ITL objective, the
+    # queue), which the new engine's rules read and its model is calibrated to. Dropped as a --set
+    # of the deployment drops them, the move lost the very symptom its advice answers (set 17 d2:
+    # the SGLang script had no chunk budget and no word of the 35 ms objective it still missed).
     left = tuple(f"{path} = {today.values[path]} ({deployed}'s)" for path in ENGINE_OWN if path in today.values)
     earlier = advice.restated              # a --set what-if before the move: the header says both
-    carried = tuple(dict.fromkeys((earlier.carried if earlier else ()) + restated.carried))
-    restated = Restated(tuple(sorted({*(earlier.changed if earlier else ()), *restated.changed})),
-                        tuple(dict.fromkeys((earlier.re_estimated if earlier else ()) + restated.re_estimated)),
-                        carried, tuple(path for path in restated.kept if path not in carried), left, str(deployed))
-    return dataclasses.replace(advise(facts, pack, evaluator), restated=restated)
+    carried = earlier.carried if earlier else ()
+    kept = tuple(sorted(path for path, value in values.items() if path.startswith(MEASURED_SECTIONS)
+                        and isinstance(value, int | float) and not isinstance(value, bool) and path not in carried))
+    restated = Restated(tuple(sorted({*(earlier.changed if earlier else ()), "workload.engine"})),
+                        earlier.re_estimated if earlier else (), carried, kept, left, str(deployed))
+    moved = Facts(values=dict(sorted(values.items())), provenance=dict(sorted(provenance.items())))
+    return dataclasses.replace(advise(moved, pack, evaluator), restated=restated)
