@@ -113,3 +113,11 @@ def test_d2_a_move_to_sglang_keeps_the_missed_itl_objective_and_its_lever(pack):
     script = migrated_script(advice, DATA, "d2", "sglang")
     assert "missed today: ITL p99 95 ms against a 35 ms objective" in script
     assert _flag(script, "--chunked-prefill-size") is not None and "--enable-mixed-chunk" in script_flags(script)
+
+
+def test_d3_fp8_kv_on_an_mi300x_is_not_told_to_use_cuda_only_kernels(pack):
+    advice, _ = review_deployment(pack, DATA, "d3")
+    kv = next((s for s in advice.strategies if s.id == "kv_cache_quantization"), None)
+    if kv is not None:
+        text = " ".join(c.text for c in kv.caveats)
+        assert "(FlashInfer or FA3)" not in text and "CUDA only" in text
