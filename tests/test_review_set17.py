@@ -118,6 +118,13 @@ def test_d2_a_move_to_sglang_keeps_the_missed_itl_objective_and_its_lever(pack):
 def test_d3_fp8_kv_on_an_mi300x_is_not_told_to_use_cuda_only_kernels(pack):
     advice, _ = review_deployment(pack, DATA, "d3")
     kv = next((s for s in advice.strategies if s.id == "kv_cache_quantization"), None)
-    if kv is not None:
-        text = " ".join(c.text for c in kv.caveats)
-        assert "(FlashInfer or FA3)" not in text and "CUDA only" in text
+    assert kv is not None
+    text = " ".join(c.text for c in kv.caveats)
+    assert "(FlashInfer or FA3)" not in text and "CUDA only" in text
+
+
+def test_d2_the_served_model_name_travels_with_a_move(pack):
+    # clients ask for "gemma3": a server that does not answer to it returns 404 to every request
+    advice, _ = review_deployment(pack, DATA, "d2")
+    assert advice.facts.get("serving.served_model_name") == "gemma3"
+    assert "--served-model-name gemma3" in script_flags(migrated_script(advice, DATA, "d2", "sglang"))
