@@ -137,7 +137,7 @@ def test_emit_for_another_engine_carries_the_deployment_but_not_the_memory_fract
     """Moving engines keeps the layout and caps; a memory fraction is in the deployed engine's own
     denominator, so it is not copied (the advice's memory_budget converts one where it sets it)."""
     code, out, _ = run_cli("advise", "--facts", str(FACTS), "--set", "serving.memory_fraction=0.9", "--emit", "sglang")
-    assert code == 0 and "SGLang 0.5.0 (serving.engine_version not given" in out
+    assert code == 0 and "SGLang 0.5.1 (serving.engine_version not given" in out
     assert "--max-running-requests 128" in out and "--mem-fraction-static" not in out
     assert "left with today's engine (its own settings): serving.engine_version = 0.11.0 (vllm's), serving.memory_fraction = 0.9 (vllm's)" in out
 

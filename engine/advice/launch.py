@@ -296,7 +296,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     if target.below_floor:
         assert spec.floor is not None
         raise KboptError(f"serving.engine_version {version_text(target.version)} is below the oldest {spec.title} "
-                         f"version kbopt's profile covers ({version_text(spec.floor)}; flags read at "
+                         f"version kbopt's profile covers ({version_text(spec.floor)}; profiled for "
                          f"{', '.join(version_text(v) for v in spec.versions)}): the flags it would print (such as "
                          f"{_first_flag(spec)}) are not known to exist there; upgrade the engine or leave "
                          "serving.engine_version out to get the script for the latest covered version")
