@@ -128,3 +128,19 @@ def test_d2_the_served_model_name_travels_with_a_move(pack):
     advice, _ = review_deployment(pack, DATA, "d2")
     assert advice.facts.get("serving.served_model_name") == "gemma3"
     assert "--served-model-name gemma3" in script_flags(migrated_script(advice, DATA, "d2", "sglang"))
+
+
+def test_a_move_leaves_the_kv_blocks_todays_engine_measured(pack):
+    # vLLM's num_gpu_blocks is its memory rule's pool; SGLang sizes its own by its rule
+    from pathlib import Path
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.migrate import advice_for
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    data = Path(__file__).resolve().parent / "data" / DATA
+    facts = load_facts(next(data.glob("d2-*.json")), ["serving.num_gpu_blocks=4000", "serving.kv_block_size=16"])
+    advice = advise(facts, pack, available_evaluators()[0])
+    moved = advice_for(advice, "sglang", pack, available_evaluators()[0])
+    assert "serving.num_gpu_blocks" not in moved.facts
+    assert moved.restated is not None and "serving.num_gpu_blocks = 4000 (vllm's)" in moved.restated.left_behind

@@ -18,11 +18,12 @@ from kbopt.kb.facts import Facts
 from kbopt.kb.provenance import Provenance
 
 # Each engine's own: its version, a memory fraction in its own denominator (the profiles'
-# `deployed_only`), and its token budget, which means another thing in each (TGI's prefill-only batch,
-# TensorRT-LLM's step with chunking off): a move drops them, and the new engine's defaults stand
-# unless its advice sizes one (set 17 d6: TRT-LLM's 8,192 carried as vLLM's budget on an L4 reserved
-# 5 GiB of activations and asked for a second GPU).
-ENGINE_OWN = ("serving.engine_version", "serving.memory_fraction", "serving.max_num_batched_tokens")
+# `deployed_only`), its token budget, which means another thing in each (TGI's prefill-only batch,
+# TensorRT-LLM's step with chunking off), and the KV blocks its memory rule gave it (the new engine's
+# rule sizes its own pool): a move drops them, and the new engine's defaults stand unless its advice
+# sizes one (set 17 d6: TRT-LLM's 8,192 carried as vLLM's budget on an L4 reserved 5 GiB of
+# activations and asked for a second GPU).
+ENGINE_OWN = ("serving.engine_version", "serving.memory_fraction", "serving.max_num_batched_tokens", "serving.num_gpu_blocks")
 
 
 def advice_for(advice: Advice, engine: str, pack: Pack, evaluator: str) -> Advice:
