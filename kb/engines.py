@@ -258,6 +258,17 @@ class PromptLimit:
 
 
 @dataclass(frozen=True)
+class Checkpoints:
+    """What quantized weights the engine loads: whether it quantizes 16-bit weights to FP8 as it
+    loads, and the checkpoint formats it cannot read, with what it reads instead and how to make one."""
+    online_fp8: bool = True
+    unread: tuple[str, ...] = ()       # serving.quantization values whose checkpoints it does not read
+    reads: str = ""                    # what it reads instead
+    make: str = ""                     # how to make a checkpoint it reads
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class Engine:
     id: str
     title: str
@@ -280,6 +291,7 @@ class Engine:
     bounds: tuple[Bound, ...] = ()
     implied_caps: tuple[ImpliedCap, ...] = ()
     prompt_limit: PromptLimit | None = None
+    checkpoints: Checkpoints = Checkpoints()
     # facts any server of the engine has, stated by a launch command of it whatever the facts file
     # says (every covered engine batches continuously: a facts file's "static" is not this server)
     states: tuple[tuple[str, Any], ...] = ()
@@ -492,6 +504,8 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                     tuple(ImpliedCap(item["flag"], item["when"], int(item["value"]), item["source"])
                           for item in raw.get("implied_caps") or ()),
                     PromptLimit(**raw["prompt_limit"]) if raw.get("prompt_limit") else None,
+                    Checkpoints(**{**raw["checkpoints"], "unread": tuple(raw["checkpoints"].get("unread") or ())})
+                    if raw.get("checkpoints") else Checkpoints(),
                     tuple(sorted((raw.get("states") or {}).items())))
     if not set(engine.vendors) <= set(VENDORS):
         raise ValueError(f"{where}: vendors {list(engine.vendors)} are not among {list(VENDORS)}")

@@ -11,7 +11,7 @@ from kbopt.engine.advice.model import Advice, Firing, StrategyAdvice
 from kbopt.engine.advice.symptoms import AGREEMENT
 from kbopt.engine.advice.whatif import TIMES, Gain, Plan, label, number, relative_text
 from kbopt.engine.lang.text import fmt
-from kbopt.kb.engines import ENGINES, version_text
+from kbopt.kb.engines import ENGINES, engine_catalog, version_text
 
 
 def firings(advice: Advice) -> dict[str, Firing]:
@@ -93,8 +93,10 @@ def key_text(strategy: StrategyAdvice, facts: Mapping[str, object]) -> str:
     a change of dtype)."""
     if strategy.key == "quantization[fp16]" and facts.get("model.weight_dtype") == "bf16":
         return "quantization[bf16]"
-    if strategy.id == "continuous_batching" and strategy.status == "change" and (
-            facts.get("workload.batching") == "continuous" or facts.get("workload.engine") in ENGINES):
+    engine = facts.get("workload.engine")
+    batching = facts.get("workload.batching") or (
+        dict(engine_catalog().engines[engine].states).get("workload.batching") if engine in ENGINES else None)
+    if strategy.id == "continuous_batching" and strategy.status == "change" and batching == "continuous":
         # every covered engine batches continuously: what changes is its running cap (a newcomer
         # read "1. continuous_batching" for vLLM as kbopt not knowing the engine)
         return "continuous_batching (in place: its running cap changes)"

@@ -168,7 +168,8 @@ def _needs_checkpoint(engine: str, strategy: StrategyAdvice, facts: Mapping[str,
     variant = variant_of(strategy.key) or str(strategy.params.get("scheme") or "")
     params = strategy.params
     online = _sixteen_bit_checkpoint(facts) and (
-        (variant == "fp8" and engine != "trtllm" and params.get("method") not in ("nvfp4", "fp8_checkpoint"))
+        (variant == "fp8" and engine_catalog().engines[engine].checkpoints.online_fp8
+         and params.get("method") not in ("nvfp4", "fp8_checkpoint"))
         or (variant == "int8" and params.get("mode") == "weight_only" and engine in ("sglang", "tgi")))
     if online or variant in ("fp16", ""):
         return None
@@ -182,24 +183,23 @@ def _needs_checkpoint(engine: str, strategy: StrategyAdvice, facts: Mapping[str,
             f"flag for the new one")
 
 
-def _checkpoint_on_the_move(engine: str, spec: Engine, facts: Mapping[str, Any], moved_from: str | None) -> str | None:
+def _checkpoint_on_the_move(spec: Engine, facts: Mapping[str, Any], moved_from: str | None) -> str | None:
     """What today's quantization, kept, needs on the engine moved to: nothing where it reads today's
     checkpoint; a checkpoint made for it where today's engine quantizes 16-bit weights as it loads
     and it cannot (a newcomer's 2026-12 try: 141 GB of BF16 on 2x80 GB, silently), or where it cannot
     read today's format (set 17 d7: an AutoAWQ checkpoint on TensorRT-LLM loads unquantized)."""
     today = moved_from or facts.get("workload.engine") or "today's engine"
     quantization = facts.get("serving.quantization")
-    if quantization == "fp8" and _sixteen_bit_checkpoint(facts) and engine == "trtllm":
+    loads = spec.checkpoints
+    if quantization == "fp8" and _sixteen_bit_checkpoint(facts) and not loads.online_fp8:
         return (f"FP8 weights today come from {today} quantizing the 16-bit checkpoint as it loads, which {spec.title} "
                 f"does not: it needs {HOW_TO['fp8']}; then run this script with MODEL set to that checkpoint (until then "
                 "MODEL is today's 16-bit checkpoint, at twice the weight memory)")
-    if engine == "trtllm" and quantization in ("int4_awq", "int4_gptq"):
+    if quantization in loads.unread:
         return (f"today's checkpoint ({clean(facts.get('model.name') or 'model.name')}) is in the "
                 f"{str(quantization).removeprefix('int4_').upper()} INT4 format {today} reads, which {spec.title} "
-                "does not read: it loads ModelOpt (hf_quant_config.json), compressed-tensors, FP8 and MXFP4 checkpoints "
-                "(tensorrt_llm/_torch/model_config.py load_hf_quant_config), so this one would load unquantized. Make a "
-                "ModelOpt INT4 AWQ checkpoint (hf_ptq.py --qformat int4_awq) or use an FP8 one, and run the script with "
-                "MODEL set to it")
+                f"does not read: it loads {loads.reads} ({loads.source}), so this one would load unquantized. Make "
+                f"{loads.make}, and run the script with MODEL set to it")
     return None
 
 
@@ -367,7 +367,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
             params={"method": method, **{name: facts[path] for name, path in (("num_speculative_tokens", "serving.num_speculative_tokens"),
                                                                               ("draft_model", "model.draft_model")) if path in facts}},
             because=("today's command",), key=f"speculative_decoding[{method}]"))
-    if migrating and (note := _checkpoint_on_the_move(engine, spec, facts, moved_from)):
+    if migrating and (note := _checkpoint_on_the_move(spec, facts, moved_from)):
         notes.append(note)
     for strategy in in_place:
         if strategy.status == "keep":
