@@ -183,7 +183,6 @@ def throughput(seconds: float) -> None:
     from kbopt.engine.advice.advisor import advise
     from kbopt.engine.evaluators import available_evaluators, make_evaluator
     from kbopt.engine.pack.loader import load_pack
-    from kbopt.engine.pack.rule import HOT_AFTER
     from kbopt.gctuning import many_advices
     from kbopt.kb.facts import load_facts
 
@@ -194,7 +193,7 @@ def throughput(seconds: float) -> None:
           f"per CPU second of one core:")
     for name in available_evaluators()[::-1]:
         evaluator = make_evaluator(pack, name)
-        for f in facts[:HOT_AFTER]:     # in use: past the first advices, compiled (engine/lang/compiled.py)
+        for f in facts[:2]:     # in use: past the first advices, each rule's closures built
             advise(f, pack, name)
         evaluations = per_core(evaluator.run, values, seconds)
         whole = per_core(lambda f, name=name: advise(f, pack, name), facts, seconds)
@@ -209,7 +208,6 @@ def scaling(sizes: list[int], evaluations: int) -> None:
     from kbopt.engine.advice.advisor import advise
     from kbopt.engine.authoring.synthetic import random_telemetry, synthetic_pack
     from kbopt.engine.evaluators import available_evaluators, make_evaluator
-    from kbopt.engine.pack.rule import HOT_AFTER
     from kbopt.gctuning import many_advices
     from kbopt.kb.facts import facts_from_document
 
@@ -227,7 +225,7 @@ def scaling(sizes: list[int], evaluations: int) -> None:
         facts = [facts_from_document(document, "synthetic") for document in documents]
         row = []
         for name in available_evaluators()[::-1]:
-            for f in facts[:HOT_AFTER]:       # in use: past the first advices, compiled (engine/lang/compiled.py)
+            for f in facts[:2]:       # in use: past the first advices, each rule's closures built
                 advise(f, pack, name)
             start = time.process_time()
             for f in facts:

@@ -369,20 +369,3 @@ def test_a_rerun_on_a_chained_synthetic_pack_equals_a_whole_evaluation():
                 changed[path] = round(rng.random(), 3)
         expected, again = whole.run(changed), rerun.run(changed, earlier, touched)
         assert (again.fired, again.derived) == (expected.fired, expected.derived)
-
-
-def test_a_cold_pack_and_a_hot_one_give_the_same_advice(pack):
-    """A pack's first advices run closures, later ones generated functions (Pack.hot): the same
-    advice, on every example and on both evaluators."""
-    from kbopt.engine.evaluators import available_evaluators
-    from kbopt.engine.pack.rule import HOT_AFTER
-    from kbopt.kb.facts import load_facts
-    examples = [load_facts(p) for p in sorted((Path(__file__).parent.parent / "examples").glob("*.json"))]
-    for name in available_evaluators():
-        for facts in examples:
-            pack.artefacts["uses"] = 0
-            assert not pack.hot
-            cold = advise(facts, pack, name).to_dict()
-            pack.artefacts["uses"] = HOT_AFTER
-            assert pack.hot
-            assert advise(facts, pack, name).to_dict() == cold, facts.provenance

@@ -153,46 +153,8 @@ def test_render_substitutes_values():
         "telemetry.memory_used_ratio (0.93) > capacity_threshold=0.9"
 
 
-def test_every_derive_has_a_fast_path_that_agrees_with_the_closure_wherever_it_computes(pack):
-    # The fast path covers every built-in derive (a coalesce with an if-else inside included: before,
-    # 21 of them fell back to the closure, 6x slower an evaluation); where it returns a value, the
-    # closure returns the same one, on the facts of every example with each one in turn left out.
-    import random
-    from pathlib import Path
-
-    from kbopt.engine.advice.advisor import advise
-    from kbopt.engine.evaluators import available_evaluators
-    from kbopt.engine.lang.compiled import compile_chaining_value, compile_value
-    from kbopt.engine.pack.rule import Derive
-    from kbopt.kb.facts import load_facts
-    derives = [c.value for rule in pack.rules for c in rule.then if isinstance(c, Derive)]
-    fast = [compile_chaining_value(value) for value in derives]
-    assert None not in fast
-    exact = [compile_value(value) for value in derives]
-    root = Path(__file__).resolve().parents[1]
-    compared = 0
-    for example in sorted((root / "examples").glob("*.json")):
-        advice = advise(load_facts(example), pack, available_evaluators()[0])
-        full = {**{k: v for k, v in advice.facts.items()}, **advice.derived}
-        for drop in [None, *random.Random(example.name).sample(sorted(full), min(12, len(full)))]:
-            known = {k: v for k, v in full.items() if k != drop}
-
-            def lookup(path: str, known=known):     # as while chaining: a derived fact not derived is absent
-                if path in known:
-                    return KNOWN, known[path]
-                return (ABSENT, None) if path.startswith("derived.") else (MISSING, None)
-            for quick, closure in zip(fast, exact, strict=True):
-                try:
-                    value = quick(known)
-                except Exception:
-                    continue
-                assert closure(lookup) == value, (derives[fast.index(quick)], drop)
-                compared += 1
-    assert compared > 2000
-
-
 def test_ln_is_the_natural_logarithm_and_has_no_value_at_zero(pack):
-    from kbopt.engine.lang.compiled import compile_value
+    from kbopt.engine.evaluators.closures import compile_value
     from kbopt.engine.lang.logic import KNOWN, Missing
     vocabulary = load_vocabulary()
     value = compile_value(parse_value("ln(100 * workload.prompt_len_mean)", vocabulary, {}))

@@ -17,7 +17,6 @@ from kbopt.batch import advise_line
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.authoring.synthetic import random_telemetry, synthetic_pack
 from kbopt.engine.evaluators import available_evaluators
-from kbopt.engine.pack.rule import HOT_AFTER
 from kbopt.kb.facts import facts_from_document, load_facts
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.json"))
@@ -42,7 +41,6 @@ def test_an_advice_leaves_no_reference_cycles(pack, evaluator):
     rng = random.Random(3)
     for f in facts * 2:                # a pack in use: compiled, its kept results made
         advise(f, pack, evaluator)
-    assert pack.hot and len(facts) >= HOT_AFTER // 2
 
     def work():
         for f in facts:

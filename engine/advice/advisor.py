@@ -37,8 +37,8 @@ from kbopt.engine.advice.whatif import (
 )
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
+from kbopt.engine.evaluators.closures import compile_condition
 from kbopt.engine.lang import template
-from kbopt.engine.lang.compiled import compile_condition
 from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, evaluate, value_of
 from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.parse import parse_condition
@@ -115,7 +115,6 @@ class _Texts:
 
 
 def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
-    pack.used()
     inputs = facts.engine_values(pack.kb.vocabulary)
     derivation = make_evaluator(pack, evaluator).run(inputs)
     final = FinalFacts(pack, inputs, derivation)

@@ -17,8 +17,8 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple, assert_never
 
+from kbopt.engine.evaluators.closures import compile_condition, compile_value, plain_value
 from kbopt.engine.evaluators.derivation import Derivation
-from kbopt.engine.lang.compiled import compile_condition, compile_value, plain_value
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Lookup, Missing, evaluate, value_of
 from kbopt.engine.lang.nodes import Arith, Call, Const, Fact, IfElse, ListOf, Value, facts_of, unique_facts
 from kbopt.engine.lang.operators import FUNCTIONS

@@ -6,17 +6,9 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any, NamedTuple, assert_never
 
+from kbopt.engine.evaluators.closures import DERIVED_PREFIX, compile_condition
 from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.evaluators.reference import schedule_order
-from kbopt.engine.lang.compiled import (
-    FinalCheck,
-    Own,
-    compile_condition,
-    compile_final_check,
-    compile_final_decisions,
-    compile_final_own,
-    own_of,
-)
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, alternatives, evaluate, undecided_by
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
@@ -37,30 +29,35 @@ class Check(NamedTuple):
     against: str | None = None
 
 
+# A rule's own share of what leaves it undecided: the missing inputs it reads, and the unknown
+# derived facts it reads (in the order it reads them).
+Own = tuple[frozenset[str], tuple[str, ...]]
+
+
+def own_of(undecided: list[str]) -> Own:
+    """Undecided facts (undecided_by's) told apart: missing inputs, unknown derived facts."""
+    missing: list[str] = []
+    unknown: list[str] = []
+    for path in undecided:
+        (unknown if path.startswith(DERIVED_PREFIX) else missing).append(path)
+    return frozenset(missing), tuple(dict.fromkeys(unknown))
+
+
 class _Compiled:
-    """What explaining a rule uses, made once per pack, each part when first used. On a cold pack
-    (a single `kbopt advise`), where each is used once, a part is the tree walk itself
-    (engine/lang/logic.py, which the compiled forms are tested against): building closures
-    for every rule of a 1,000-rule pack cost more than walking each condition once."""
+    """What explaining a rule uses, made once per pack. Its condition is decided by the tree walk
+    (engine/lang/logic.py) on the final facts: an advice decides each rule once, and building
+    closures for every rule of a pack cost more than walking each condition once."""
 
-    def __init__(self, rule: Rule, hot: bool) -> None:
-        self.rule, self.hot = rule, hot
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
 
-    @cached_property
-    def check(self) -> FinalCheck:
+    def check(self, known: dict[str, Any], status: dict[str, str]) -> bool | None:
         """Its fire condition on the final facts (known, statuses)."""
-        condition = self.rule.fire_condition
-        if self.hot:
-            return compile_final_check(condition)
-        return lambda known, status: evaluate(condition, final_lookup(known, status))
+        return evaluate(self.rule.fire_condition, final_lookup(known, status))
 
-    @cached_property
-    def own(self) -> Callable[[dict[str, Any], dict[str, str]], Own]:
+    def own(self, known: dict[str, Any], status: dict[str, str]) -> Own:
         """The facts that leave it undecided, told apart."""
-        condition = self.rule.fire_condition
-        if self.hot:
-            return compile_final_own(condition)
-        return lambda known, status: own_of(undecided_by(condition, final_lookup(known, status)))
+        return own_of(undecided_by(self.rule.fire_condition, final_lookup(known, status)))
 
     @cached_property
     def witnesses(self) -> Witnesses:
@@ -120,8 +117,7 @@ class FinalFacts:
         self.known = {**inputs, **self.derived}        # one dict read per lookup (the two never share a path)
         self.fired = set(derivation.fired)
         self.rules = pack.by_id()
-        hot = pack.hot
-        self.compiled = pack.tier_memo("explain", lambda: {rule.id: _Compiled(rule, hot) for rule in pack.rules})
+        self.compiled = pack.memo("explain", lambda: {rule.id: _Compiled(rule) for rule in pack.rules})
         self.status: dict[str, str] = {}
         # A Lookup (status, value) over the two dicts alone: what an advice's texts keep of this.
         self.lookup: Lookup = final_lookup(self.known, self.status)
@@ -129,8 +125,6 @@ class FinalFacts:
         self._producers: dict[str, tuple[str, ...]] = {}
         self._by_path: dict[str, frozenset[str]] = {}
         self._decision: dict[str, bool | None] = {}
-        self._decided: dict[str, bool | None] | None = None     # every unfired rule's, on a hot pack
-        self._decided_owns: list[tuple[str, frozenset[str], tuple[str, ...]]] | None = None   # with them: (rule, *Own)
         self._reachable: dict[str, frozenset[str]] = {}
         status, known, fired, compiled = self.status, self.known, self.fired, self.compiled
         order, position, readers = pack.memo("absent order", lambda: absent_order(pack))
@@ -166,28 +160,16 @@ class FinalFacts:
         its result is kept per pack under exactly that, once it comes back (engine/pack/kept.py):
         replicas of one deployment, or the lines of a batch, mostly lack the same facts, and all
         but the first two skip the walk (and take the same tuple)."""
-        decided = self._decisions()
-        # On a hot pack the decisions came with each undecided rule, in pack order, and its own
-        # facts (the same Own); a cold pack decides each rule on its own.
-        owns = self._decided_owns
-        undecided: list[Rule] | None = None
-        if owns is None:
-            for rule in self.pack.rules:
-                if rule.id not in self.fired:
-                    self.decision(rule.id)
-            # A rule that fired held: absent from the decisions, it is not among the undecided.
-            undecided = [rule for rule in self.pack.rules if decided.get(rule.id, False) is None]
-            key: tuple[object, ...] = tuple((rule.id, *self._own(rule.id)) for rule in undecided)
-        else:
-            key = tuple(owns)
+        for rule in self.pack.rules:
+            if rule.id not in self.fired:
+                self.decision(rule.id)
+        # A rule that fired held: absent from the decisions, it is not among the undecided.
+        undecided = [rule for rule in self.pack.rules if self._decision.get(rule.id, False) is None]
+        key: tuple[object, ...] = tuple((rule.id, *self._own(rule.id)) for rule in undecided)
         walks: Kept[tuple[object, ...], tuple[NotEvaluated, ...]] = self.pack.memo(
             "not-evaluated walks", lambda: Kept(WALKS_KEPT))
         found = walks.get(key)
         if found is None:
-            if owns is not None:
-                undecided = [self.rules[rule_id] for rule_id, _, _ in owns]
-                self._owns.update((rule_id, (missing, unknown)) for rule_id, missing, unknown in owns)
-            assert undecided is not None
             found = tuple(NotEvaluated(rule.id, rule.title, missing)
                           for rule, missing in zip(undecided, self._walk(undecided), strict=True))
             walks.offer(key, found)
@@ -264,23 +246,10 @@ class FinalFacts:
 
     def decision(self, rule_id: str) -> bool | None:
         """The rule's condition on the final facts: True, False, or None (not evaluated)."""
-        decided = self._decisions()
+        decided = self._decision
         if rule_id not in decided:
             decided[rule_id] = self.compiled[rule_id].check(self.known, self.status)
         return decided[rule_id]
-
-    def _decisions(self) -> dict[str, bool | None]:
-        """The decisions made so far, by rule: on a hot pack every rule that did not fire, decided
-        at once by one generated function (a rule that fired is absent: it held)."""
-        if self._decided is None:
-            if not self.pack.hot:
-                return self._decision
-            decide = self.pack.memo("decisions", lambda: compile_final_decisions(
-                [(rule.id, rule.fire_condition) for rule in self.pack.rules]))
-            self._decided, self._decided_owns = decide(self.known, self.status, self.fired)
-            self._decided.update(self._decision)
-            self._decision = self._decided
-        return self._decided
 
     def _undecided(self, rule_id: str) -> bool:
         return self.decision(rule_id) is None

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kbopt.engine.advice.explain import FinalFacts, NotEvaluated
-from kbopt.engine.lang.compiled import compile_condition
+from kbopt.engine.evaluators.closures import compile_condition
 from kbopt.engine.lang.parse import parse_condition
 from kbopt.engine.pack.rule import Pack, Recommend, Reject, Rule, Warn
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from kbopt.engine.lang.compiled import Acceptance, Compute, FastCompute, compile_chaining_value, compile_value
+from kbopt.engine.evaluators.closures import Acceptance, Compute, compile_value
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Missing
 from kbopt.engine.lang.nodes import Value, unique_facts
 from kbopt.engine.lang.parse import MAX_EXACT
@@ -24,33 +24,25 @@ class Derivation(NamedTuple):         # a NamedTuple: made once an evaluation, a
     derived: dict[str, tuple[Any, str]]
 
 
-_UNSET = object()
-
-
 @dataclass(frozen=True)
 class Conclusion:
-    """A derive conclusion compiled once per pack: its value expression as the chaining fast
-    path (or None) and the exact closure (engine/lang/compiled.py says how they relate), and a
-    quick test of the value's type (value_problem says why one fails)."""
+    """A derive conclusion compiled once per pack: its value expression as a closure, and a quick
+    test of the value's type (value_problem says why one fails)."""
     derive: Derive
-    fast: FastCompute | None
     compute: Compute
     acceptance: Acceptance
     accepts: Callable[[Any], bool]        # acceptance.test()
 
 
 def conclusions(pack: Pack) -> dict[str, tuple[Conclusion, ...]]:
-    """Each rule's derive conclusions, compiled once per pack and tier (the fast path only hot)."""
-    hot = pack.hot
-
+    """Each rule's derive conclusions, compiled once per pack."""
     def build() -> dict[str, tuple[Conclusion, ...]]:
         vocabulary = pack.kb.vocabulary
         def conclusion(derive: Derive) -> Conclusion:
             accepted = acceptance(vocabulary, derive.path)
-            return Conclusion(derive, compile_chaining_value(derive.value) if hot else None, compile_value(derive.value),
-                              accepted, accepted.test())
+            return Conclusion(derive, compile_value(derive.value), accepted, accepted.test())
         return {rule.id: tuple(conclusion(c) for c in rule.then if isinstance(c, Derive)) for rule in pack.rules}
-    return pack.tier_memo("conclusions", build)
+    return pack.memo("conclusions", build)
 
 
 def acceptance(vocabulary: Vocabulary, path: str) -> Acceptance:
@@ -74,7 +66,7 @@ class DerivedFacts:
         self.order = pack.order          # rule id -> position in the pack, for stable messages
         self.values: dict[str, tuple[Any, str]] = {}
         self.pack = pack
-        # the pack's conclusions, fetched by the first conclude(): a hot pack's chain derives by itself
+        # the pack's conclusions, fetched by the first conclude()
         self._conclusions: dict[str, tuple[Conclusion, ...]] | None = None
         # Inputs and derived values in one dict: the lookup below is the evaluators' hottest call.
         self.known: dict[str, Any] = dict(inputs)
@@ -98,17 +90,9 @@ class DerivedFacts:
         if concluded is None:
             concluded = self._conclusions = conclusions(self.pack)
         for compiled in concluded[rule.id]:
-            conclusion, fast = compiled.derive, compiled.fast
-            if fast is not None:
-                try:
-                    value = fast(self.known)
-                except Exception:      # the exact closure below says what went wrong, or raises it
-                    value = _UNSET
-            else:
-                value = _UNSET
+            conclusion = compiled.derive
             try:
-                if value is _UNSET:
-                    value = compiled.compute(self.lookup)
+                value = compiled.compute(self.lookup)
             except Missing as missing:
                 raise EvaluationError(f"rule {rule.id} ({rule.location}) fired but cannot compute "
                                       f"{conclusion.path}: needs {', '.join(missing.paths)}") from None

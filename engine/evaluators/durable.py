@@ -31,9 +31,8 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple, NoReturn, TypeAlias, TypedDict, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
-from kbopt.engine.evaluators.reference import fast_derives, schedule
 from kbopt.engine.evaluators.reference import reads as all_reads
-from kbopt.engine.lang.compiled import Firing, compile_firings
+from kbopt.engine.evaluators.reference import schedule
 from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
@@ -423,10 +422,7 @@ class DurableEvaluator:
         # value then replaces it, as it does in the reference's known facts and in the final facts.
         fragments = {path: self._fragment(path, values[path]) for path in self.read & values.keys()}
         present = fragments.keys()
-        # A hot pack derives a fired rule's facts by generated code (compile_firings), as the
-        # reference's chain does; a cold one by conclude. Rules that derive nothing have no firing.
-        firings = self._firings() if self.pack.hot else None
-        known, derived_values, conclude = derived.known, derived.values, derived.conclude
+        derived_values, conclude = derived.values, derived.conclude
         stopped: EvaluationError | None = None     # a fired rule that could not derive its facts
         try:
             for rulesets in self.rulesets:
@@ -453,10 +449,7 @@ class DurableEvaluator:
                             if rule_id is None or rule_id in fired:
                                 continue
                             fired.add(rule_id)
-                            if firings is None:
-                                conclude(self.rules[rule_id])
-                            elif (firing := firings.get(rule_id)) is not None:
-                                firing(known, derived_values, conclude)
+                            conclude(self.rules[rule_id])
                             for path in self.feeds.get(rule_id, ()):
                                 # set now (a fact another rule derived earlier is in fragments already)
                                 if (path not in fragments or path in values) and (credit := derived_values.get(path)) is not None:
@@ -472,13 +465,6 @@ class DurableEvaluator:
         if stopped is not None:
             _say_as_the_reference(self.pack, values, stopped)
         return finish(self.pack, fired, derived)
-
-    def _firings(self) -> dict[str, Firing]:
-        """Each deriving rule's generated firing, compiled once the pack is hot."""
-        def build() -> dict[str, Firing]:
-            derives = fast_derives(self.pack)
-            return compile_firings([(rule.id, rule, derives(rule)) for rule in self.pack.rules])
-        return self.pack.tier_memo("durable firings", build)
 
     def _clear(self, asserted: list[tuple[int, str]], failed: int | None) -> None:
         """Leave every session empty for the next evaluation: retract the facts asserted into it

@@ -10,14 +10,12 @@ changes. Only rules that feed each other in a cycle are re-checked, among themse
 """
 from __future__ import annotations
 
-import functools
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, conclusions, credit_plan, finish
-from kbopt.engine.lang.compiled import ChainingCheck, ChainRunner, ChainStep, CycleRunner, FastDerive, compile_chain
+from kbopt.engine.evaluators.closures import ChainingCheck, compile_chaining_check
+from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, credit_plan, finish
 from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.kept import Kept
@@ -28,17 +26,20 @@ Schedule = tuple[tuple[tuple[Rule, ChainingCheck], ...], ...]
 
 @dataclass(frozen=True)
 class Chain:
-    """A schedule ready to run: its rules with their compiled checks (a cold pack), or the whole
-    schedule as one generated function (compile_chain; a hot pack), which fires the same rules in
-    the same order."""
-    schedule: Schedule                   # empty where generated
-    generated: ChainRunner | None
+    """A schedule ready to run: its rules, component by component, with their compiled checks."""
+    schedule: Schedule
 
     def run(self, derived: DerivedFacts, fired: set[str]) -> None:
-        if self.generated is not None:
-            self.generated(derived.known, derived.values, fired, derived.conclude)
-        else:
-            _chain(self.schedule, derived, fired)
+        """Fire every scheduled rule whose condition holds, in order; a cycle's rules until none fires."""
+        known = derived.known
+        for component in self.schedule:
+            if len(component) == 1:          # most rules: checked once, after everything they read
+                rule, check = component[0]
+                if check(known) is True and rule.id not in fired:
+                    fired.add(rule.id)
+                    derived.conclude(rule)
+                continue
+            _cycle(known, fired, derived.conclude, component)
 
 
 def schedule(pack: Pack) -> tuple[tuple[Rule, ...], ...]:
@@ -79,33 +80,13 @@ class ReferenceEvaluator:
 
     def __init__(self, pack: Pack):
         self.pack = pack
-        # Conditions run compiled, not as tree walks: each rule's check on a cold pack, one generated chain on a hot one.
-        self.chains: dict[bool, Chain] = {}
+        self.chain = make_chain(pack)      # conditions run as closures, not as tree walks
 
     def run(self, values: dict[str, Any]) -> Derivation:
-        hot = self.pack.hot
-        chain = self.chains.get(hot)
-        if chain is None:
-            chain = self.chains[hot] = make_chain(self.pack)
-            if hot:
-                self.chains.pop(False, None)        # hot stays hot (Pack.used)
         derived = DerivedFacts(values, self.pack)
         fired: set[str] = set()
-        chain.run(derived, fired)
+        self.chain.run(derived, fired)
         return finish(self.pack, fired, derived)
-
-
-def _chain(schedule: Schedule, derived: DerivedFacts, fired: set[str]) -> None:
-    """Fire every scheduled rule whose condition holds, in order; a cycle's rules until none fires."""
-    known = derived.known
-    for component in schedule:
-        if len(component) == 1:          # most rules: checked once, after everything they read
-            rule, check = component[0]
-            if check(known) is True and rule.id not in fired:
-                fired.add(rule.id)
-                derived.conclude(rule)
-            continue
-        _cycle(known, fired, derived.conclude, component)
 
 
 def _cycle(known: dict[str, Any], fired: set[str], conclude: Callable[[Rule], Any],
@@ -153,19 +134,16 @@ class Rerun:
         self.consumers = consumers
         self.relevant = upstream(pack, wanted) if wanted is not None else frozenset(pack.order)
         self._downstream: dict[frozenset[str], frozenset[str]] = {}
-        self._chains: dict[tuple[frozenset[str], bool], Chain] = {}
+        self._chains: dict[frozenset[str], Chain] = {}
         self._derived: dict[frozenset[str], frozenset[str]] = {}
         self._takes: Kept[tuple[tuple[str, ...], frozenset[str]],
                           tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = Kept(TAKES_KEPT)
 
     def chain(self, changed: frozenset[str]) -> Chain:
-        """The schedule of the rules downstream of `changed`, kept per fact set and tier."""
-        key = (changed, self.pack.hot)
-        chain = self._chains.get(key)
+        """The schedule of the rules downstream of `changed`, kept per fact set."""
+        chain = self._chains.get(changed)
         if chain is None:
-            chain = self._chains[key] = make_chain(self.pack, self.downstream(changed))
-            if self.pack.hot:
-                self._chains.pop((changed, False), None)        # hot stays hot (Pack.used)
+            chain = self._chains[changed] = make_chain(self.pack, self.downstream(changed))
         return chain
 
     def downstream(self, changed: frozenset[str]) -> frozenset[str]:
@@ -242,54 +220,15 @@ def upstream(pack: Pack, wanted: frozenset[str]) -> frozenset[str]:
     return frozenset(found)
 
 
-def make_evaluator_schedule(pack: Pack, only: frozenset[str] | None = None) -> Schedule:
-    """The pack's schedule with each rule's chaining check (of the pack's tier); only some rules'."""
-    components = scheduled(pack)
-    picked = (tuple(rule for rule in component if only is None or rule.id in only) for component in components)
-    return tuple(tuple((rule, pack.chaining_check(rule.id)) for rule in component) for component in picked if component)
+def chaining_check(pack: Pack, rule: Rule) -> ChainingCheck:
+    """The rule's fire condition as the evaluators test it while chaining, compiled once per pack."""
+    return pack.memo(f"chaining:{rule.id}", lambda: compile_chaining_check(rule.fire_condition))
 
 
 def make_chain(pack: Pack, only: frozenset[str] | None = None) -> Chain:
-    """The pack's schedule (only some rules') ready to run: with each rule's compiled check on a
-    cold pack, as one generated function once it is hot (where only a cycle's rules need their
-    own checks: the others' conditions are inline)."""
-    if not pack.hot:
-        return Chain(make_evaluator_schedule(pack, only), None)
-    derives = fast_derives(pack)
-
-    def step(rule: Rule) -> ChainStep:
-        return rule.id, rule, rule.fire_condition, derives(rule)
-    components = (tuple(rule for rule in component if only is None or rule.id in only)
-                  for component in scheduled(pack))
-    steps: list[ChainStep | CycleRunner] = [
-        step(component[0]) if len(component) == 1
-        else functools.partial(_cycle, component=tuple((rule, pack.chaining_check(rule.id)) for rule in component))
-        for component in components if component]
-    return Chain((), compile_chain(steps))
-
-
-def fast_derives(pack: Pack) -> Callable[[Rule], tuple[FastDerive, ...]]:
-    """What a rule of a hot pack derives, as generated code takes it (compile_chain, compile_firings).
-
-    Generated code sets each fact as its fast path computes it, and where a later one falls
-    short, derives them all again exactly (conclude), over the facts it set: the same values,
-    unless an expression of the rule reads a fact the rule derives. Such a rule (rare, and
-    order-dependent: each expression sees the facts derived before it) goes without fast paths,
-    its facts all derived by conclude, in order, as on a cold pack."""
-    derives, derivations = conclusions(pack), derivation_counts(pack)
-
-    def of(rule: Rule) -> tuple[FastDerive, ...]:
-        own = derives[rule.id]
-        made = {c.derive.path for c in own}
-        reads_own = any(path in made for c in own for path in facts_of(c.derive.value))
-        return tuple((c.derive.path, None if reads_own else c.fast, c.acceptance, c.derive.value,
-                      derivations[c.derive.path] == 1) for c in own)
-    return of
-
-
-def derivation_counts(pack: Pack) -> Counter[str]:
-    """How many derive conclusions of the pack's rules set each derived fact."""
-    return pack.memo("derivation counts", lambda: Counter(c.path for rule in pack.rules for c in rule.then if isinstance(c, Derive)))
+    """The pack's schedule (only some rules') with each rule's chaining check, ready to run."""
+    picked = (tuple(rule for rule in component if only is None or rule.id in only) for component in scheduled(pack))
+    return Chain(tuple(tuple((rule, chaining_check(pack, rule)) for rule in component) for component in picked if component))
 
 
 def rerun_of(pack: Pack) -> Rerun:

@@ -6,16 +6,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
-from kbopt.engine.lang.compiled import (
-    ChainingCheck,
-    compile_chaining_check,
-)
 from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules are read by layer)
 from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
 
 PERSISTENT = "persist:"       # Pack.artefacts keys that the compiled-pack cache keeps
-HOT_AFTER = 2                 # advices with a pack before its conditions are compiled to generated Python
-COLD_TIER = "cold tier"       # Pack.artefacts key of what a pack compiled while not yet hot (Pack.tier_memo)
 
 
 def candidate_key(strategy: str, variant: str | None = None) -> str:
@@ -190,38 +184,6 @@ class Pack:
     def __getstate__(self) -> dict[str, object]:
         kept = {key: value for key, value in self.artefacts.items() if key.startswith(PERSISTENT)}
         return {**self.__dict__, "artefacts": kept}
-
-    @property
-    def hot(self) -> bool:
-        """Whether the pack has advised often enough to compile its conditions to generated
-        Python (engine/lang/compiled.py says why not at once)."""
-        return self.artefacts.get("uses", 0) >= HOT_AFTER   # type: ignore[operator]  # only used() writes it
-
-    def used(self) -> None:
-        """Count one advice given with the pack."""
-        uses = self.artefacts.get("uses", 0) + 1   # type: ignore[operator]  # only this method writes it
-        self.artefacts["uses"] = uses
-        if uses == HOT_AFTER:
-            # Hot stays hot: what the cold tier compiled is not used again. Let go, it no longer
-            # weighs on every full garbage collection (an eighth of what one walked with a
-            # 2,000-rule pack).
-            self.artefacts.pop(COLD_TIER, None)
-
-    def tier_memo(self, key: str, build: Callable[[], T]) -> T:
-        """`memo`, for what the pack compiles one way cold and another hot (Pack.hot): a cold
-        pack's is kept apart, and let go once the pack turns hot."""
-        if self.hot:
-            return self.memo(key + ":hot", build)
-        cold: dict[str, object] = self.artefacts.setdefault(COLD_TIER, {})   # type: ignore[assignment]  # only this method writes it
-        if key not in cold:
-            cold[key] = build()
-        return cold[key]  # type: ignore[return-value]  # the same key always holds what build() made
-
-    def chaining_check(self, rule_id: str) -> ChainingCheck:
-        """The rule's fire condition as the evaluators test it while chaining, once per pack, per tier."""
-        hot = self.hot
-        return self.tier_memo(f"chaining:{rule_id}",
-                              lambda: compile_chaining_check(self.by_id()[rule_id].fire_condition, hot))
 
     def memo(self, key: str, build: Callable[[], T]) -> T:
         """What `build` makes from the pack alone (a parsed catalog expression), made once per pack."""
