@@ -286,3 +286,20 @@ def test_d6_a_chunk_budget_is_judged_beside_the_prefix_cache_the_plan_turns_on(p
     assert all(r.id != "chunked_prefill" for r in advice.rejected)
     argv = script_flags(script).split()
     assert int(argv[argv.index("--max_num_tokens") + 1]) < 8192
+
+
+def test_d7_a_tensorrt_llm_cap_says_what_its_default_admission_reserves(pack):
+    # TensorRT-LLM's GUARANTEED_NO_EVICT starts a request once the pool holds its prompt and its whole
+    # max_tokens (base_worker.py _deduce_max_tokens: max_seq_len minus the prompt where none is sent).
+    # Raised to 392 at the mean full length (2,000 tokens) of a 784,208-token pool, about 200 would run
+    # at 800 + 3,000 reserved; the caveat says so, and a stated limit sizes the cap on it.
+    advice, _ = review_deployment(pack, DATA, "d7")
+    budget = strategy_of(advice, "memory_budget")
+    assert budget is not None and budget.params["max_num_seqs"] == 392
+    assert advice.derived["derived.max_batch_reserved"] == 784208 // 3800 == 206
+    assert any("about 206 run at once" in c.text and c.rule == "C-TRTLLM-ADMISSION-RESERVES" for c in budget.caveats)
+    stated = _facts_only(pack, "d7", "workload.max_tokens_mean=3000", "serving.max_num_seqs=32")
+    assert stated.derived["derived.kv_reserved_tokens"] == 3800
+    # without today's --max_num_tokens 4096 the pool reads smaller (8,192 tokens of activations)
+    assert strategy_of(stated, "memory_budget").params["max_num_seqs"] == stated.derived["derived.kv_pool_tokens"] // 3800 == 199
+    assert not any(c.rule == "C-TRTLLM-ADMISSION-RESERVES" for c in strategy_of(stated, "memory_budget").caveats)
