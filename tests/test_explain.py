@@ -558,3 +558,70 @@ def test_a_kept_result_is_kept_from_its_key_s_second_time_and_within_its_bound()
     assert kept.get("e") is None
     kept.offer("e", 5)
     assert kept.get("e") == 5
+
+
+def _naive_undecided_by(node, lookup):
+    """undecided_by as first written: each node evaluated again at every level of the walk."""
+    from kbopt.engine.lang.logic import MISSING, UNKNOWN, evaluate
+    from kbopt.engine.lang.nodes import And, Not, Or, facts_of
+    if evaluate(node, lookup) is not None:
+        return []
+    if isinstance(node, (And, Or)):
+        return [p for item in node.items for p in _naive_undecided_by(item, lookup)]
+    if isinstance(node, Not):
+        return _naive_undecided_by(node.item, lookup)
+    return [p for p in facts_of(node) if lookup(p)[0] in (MISSING, UNKNOWN)]
+
+
+def _naive_alternatives(node, lookup):
+    """alternatives as first written (the definition the one-walk version must keep)."""
+    from kbopt.engine.lang.logic import MOST_ALTERNATIVES, evaluate
+    from kbopt.engine.lang.nodes import And, Not, Or
+    if evaluate(node, lookup) is not None:
+        return []
+    if isinstance(node, Or):
+        ways = [way for item in node.items for way in _naive_alternatives(item, lookup)]
+    elif isinstance(node, And):
+        ways = [frozenset()]
+        for item in node.items:
+            parts = _naive_alternatives(item, lookup)
+            if parts:
+                ways = [way | part for way in ways for part in parts]
+            if len(ways) > MOST_ALTERNATIVES:
+                break
+    elif isinstance(node, Not):
+        ways = _naive_alternatives(node.item, lookup)
+    else:
+        ways = [frozenset(_naive_undecided_by(node, lookup))]
+    if len(ways) > MOST_ALTERNATIVES:
+        return [frozenset(_naive_undecided_by(node, lookup))]
+    unique = list(dict.fromkeys(ways))
+    return [way for way in unique if not any(other < way for other in unique)]
+
+
+def test_undecided_facts_and_alternatives_in_one_walk_are_those_of_the_definition(pack):
+    """undecided_by and alternatives walk a condition once (each node evaluated once, where the
+    definition evaluated every subtree again at each level, quadratic in its depth): on every
+    built-in condition and random statuses, the same facts in the same order, and the same ways."""
+    from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, alternatives, undecided_by
+    from kbopt.engine.lang.nodes import facts_of
+    rng = random.Random(7)
+    compared = undecided = 0
+    for condition in [rule.fire_condition for rule in pack.rules] + [rule.when for rule in pack.rules]:
+        paths = sorted(set(facts_of(condition)))
+        for _ in range(30):
+            table = {}
+            for path in paths:
+                status = rng.choice([KNOWN, KNOWN, MISSING, MISSING, ABSENT, UNKNOWN])
+                table[path] = (status, rng.choice([0, 0.5, 1, 64, 4096, True, "fp8", "vllm", ["fp8"]]) if status == KNOWN else None)
+
+            def lookup(path, table=table):
+                return table[path]
+            try:
+                expected = _naive_undecided_by(condition, lookup), _naive_alternatives(condition, lookup)
+            except TypeError:
+                continue            # a value of the wrong type for its fact: the tree walk fails too
+            assert (undecided_by(condition, lookup), alternatives(condition, lookup)) == expected, (condition, table)
+            compared += 1
+            undecided += bool(expected[0])
+    assert compared > 5000 and undecided > 1000

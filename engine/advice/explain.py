@@ -9,7 +9,7 @@ from typing import Any, NamedTuple, assert_never
 from kbopt.engine.evaluators.closures import DERIVED_PREFIX, compile_condition
 from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.evaluators.reference import schedule_order
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, alternatives, undecided_by
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, undecided_ways
 from kbopt.engine.lang.nodes import And, Cmp, Condition, Const, Contains, Fact, Known, Needs, Not, OneOf, Or, facts_of
 from kbopt.engine.lang.text import render
 from kbopt.engine.pack.graph import strongly_connected
@@ -59,9 +59,10 @@ class _Compiled:
         """Its fire condition on the final facts (known, statuses)."""
         return self._check(final_lookup(known, status))
 
-    def own(self, known: dict[str, Any], status: dict[str, str]) -> Own:
-        """The facts that leave it undecided, told apart."""
-        return own_of(undecided_by(self.rule.fire_condition, final_lookup(known, status)))
+    def own(self, known: dict[str, Any], status: dict[str, str]) -> tuple[Own, list[frozenset[str]]]:
+        """The facts that leave it undecided, told apart, and the ways to decide it (alternatives)."""
+        facts, ways = undecided_ways(self.rule.fire_condition, final_lookup(known, status))
+        return own_of(facts), ways
 
     @cached_property
     def witnesses(self) -> Witnesses:
@@ -126,6 +127,7 @@ class FinalFacts:
         # A Lookup (status, value) over the two dicts alone: what an advice's texts keep of this.
         self.lookup: Lookup = final_lookup(self.known, self.status)
         self._owns: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._ways: dict[str, list[frozenset[str]]] = {}      # each undecided rule's, with its own facts
         self._producers: dict[str, tuple[str, ...]] = {}
         self._by_path: dict[str, frozenset[str]] = {}
         self._decision: dict[str, bool | None] = {}
@@ -187,7 +189,8 @@ class FinalFacts:
         out = []
         for item in waiting:
             ways: list[frozenset[str]] = []
-            for way in alternatives(self.rules[item.rule].fire_condition, self.lookup):
+            self._own(item.rule)          # its ways come with its own facts
+            for way in self._ways[item.rule]:
                 facts: set[str] = set()
                 for path in way:
                     if path.startswith("derived."):
@@ -225,7 +228,8 @@ class FinalFacts:
         """The missing inputs `rule_id` reads itself, and the unknown derived facts it reads."""
         own = self._owns.get(rule_id)
         if own is None:
-            own = self._owns[rule_id] = self.compiled[rule_id].own(self.known, self.status)
+            own, self._ways[rule_id] = self.compiled[rule_id].own(self.known, self.status)
+            self._owns[rule_id] = own
         return own
 
     def _waited_on(self, path: str) -> tuple[str, ...]:

@@ -100,15 +100,24 @@ def evaluate(node: Condition, lookup: Lookup) -> bool | None:
 def undecided_by(node: Condition, lookup: Lookup) -> list[str]:
     """The facts that leave `node` unknown: those in the leaves that evaluate to None, skipping
     branches already decided (so `missing(x) or x == false` does not ask for x when x is missing)."""
-    if evaluate(node, lookup) is not None:
-        return []
+    return _undecided(node, lookup)[1]
+
+
+def _undecided(node: Condition, lookup: Lookup) -> tuple[bool | None, list[str]]:
+    """`node`'s value and, where it is None, the facts that leave it so: one walk, each node
+    evaluated once (a decided item contributes nothing, so an undecided and/or concatenates its
+    items' facts in order)."""
     match node:
         case And(items=items) | Or(items=items):
-            return [p for item in items for p in undecided_by(item, lookup)]
+            parts = [_undecided(item, lookup) for item in items]
+            value = (_ALL if isinstance(node, And) else _ANY)([v for v, _ in parts])
+            return value, ([] if value is not None else [p for _, facts in parts for p in facts])
         case Not(item=item):
-            return undecided_by(item, lookup)
+            inner, facts = _undecided(item, lookup)
+            return _NOT(inner), facts
         case Cmp() | OneOf() | Contains() | Known() | Needs():
-            return [p for p in facts_of(node) if lookup(p)[0] in (MISSING, UNKNOWN)]
+            value = evaluate(node, lookup)
+            return value, ([] if value is not None else [p for p in facts_of(node) if lookup(p)[0] in (MISSING, UNKNOWN)])
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -122,29 +131,48 @@ def alternatives(node: Condition, lookup: Lookup) -> list[frozenset[str]]:
     any one set decides it (an `or` gives one way per undecided branch, an `and` the combinations of
     its undecided parts). Empty where `node` is decided; one set, all its facts, past
     MOST_ALTERNATIVES."""
-    if evaluate(node, lookup) is not None:
-        return []
+    return _ways(node, lookup)[2]
+
+
+def undecided_ways(node: Condition, lookup: Lookup) -> tuple[list[str], list[frozenset[str]]]:
+    """undecided_by's facts and alternatives' ways together, from one walk."""
+    _, facts, ways = _ways(node, lookup)
+    return facts, ways
+
+
+def _ways(node: Condition, lookup: Lookup) -> tuple[bool | None, list[str], list[frozenset[str]]]:
+    """`node`'s value, its undecided facts (_undecided) and its ways (alternatives), in one walk."""
     match node:
         case Or(items=items):
-            ways = [way for item in items for way in alternatives(item, lookup)]
+            parts = [_ways(item, lookup) for item in items]
+            value = _ANY([v for v, _, _ in parts])
+            if value is not None:
+                return value, [], []
+            ways = [way for _, _, item_ways in parts for way in item_ways]
         case And(items=items):
+            parts = [_ways(item, lookup) for item in items]
+            value = _ALL([v for v, _, _ in parts])
+            if value is not None:
+                return value, [], []
             ways = [frozenset()]
-            for item in items:
-                parts = alternatives(item, lookup)
-                if parts:
-                    ways = [way | part for way in ways for part in parts]
+            for _, _, item_ways in parts:
+                if item_ways:
+                    ways = [way | part for way in ways for part in item_ways]
                 if len(ways) > MOST_ALTERNATIVES:
                     break
         case Not(item=item):
-            ways = alternatives(item, lookup)
+            inner, facts, ways = _ways(item, lookup)
+            return _NOT(inner), facts, ways
         case Cmp() | OneOf() | Contains() | Known() | Needs():
-            ways = [frozenset(undecided_by(node, lookup))]
+            value, facts = _undecided(node, lookup)
+            return value, facts, ([] if value is not None else [frozenset(facts)])
         case _ as unreachable:
             assert_never(unreachable)
+    facts = [p for _, item_facts, _ in parts for p in item_facts]
     if len(ways) > MOST_ALTERNATIVES:
-        return [frozenset(undecided_by(node, lookup))]
+        return None, facts, [frozenset(facts)]
     unique = list(dict.fromkeys(ways))
-    return [way for way in unique if not any(other < way for other in unique)]
+    return None, facts, [way for way in unique if not any(other < way for other in unique)]
 
 
 def witnesses(node: Condition, lookup: Lookup) -> list[Condition]:
