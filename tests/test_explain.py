@@ -625,3 +625,30 @@ def test_undecided_facts_and_alternatives_in_one_walk_are_those_of_the_definitio
             compared += 1
             undecided += bool(expected[0])
     assert compared > 5000 and undecided > 1000
+
+
+def test_a_rule_s_kept_undecided_facts_and_ways_are_those_worked_out_afresh(pack):
+    """An undecided rule's own facts and ways are kept per rule under the status and value of
+    each fact it reads: over fact sets that share those (kept results taken) and differ in them,
+    every answer is the one undecided_by and alternatives give afresh."""
+    from kbopt.engine.advice.explain import final_lookup, own_of
+    from kbopt.engine.lang.logic import alternatives, undecided_by
+    rng = random.Random(5)
+    examples = [facts_from_document(json.loads(path.read_text()), path.name).engine_values(pack.kb.vocabulary)
+                for path in sorted(EXAMPLES.glob("*.json"))]
+    pack.artefacts.pop("explain", None)
+    compared = 0
+    for _ in range(60):
+        values = {path: value for path, value in rng.choice(examples).items() if rng.random() > 0.3}
+        final = _final(pack, values)
+        final.not_evaluated()
+        lookup = final_lookup(final.known, final.status)
+        for rule in pack.rules:
+            if rule.id in final.fired or final.decision(rule.id) is not None:
+                continue
+            got = final.compiled[rule.id].own(final.known, final.status)
+            condition = rule.fire_condition
+            assert got == (own_of(undecided_by(condition, lookup)), tuple(alternatives(condition, lookup))), rule.id
+            compared += 1
+    kept = sum(len(compiled._owns.results) for compiled in pack.artefacts["explain"].values() if "_owns" in vars(compiled))
+    assert compared > 3000 and kept > 500, (compared, kept)

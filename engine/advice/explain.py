@@ -59,10 +59,31 @@ class _Compiled:
         """Its fire condition on the final facts (known, statuses)."""
         return self._check(final_lookup(known, status))
 
-    def own(self, known: dict[str, Any], status: dict[str, str]) -> tuple[Own, list[frozenset[str]]]:
-        """The facts that leave it undecided, told apart, and the ways to decide it (alternatives)."""
-        facts, ways = undecided_ways(self.rule.fire_condition, final_lookup(known, status))
-        return own_of(facts), ways
+    @cached_property
+    def _reads(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(facts_of(self.rule.fire_condition)))
+
+    @cached_property
+    def _owns(self) -> Kept[tuple[tuple[str, Any], ...], tuple[Own, tuple[frozenset[str], ...]]]:
+        return Kept(OWNS_KEPT)
+
+    def own(self, known: dict[str, Any], status: dict[str, str]) -> tuple[Own, tuple[frozenset[str], ...]]:
+        """The facts that leave it undecided, told apart, and the ways to decide it (alternatives).
+        They follow from what the facts it reads are (status and value) alone, so they are kept
+        per rule under that once it comes back: the lines of a batch, the replicas of a fleet and
+        sparse fact sets mostly leave a rule undecided by the same facts."""
+        lookup = final_lookup(known, status)
+        key = tuple(map(lookup, self._reads))
+        try:
+            found = self._owns.get(key)
+        except TypeError:            # a list value: worked out, not kept
+            facts, ways = undecided_ways(self.rule.fire_condition, lookup)
+            return own_of(facts), tuple(ways)
+        if found is None:
+            facts, ways = undecided_ways(self.rule.fire_condition, lookup)
+            found = own_of(facts), tuple(ways)
+            self._owns.offer(key, found)
+        return found
 
     @cached_property
     def witnesses(self) -> Witnesses:
@@ -80,6 +101,7 @@ class NotEvaluated(NamedTuple):      # about forty an advice: a tuple is built i
 
 
 WALKS_KEPT = 256       # not-evaluated walks a pack keeps: about 14 KB each, 3.5 MB at most
+OWNS_KEPT = 32         # a rule's undecided facts and ways kept per statuses of what it reads: a few hundred bytes each
 
 
 def final_lookup(known: dict[str, Any], status: dict[str, str]) -> Lookup:
@@ -127,7 +149,7 @@ class FinalFacts:
         # A Lookup (status, value) over the two dicts alone: what an advice's texts keep of this.
         self.lookup: Lookup = final_lookup(self.known, self.status)
         self._owns: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
-        self._ways: dict[str, list[frozenset[str]]] = {}      # each undecided rule's, with its own facts
+        self._ways: dict[str, tuple[frozenset[str], ...]] = {}      # each undecided rule's, with its own facts
         self._producers: dict[str, tuple[str, ...]] = {}
         self._by_path: dict[str, frozenset[str]] = {}
         self._decision: dict[str, bool | None] = {}
