@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -56,7 +57,7 @@ def migrated_script(advice, folder: str, name: str, engine: str) -> str:
     from kbopt.engine.evaluators import available_evaluators
     from kbopt.reports.emit import render_launch
     command = read_command(f"@{Path(__file__).resolve().parent / 'data' / folder / f'{name}.launch'}")
-    moved = advice_for(advice, engine, load_pack(), available_evaluators()[0])
+    moved = advice_for(advice, engine, shared_pack(), available_evaluators()[0])
     return render_launch(build_launch(moved, engine, command), moved.bottleneck)
 
 
@@ -75,9 +76,15 @@ def engine_runs_on(engine: str, example) -> bool:
     return vendor is None or vendor in engine_catalog().engines[engine].vendors
 
 
+@functools.cache
+def shared_pack():
+    """The built-in pack, built once per test process (building one takes about a second)."""
+    return load_pack()
+
+
 @pytest.fixture(scope="session")
 def pack():
-    return load_pack()
+    return shared_pack()
 
 
 @pytest.fixture

@@ -120,11 +120,11 @@ def test_memory_stays_flat_over_many_packs():
 
 
 @needs_durable
-def test_an_evicted_pack_runs_again():
+def test_an_evicted_pack_runs_again(pack):
     from kbopt.engine.evaluators import durable, make_evaluator
-    from kbopt.engine.pack.loader import build_pack, load_pack
+    from kbopt.engine.pack.loader import build_pack
     from kbopt.kb.facts import load_facts
-    base = load_pack()
+    base = pack
     values = load_facts(EXAMPLE).engine_values(base.kb.vocabulary)
     first = make_evaluator(build_pack(list(base.rules), "evict-0"), "durable")
     expected = first.run(values)
