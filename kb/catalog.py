@@ -105,11 +105,6 @@ def gpus() -> tuple[Gpu, ...]:
     return tuple(Gpu(**entry) for entry in _load("gpus.yaml")["gpus"])
 
 
-def match_gpu(name: str) -> Gpu | None:
-    from kbopt.kb.knowledge import builtin_knowledge
-    return builtin_knowledge().match_gpu(name)
-
-
 @lru_cache(maxsize=1)
 def strategies() -> dict[str, Strategy]:
     out = {}
@@ -173,13 +168,6 @@ def error_bands() -> dict[str, ErrorBand]:
 def load_negligible_change() -> float:
     """Relative change of every estimate a strategy moves under which it is not recommended."""
     return float(_load("strategies.yaml")["negligible_change"]["value"])
-
-
-@lru_cache(maxsize=1)
-def seed_claims() -> dict[str, str]:
-    """The methodology's claims, id -> text (rules cite them as `seed K3.8`)."""
-    from kbopt.kb.sources import catalog
-    return {cid: claim.text for cid, claim in catalog().claims.items()}
 
 
 def _read_yaml(text: str) -> Any:

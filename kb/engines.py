@@ -527,12 +527,6 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
     return engine, entries
 
 
-def engine_catalog() -> EngineCatalog:
-    """The built-in catalog, as the process's knowledge base holds it (from a cached pack, or read once)."""
-    from kbopt.kb.knowledge import builtin_knowledge
-    return builtin_knowledge().engines
-
-
 def profile_files() -> list[str]:
     """The profile files' names under kb/engines/, one per engine, in ENGINES order."""
     return [f"engines/{engine}.yaml" for engine in ENGINES]

@@ -75,3 +75,25 @@ def adopt(knowledge: KnowledgeBase) -> None:
     global _builtin
     if _builtin is None:
         _builtin = knowledge
+
+
+# The built-in knowledge base's parts, for code that reads the shipped catalogs rather than a pack's
+# (docs generation, the launch scripts of an Advice, the renderers' source labels).
+def engine_catalog() -> EngineCatalog:
+    """The built-in engine profiles (kb/engines/<engine>.yaml)."""
+    return builtin_knowledge().engines
+
+
+def source_catalog() -> SourceCatalog:
+    """The built-in sources catalog (kb/sources.yaml)."""
+    return builtin_knowledge().sources
+
+
+def match_gpu(name: str) -> Gpu | None:
+    """The built-in GPU catalog's entry for a device name (KnowledgeBase.match_gpu)."""
+    return builtin_knowledge().match_gpu(name)
+
+
+def seed_claims() -> dict[str, str]:
+    """The methodology's claims, id -> text (rules cite them as `seed K3.8`)."""
+    return {cid: claim.text for cid, claim in source_catalog().claims.items()}

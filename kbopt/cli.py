@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import NoReturn
 
 from kbopt import __version__
+from kbopt.engine.evaluators import EVALUATORS
 from kbopt.engine.pack.packs import configured_packs, load_checked_pack
 from kbopt.errors import KboptError, RuleError, bounded
 from kbopt.gctuning import many_advices
 from kbopt.kb.catalog import LAYERS
 from kbopt.kb.engines import ENGINES
 from kbopt.output import write_output
+from kbopt.reports import FORMATS
 from kbopt.reports.escape import terminal_message, terminal_text
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -46,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
                              "a bad line gives an error record naming it and the rest go on (exit 2 at the end)")
     advise.add_argument("--jobs", type=int, default=0, metavar="N",
                         help="with --facts-jsonl: worker processes (default: one per CPU)")
-    advise.add_argument("--format", choices=("text", "json", "md", "html"), default="text",
+    advise.add_argument("--format", choices=FORMATS, default="text",
                         help="output format (default text); html and md also show a --set what-if")
     advise.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
     advise.add_argument("--emit", choices=ENGINES, metavar="ENGINE",
@@ -167,7 +169,7 @@ def _pack_options(parser, engine: bool = True) -> None:
                             help=argparse.SUPPRESS)
 
 
-EVALUATOR_CHOICES = ("auto", "durable", "reference")
+EVALUATOR_CHOICES = ("auto", *EVALUATORS)
 
 
 class _OldEvaluatorSpelling(argparse.Action):
@@ -420,11 +422,11 @@ def _rules(args) -> int:
             sys.stdout.write(authoring.graph_text(pack, args.format))
         return EXIT_OK
     if args.rules_command == "list":
-        from kbopt.kb import sources
+        from kbopt.kb import citations
         for rule in pack.rules:
             if args.layer in (None, rule.layer) and (args.tag is None or args.tag in rule.tags):
                 pack_name = "" if rule.pack == "builtin" else f"  (pack {rule.pack})"
-                print(terminal_text(f"{rule.id:38} {rule.layer:11} {rule.title}  [{sources.labels(rule.sources)}]{pack_name}"))
+                print(terminal_text(f"{rule.id:38} {rule.layer:11} {rule.title}  [{citations.labels(rule.sources)}]{pack_name}"))
         return EXIT_OK
     from kbopt.engine.authoring.examples import run_examples
     from kbopt.engine.evaluators import available_evaluators

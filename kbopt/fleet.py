@@ -23,8 +23,13 @@ from kbopt.engine.advice.model import Advice
 from kbopt.engine.pack.rule import Pack
 from kbopt.errors import KboptError
 from kbopt.kb.collectors.fleet import FleetFacts, ReplicaFacts
+from kbopt.kb.facts import facts_from_document
 from kbopt.kb.provenance import Provenance
+from kbopt.kb.schema import FACTS_FORMAT
+from kbopt.kb.vocabulary import Vocabulary
+from kbopt.reports import render
 from kbopt.reports.escape import terminal_text
+from kbopt.reports.fleet import render_index
 
 FLEET_FORMAT = "fleet/1"
 
@@ -105,7 +110,6 @@ def slug(name: str) -> str:
 
 def build_fleet(read: FleetFacts, pack: Pack, evaluator: str, prometheus: str, selector: str | None,
                 started: float | None = None) -> Fleet:
-    from kbopt.kb.facts import facts_from_document
     groups: dict[tuple[Any, ...], list[ReplicaResult]] = {}
     for replica in read.replicas:
         result = ReplicaResult(replica)
@@ -126,7 +130,8 @@ def build_fleet(read: FleetFacts, pack: Pack, evaluator: str, prometheus: str, s
         if names[name] > 1:            # same model, other settings or GPU: another deployment
             name += f" #{seen[name]}"
         deployment = Deployment(name, slug(name), members)
-        deployment.document = aggregate([r.facts.document for r in members if r.facts.document], len(members))
+        deployment.document = aggregate([r.facts.document for r in members if r.facts.document], len(members),
+                                        pack.kb.vocabulary)
         if deployment.document is None:
             deployment.error = "no replica gave facts"
         else:
@@ -145,14 +150,11 @@ def _name(key: tuple[Any, ...]) -> str:
     return (f"{namespace}/" if namespace else "") + f"{model} ({engine}" + (f", {gpu})" if gpu else ")")
 
 
-def aggregate(documents: list[dict[str, Any]], replicas: int) -> dict[str, Any] | None:
+def aggregate(documents: list[dict[str, Any]], replicas: int, vocabulary: Vocabulary) -> dict[str, Any] | None:
     """One facts document for a deployment: each numeric fact the mean over the replicas that
     have it, any other the value most of them report; the provenance says which."""
-    from kbopt.kb.knowledge import builtin_knowledge
-    from kbopt.kb.schema import FACTS_FORMAT
     if not documents:
         return None
-    vocabulary = builtin_knowledge().vocabulary
     values: dict[str, list[Any]] = {}
     origin: dict[str, dict[str, Any]] = {}
     for document in documents:
@@ -242,8 +244,6 @@ def fleet_lines(fleet: Fleet) -> str:
 
 def fleet_files(fleet: Fleet) -> dict[str, str]:
     """Every file of the output directory, by relative path."""
-    from kbopt.reports import render
-    from kbopt.reports.fleet import render_index
     files = {"fleet.jsonl": fleet_lines(fleet), "index.html": render_index(fleet)}
     for deployment in fleet.deployments:
         if deployment.advice is not None:

@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the renderers import the engine's types; at run time only the chosen renderer is imported
     from kbopt.engine.advice.command import Command
-    from kbopt.engine.advice.compare import Comparison
+    from kbopt.engine.advice.compare import AdviceDiff
     from kbopt.engine.advice.model import Advice
 
 FORMATS = ("text", "json", "md", "html")
 
 
-def render(advice: Advice, fmt: str, comparison: Comparison | None = None, explain: bool = False,
+def render(advice: Advice, fmt: str, comparison: AdviceDiff | None = None, explain: bool = False,
            command: Command | None = None) -> str:
     """Format an Advice; `comparison` (a what-if) is shown by the html and md formats; `explain`
     adds the text and Markdown formats' proof chains and the rest of the record (HTML folds it, JSON

@@ -11,7 +11,8 @@ from kbopt.engine.advice.model import Advice, Firing, StrategyAdvice
 from kbopt.engine.advice.symptoms import AGREEMENT
 from kbopt.engine.advice.whatif import TIMES, Gain, Plan, label, number, relative_text
 from kbopt.engine.lang.text import fmt
-from kbopt.kb.engines import ENGINES, engine_catalog, version_text
+from kbopt.kb.engines import ENGINES, version_text
+from kbopt.kb.knowledge import engine_catalog
 
 
 def firings(advice: Advice) -> dict[str, Firing]:

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kbopt.engine.advice.command import Command
-from kbopt.engine.advice.compare import Comparison
+from kbopt.engine.advice.compare import AdviceDiff
 from kbopt.engine.advice.explain import Check
 from kbopt.engine.advice.launch import deployed_launch
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.whatif import number, relative_text
 from kbopt.engine.lang.text import fmt
-from kbopt.kb import sources
+from kbopt.kb import citations
 from kbopt.reports.charts import MemoryBar, Roofline, memory_bar, roofline
 from kbopt.reports.common import (
     ACTION_ORDER,
@@ -61,7 +61,7 @@ def _sources_of(cited: Iterable[str]) -> Markup:
     link: the page stays free of outgoing addresses (see test_self_contained_no_fetches_no_script)."""
     from markupsafe import Markup, escape
     def one(entry: str) -> Markup:
-        text, url = escape(safe_text(sources.label(entry))), sources.url(entry)
+        text, url = escape(safe_text(citations.label(entry))), citations.url(entry)
         return Markup(f'<cite title="{escape(url)}">{text}</cite>') if url else Markup(f"<cite>{text}</cite>")
     return Markup(", ").join(one(entry) for entry in cited)
 
@@ -79,7 +79,7 @@ def _environment():
     return env
 
 
-def render_html(advice: Advice, comparison: Comparison | None = None, command: Command | None = None) -> str:
+def render_html(advice: Advice, comparison: AdviceDiff | None = None, command: Command | None = None) -> str:
     template = _environment().get_template("report.html.j2")
     roof, memory = roofline(advice), memory_bar(advice)
     return template.render(

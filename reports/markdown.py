@@ -4,11 +4,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from kbopt.engine.advice.command import Command
-from kbopt.engine.advice.compare import Comparison
+from kbopt.engine.advice.compare import AdviceDiff
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.advice.whatif import Gain, number, relative_text
 from kbopt.engine.lang.text import fmt
-from kbopt.kb import sources
+from kbopt.kb import citations
 from kbopt.reports.common import (
     ACTION_ORDER,
     bottleneck_evidence,
@@ -36,12 +36,12 @@ _STATUS = {"change": "change", "keep": "keep (already in place)"}
 def _sources(cited) -> str:
     """A rule's sources by label, an external page as a link to it."""
     def one(entry: str) -> str:
-        text, url = markdown_text(sources.label(entry)), sources.url(entry)
+        text, url = markdown_text(citations.label(entry)), citations.url(entry)
         return f"[{text}]({url.replace(' ', '%20').replace(')', '%29')})" if url else text
     return ", ".join(one(entry) for entry in cited)
 
 
-def render_markdown(advice: Advice, comparison: Comparison | None = None, command: Command | None = None,
+def render_markdown(advice: Advice, comparison: AdviceDiff | None = None, command: Command | None = None,
                     explain: bool = True) -> str:
     """The advice as Markdown: symptoms, bottleneck, plan, launch, strategies and rejections, and with
     `explain` the record behind them (proof chains, what waits on facts, the conflict graph, estimates,
@@ -161,7 +161,7 @@ def _gains(gains: Iterable[Gain], facts: Mapping[str, object]) -> list[str]:
     return [f"- {markdown_text(gain_text(g, facts))} ({g.confidence}; {', '.join(markdown_code(r) for r in g.rules)})" for g in gains]
 
 
-def _comparison(c: Comparison) -> list[str]:
+def _comparison(c: AdviceDiff) -> list[str]:
     out = ["", f"## What-if: {markdown_text(c.before_label)} → {markdown_text(c.after_label)}", ""]
     if c.facts:
         out += [f"| fact | {markdown_text(c.before_label)} | {markdown_text(c.after_label)} |", "|---|---|---|"]

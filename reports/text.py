@@ -8,7 +8,7 @@ from kbopt.engine.advice.command import Command
 from kbopt.engine.advice.model import Advice, StrategyAdvice
 from kbopt.engine.advice.whatif import number as shown  # `number` numbers the strategies below
 from kbopt.engine.lang.text import fmt
-from kbopt.kb import sources
+from kbopt.kb import citations
 from kbopt.kb.engines import version_text
 from kbopt.reports.common import (
     ACTION_ORDER,
@@ -52,7 +52,7 @@ def _proof(advice: Advice, rule_ids: Iterable[str], indent: str) -> list[str]:
     lines = []
     for depth, firing in chain(advice, rule_ids):
         pad = indent + "  " * depth + ("<- " if depth else "")
-        lines.append(f"{pad}{firing.rule}  {firing.title}  [{sources.labels(firing.source)}]")
+        lines.append(f"{pad}{firing.rule}  {firing.title}  [{citations.labels(firing.source)}]")
         inner = indent + "  " * depth + ("   " if depth else "") + "  "
         for check in firing.checks:
             lines.append(f"{inner}matched: {check_text(check)}  ({origin_text(advice, check.fact)})")

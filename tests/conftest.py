@@ -70,8 +70,8 @@ def engine_runs_on(engine: str, example) -> bool:
     """Whether a serving engine runs on a facts file's GPU: TensorRT-LLM is NVIDIA's only, and an
     AMD example refuses it (tests/test_gpu_catalog.py), so tests that pair every example with every
     engine leave that pair out."""
-    from kbopt.kb.engines import engine_catalog
     from kbopt.kb.facts import load_facts
+    from kbopt.kb.knowledge import engine_catalog
     vendor = load_facts(example).values.get("hardware.vendor")
     return vendor is None or vendor in engine_catalog().engines[engine].vendors
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kbopt.engine.advice.settings import Target, memory_fraction, settings_for, settings_map, targets
-from kbopt.kb.engines import ENGINES, engine_catalog, parse_version, version_text
+from kbopt.kb.engines import ENGINES, parse_version, version_text
+from kbopt.kb.knowledge import engine_catalog
 
 HERE = Path(__file__).parent
 FLAGS = HERE / "data" / "engine_flags"
@@ -34,7 +35,7 @@ def test_every_setting_names_an_argument_the_engine_has_at_each_covered_version(
 
 
 def test_every_setting_cites_a_listed_source():
-    from kbopt.kb.sources import catalog
+    from kbopt.kb.knowledge import source_catalog as catalog
     ids = {source.id for source in catalog().references.values()}
     catalog_ = engine_catalog()
     assert {e.source for e in catalog_.entries} | {e.source for e in catalog_.engines.values()} <= ids

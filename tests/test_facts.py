@@ -159,7 +159,8 @@ def test_set_reads_exponent_numbers():
 
 
 def test_gpu_catalog_matches_names_and_agrees_with_the_fp8_rule():
-    from kbopt.kb.catalog import gpus, match_gpu
+    from kbopt.kb.catalog import gpus
+    from kbopt.kb.knowledge import match_gpu
     expected = {"Tesla V100-SXM2-16GB": "V100-16GB", "Tesla V100-SXM2-32GB": "V100-32GB", "Tesla T4": "T4",
                 "NVIDIA A10G": "A10G", "NVIDIA A10": "A10", "NVIDIA A100-SXM4-40GB": "A100-40GB",
                 "NVIDIA A100-SXM4-80GB": "A100-80GB", "NVIDIA A100 80GB PCIe": "A100-80GB", "NVIDIA L4": "L4",

@@ -13,8 +13,9 @@ from kbopt.engine.advice.launch import build_launch
 from kbopt.engine.advice.settings import targets
 from kbopt.engine.evaluators import available_evaluators
 from kbopt.errors import KboptError
-from kbopt.kb.catalog import gpus, match_gpu
+from kbopt.kb.catalog import gpus
 from kbopt.kb.facts import FactsError, facts_from_document, load_facts
+from kbopt.kb.knowledge import match_gpu
 
 NAMES = {
     "NVIDIA RTX A4000": "RTX-A4000", "NVIDIA RTX A5000": "RTX-A5000", "NVIDIA RTX A6000": "RTX-A6000",

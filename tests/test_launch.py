@@ -23,8 +23,9 @@ from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.caps import CAP_PARAMS
 from kbopt.engine.advice.launch import build_launch
 from kbopt.engine.evaluators import available_evaluators
-from kbopt.kb.engines import ENGINES, engine_catalog, version_text
+from kbopt.kb.engines import ENGINES, version_text
 from kbopt.kb.facts import facts_from_document, load_facts
+from kbopt.kb.knowledge import engine_catalog
 from kbopt.reports.emit import render_launch
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ import pytest
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.launch import build_launch
 from kbopt.engine.evaluators import available_evaluators
-from kbopt.kb.engines import engine_catalog
 from kbopt.kb.facts import facts_from_document
+from kbopt.kb.knowledge import engine_catalog
 
 H100 = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1}
 LLAMA3_8B = {"name": "meta-llama/Llama-3.1-8B-Instruct", "params_billion": 8.03, "weight_dtype": "bf16", "num_layers": 32,

@@ -139,7 +139,7 @@ def test_d5_d7_no_token_budget_meets_the_itl_objective_so_todays_budget_stays(pa
 def test_d7_tgi_refuses_a_prefill_budget_below_the_input_limit_beside_speculation():
     # backends/v3/src/main.rs@v3.3.0:185-186: without chunking (which --speculate turns off)
     # max_batch_prefill_tokens must be >= max_input_tokens.
-    from kbopt.kb.engines import engine_catalog
+    from kbopt.kb.knowledge import engine_catalog
     tgi = engine_catalog().engines["tgi"]
     args = [("--max-input-tokens", "4096"), ("--max-batch-prefill-tokens", "256")]
     assert tgi.problems(tgi.latest, args) == []
@@ -181,7 +181,7 @@ def test_d8_the_chunk_budget_on_a_gpu_without_a_compute_capability_is_the_large_
 def test_d1_vllm_fusion_passes_switch_on_the_custom_ops_they_match(pack):
     # vLLM 0.11.0's RMSNorm+quant pattern matches torch.ops._C.rms_norm, which Inductor replaces by
     # default: the pass config alone matches nothing.
-    from kbopt.kb.engines import engine_catalog
+    from kbopt.kb.knowledge import engine_catalog
     fusion = [e for e in engine_catalog().for_strategy("vllm", "op_fusion") if e.kind == "cli"]
     assert len(fusion) == 2       # the pass names before and from 0.12
     for entry in fusion:
@@ -240,7 +240,7 @@ def test_a_refused_combination_drops_the_flag_refused_not_the_limit_it_is_measur
     # budget is left out, saying why, and today's budget stays in its place; today's
     # --max-input-tokens stays too (it was dropped once).
     from kbopt.engine.advice.launch import Arg, Target, _checked
-    from kbopt.kb.engines import engine_catalog
+    from kbopt.kb.knowledge import engine_catalog
     tgi = engine_catalog().engines["tgi"]
     args = [Arg("--max-input-tokens", "cli", "6144", "6144", "today: --launch", set_today=True),
             Arg("--max-batch-prefill-tokens", "cli", "256", "6144", "S-CHUNKED-PREFILL (chunked_prefill)", set_today=True),

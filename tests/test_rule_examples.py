@@ -10,7 +10,7 @@ from kbopt.engine.authoring.examples import check_example
 from kbopt.engine.evaluators import available_evaluators
 from kbopt.engine.pack.ir import node_to_data
 from kbopt.engine.pack.loader import load_pack
-from kbopt.kb.catalog import seed_claims
+from kbopt.kb.knowledge import seed_claims
 from kbopt.kb.vocabulary import load_vocabulary
 
 PACK = load_pack()

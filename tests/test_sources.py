@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pathlib
 
-from kbopt.kb import sources
-from kbopt.kb.catalog import seed_claims
+from kbopt.kb import citations
+from kbopt.kb.knowledge import seed_claims, source_catalog
 
 HERE = pathlib.Path(__file__).parent
 PACKS = ["examples/packs/vllm-tuning"]
@@ -17,20 +17,20 @@ def _cited(pack):
 def test_every_source_of_the_built_in_and_bundled_packs_is_in_the_catalog(pack):
     from kbopt.engine.pack.loader import load_pack
     cited = _cited(pack) | _cited(load_pack([HERE.parent / p for p in PACKS]))
-    assert sorted(c for c in cited if sources.resolve(c) is None) == []
+    assert sorted(c for c in cited if citations.resolve(c) is None) == []
 
 
 def test_claims_read_as_methodology_sections_and_pages_by_title():
-    assert sources.label("seed K3.8") == "methodology §3.8"
-    assert sources.label("https://docs.vllm.ai/en/latest/configuration/optimization.html#preemption") \
+    assert citations.label("seed K3.8") == "methodology §3.8"
+    assert citations.label("https://docs.vllm.ai/en/latest/configuration/optimization.html#preemption") \
         == "vLLM documentation: Optimization and Tuning (#preemption)"
-    assert sources.label("https://example.com/not-listed") == "https://example.com/not-listed"
-    assert sources.label("test") == "test"
+    assert citations.label("https://example.com/not-listed") == "https://example.com/not-listed"
+    assert citations.label("test") == "test"
 
 
 def test_seed_claims_keeps_its_shape():
     claims = seed_claims()
-    assert claims["K4.6"] == sources.catalog().claims["K4.6"].text and len(claims) == 28
+    assert claims["K4.6"] == source_catalog().claims["K4.6"].text and len(claims) == 28
 
 
 def test_no_output_shows_the_source_syntax(run_cli, tmp_path):

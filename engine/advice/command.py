@@ -18,7 +18,8 @@ from typing import Any
 
 from kbopt.engine.advice.settings import clean
 from kbopt.errors import KboptError
-from kbopt.kb.engines import ENGINES, Carry, Engine, Read, engine_catalog, parse_version, version_text
+from kbopt.kb.engines import ENGINES, Carry, Engine, Read, parse_version, version_text
+from kbopt.kb.knowledge import engine_catalog
 
 MAX_COMMAND = 100_000        # characters: a launch command, not a file of anything
 

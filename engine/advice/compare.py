@@ -18,7 +18,7 @@ class Change:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class AdviceDiff:
     before_label: str
     after_label: str
     facts: tuple[Change, ...]                 # input facts that differ
@@ -41,7 +41,7 @@ def _diff(before: Mapping[str, object], after: Mapping[str, object]) -> tuple[Ch
                  for k in sorted(set(before) | set(after)) if before.get(k, _GONE) != after.get(k, _GONE))
 
 
-def compare(before: Advice, after: Advice, before_label: str, after_label: str) -> Comparison:
+def compare(before: Advice, after: Advice, before_label: str, after_label: str) -> AdviceDiff:
     chosen_before = {s.key: s for s in before.strategies}
     chosen_after = {s.key: s for s in after.strategies}
     params = tuple(Change(f"{key}.{c.name}", c.before, c.after)
@@ -49,7 +49,7 @@ def compare(before: Advice, after: Advice, before_label: str, after_label: str) 
                    for c in _diff(chosen_before[key].params, chosen_after[key].params))
     rejected_before = {r.key for r in before.rejected}
     rejected_after = {r.key for r in after.rejected}
-    return Comparison(
+    return AdviceDiff(
         before_label=before_label, after_label=after_label,
         facts=_diff(before.facts, after.facts),
         bottleneck=Change("bottleneck", before.bottleneck, after.bottleneck) if before.bottleneck != after.bottleneck else None,

@@ -318,7 +318,7 @@ def witness_of(witnesses: Witnesses, known: dict[str, Any], lookup: Lookup,
     facts: dict[str, Any] = {}
     checks: list[Check] = []
     for make in (witnesses if isinstance(witnesses, tuple) else witnesses(lookup)):
-        if type(make) is Comparison:
+        if type(make) is LiteralWitness:
             path = make.path
             if path in known:
                 value = facts[path] = known[path]
@@ -365,7 +365,7 @@ def _compiled_witnesses(node: Condition) -> Witnesses:
             assert_never(unreachable)
 
 
-class Comparison:
+class LiteralWitness:
     """The witness maker of a comparison with a literal: what its Check holds but the value,
     which `witness_of` reads inline (a call per leaf saved); called, it is any other maker."""
     __slots__ = ("op", "parameter", "path", "threshold")
@@ -383,7 +383,7 @@ class Comparison:
 def _witness_maker(leaf: Condition) -> WitnessMaker:
     """`witness` for one leaf: a comparison with a literal directly, any other through _check."""
     if isinstance(leaf, Cmp) and isinstance(leaf.right, Const):
-        return Comparison(leaf.left.path, leaf.op, leaf.right.value, leaf.right.parameter)
+        return LiteralWitness(leaf.left.path, leaf.op, leaf.right.value, leaf.right.parameter)
     paths = tuple(facts_of(leaf))
     check = _checker(leaf)
 

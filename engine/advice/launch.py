@@ -26,7 +26,8 @@ from kbopt.engine.advice.model import Advice, StrategyAdvice
 from kbopt.engine.advice.settings import Setting, Target, clean, settings_for, targets, variant_of
 from kbopt.engine.advice.whatif import service_gain
 from kbopt.errors import KboptError
-from kbopt.kb.engines import ENGINES, Carry, Engine, engine_catalog, version_text
+from kbopt.kb.engines import ENGINES, Carry, Engine, version_text
+from kbopt.kb.knowledge import engine_catalog
 
 # C0 and C1 controls and Unicode's line and paragraph separators: a line break to some readers
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeGuard
 
 from kbopt.engine.pack.kept import Kept
-from kbopt.kb.engines import ENGINES, Engine, Entry, Version, engine_catalog, parse_version, version_text
+from kbopt.kb.engines import ENGINES, Engine, Entry, Version, parse_version, version_text
+from kbopt.kb.knowledge import engine_catalog
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 

@@ -12,7 +12,7 @@ from kbopt.engine.lang.nodes import facts_of
 from kbopt.engine.lang.text import describe, fmt, render
 from kbopt.engine.pack.rule import Caveat, Conclusion, Derive, Mitigate, Pack, Recommend, Reject, Require, Rule, Warn
 from kbopt.errors import KboptError
-from kbopt.kb import sources
+from kbopt.kb import citations
 from kbopt.kb.catalog import LAYERS, strategies
 
 
@@ -38,7 +38,7 @@ def _conclusion_text(c: Conclusion) -> str:
 def rule_markdown(rule: Rule) -> str:
     out = [f"# {rule.id}: {rule.title}", "",
            f"- layer: {rule.layer}", f"- file: `{rule.location}`" + ("" if rule.pack == "builtin" else f" (pack `{rule.pack}`)"),
-           f"- source: {sources.labels(rule.sources)}", "", "## When", "", f"`{rule.when_text}`", "",
+           f"- source: {citations.labels(rule.sources)}", "", "## When", "", f"`{rule.when_text}`", "",
            "In words: " + describe(rule.when) + ".", "", "## Then", ""]
     out += [f"- {_conclusion_text(c)}" for c in rule.then]
     out += ["", "## Because", "", rule.because]
@@ -67,7 +67,7 @@ def write_docs(pack: Pack, folder: Path) -> int:
     for layer in LAYERS:
         rules = [r for r in pack.rules if r.layer == layer]
         index += [f"## {layer}", "", "| rule | title | source |", "|---|---|---|"]
-        index += [f"| [{r.id}]({r.id}.md) | {r.title} | {sources.labels(r.sources)} |" for r in rules]
+        index += [f"| [{r.id}]({r.id}.md) | {r.title} | {citations.labels(r.sources)} |" for r in rules]
         index.append("")
     for rule in pack.rules:
         (folder / f"{rule.id}.md").write_text(rule_markdown(rule), encoding="utf-8")

@@ -15,7 +15,8 @@ from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.engine.pack.files import Retired
 from kbopt.engine.pack.loader import read_pack
 from kbopt.engine.pack.rule import Derive, Pack, Recommend, Reject, Rule
-from kbopt.kb.catalog import Strategy, seed_claims, strategies
+from kbopt.kb.catalog import Strategy, strategies
+from kbopt.kb.knowledge import seed_claims
 
 OUTPUT_FACTS = {"derived.bottleneck"}          # read by reports, so never "unused"
 

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from kbopt.engine.evaluators.derivation import Derivation
+from kbopt.engine.evaluators.durable import DurableEvaluator, ruleset_texts
+from kbopt.engine.evaluators.reference import ReferenceEvaluator, schedule_order
 from kbopt.engine.pack.rule import Pack
 
 
@@ -19,18 +21,8 @@ class Evaluator(Protocol):
     def run(self, values: dict[str, Any]) -> Derivation: ...
 
 
-def _reference(pack: Pack) -> Evaluator:
-    from kbopt.engine.evaluators.reference import ReferenceEvaluator
-    return ReferenceEvaluator(pack)
-
-
-def _durable(pack: Pack) -> Evaluator:
-    from kbopt.engine.evaluators.durable import DurableEvaluator
-    return DurableEvaluator(pack)
-
-
 # name -> factory; the first is the default where it is available
-_REGISTRY: dict[str, Callable[[Pack], Evaluator]] = {"durable": _durable, "reference": _reference}
+_REGISTRY: dict[str, Callable[[Pack], Evaluator]] = {"durable": DurableEvaluator, "reference": ReferenceEvaluator}
 EVALUATORS = tuple(_REGISTRY)
 
 
@@ -49,8 +41,6 @@ def available_evaluators() -> tuple[str, ...]:
 
 def precompile(pack: Pack) -> None:
     """Compile what each backend keeps with a pack, before the compiled-pack cache stores it."""
-    from kbopt.engine.evaluators.durable import ruleset_texts
-    from kbopt.engine.evaluators.reference import schedule_order
     ruleset_texts(pack)
     schedule_order(pack)
 

@@ -40,13 +40,13 @@ from kbopt.engine.lang.nodes import (
 from kbopt.engine.lang.operators import ARITHMETIC, COMPARISONS, FUNCTIONS
 from kbopt.engine.lang.parse import MAX_EXACT
 
-Check = Callable[[Lookup], bool | None]
+CompiledCondition = Callable[[Lookup], bool | None]
 DERIVED_PREFIX = "derived."              # the section of derived facts
 Compute = Callable[[Lookup], Any]         # a value expression's value; raises Missing
 ChainingCheck = Callable[[dict[str, Any]], bool | None]
 
 
-def compile_condition(node: Condition) -> Check:
+def compile_condition(node: Condition) -> CompiledCondition:
     """A condition as nested closures over a Lookup."""
     return _closure(node)
 
@@ -91,7 +91,7 @@ class Acceptance(NamedTuple):
                 assert_never(unreachable)
 
 
-def _closure(node: Condition) -> Check:
+def _closure(node: Condition) -> CompiledCondition:
     """The condition as nested closures (compile_condition)."""
     match node:
         case Cmp():
@@ -143,7 +143,7 @@ def _closure(node: Condition) -> Check:
             assert_never(unreachable)
 
 
-def _kleene(parts: tuple[Check, ...], decisive: bool) -> Check:
+def _kleene(parts: tuple[CompiledCondition, ...], decisive: bool) -> CompiledCondition:
     """`and` (decisive False) or `or` (decisive True): the first part that yields the decisive
     value settles it; else undecided if any part was, else the other value."""
     def combined(lookup: Lookup) -> bool | None:
@@ -157,7 +157,7 @@ def _kleene(parts: tuple[Check, ...], decisive: bool) -> Check:
     return combined
 
 
-def _compare(node: Cmp) -> Check:
+def _compare(node: Cmp) -> CompiledCondition:
     apply = COMPARISONS[node.op].apply
     path, right = node.left.path, node.right
     if isinstance(right, Const):

@@ -25,7 +25,7 @@ class Derivation(NamedTuple):         # a NamedTuple: made once an evaluation, a
 
 
 @dataclass(frozen=True)
-class Conclusion:
+class CompiledDerive:
     """A derive conclusion compiled once per pack: its value expression as a closure, and a quick
     test of the value's type (value_problem says why one fails)."""
     derive: Derive
@@ -34,13 +34,13 @@ class Conclusion:
     accepts: Callable[[Any], bool]        # acceptance.test()
 
 
-def conclusions(pack: Pack) -> dict[str, tuple[Conclusion, ...]]:
+def conclusions(pack: Pack) -> dict[str, tuple[CompiledDerive, ...]]:
     """Each rule's derive conclusions, compiled once per pack."""
-    def build() -> dict[str, tuple[Conclusion, ...]]:
+    def build() -> dict[str, tuple[CompiledDerive, ...]]:
         vocabulary = pack.kb.vocabulary
-        def conclusion(derive: Derive) -> Conclusion:
+        def conclusion(derive: Derive) -> CompiledDerive:
             accepted = acceptance(vocabulary, derive.path)
-            return Conclusion(derive, compile_value(derive.value), accepted, accepted.test())
+            return CompiledDerive(derive, compile_value(derive.value), accepted, accepted.test())
         return {rule.id: tuple(conclusion(c) for c in rule.then if isinstance(c, Derive)) for rule in pack.rules}
     return pack.memo("conclusions", build)
 
@@ -67,7 +67,7 @@ class DerivedFacts:
         self.values: dict[str, tuple[Any, str]] = {}
         self.pack = pack
         # the pack's conclusions, fetched by the first conclude()
-        self._conclusions: dict[str, tuple[Conclusion, ...]] | None = None
+        self._conclusions: dict[str, tuple[CompiledDerive, ...]] | None = None
         # Inputs and derived values in one dict: the lookup below is the evaluators' hottest call.
         self.known: dict[str, Any] = dict(inputs)
 

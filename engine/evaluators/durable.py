@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple, NoReturn, TypeAlias, TypedDict, assert_never
 
 from kbopt.engine.evaluators.derivation import Derivation, DerivedFacts, finish
+from kbopt.engine.evaluators.reference import ReferenceEvaluator, schedule
 from kbopt.engine.evaluators.reference import reads as all_reads
-from kbopt.engine.evaluators.reference import schedule
 from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
@@ -274,8 +274,7 @@ def _say_as_the_reference(pack: Pack, values: dict[str, Any], error: EvaluationE
     cannot derive their facts, the one an evaluation stops at depends on the order it runs them:
     durable_rules runs them by level, the reference in its schedule. Both evaluators say the same
     (the reference's); should the reference find no error at all, durable_rules' own is raised."""
-    from kbopt.engine.evaluators import make_evaluator
-    make_evaluator(pack, "reference").run(values)
+    ReferenceEvaluator(pack).run(values)
     raise error
 
 

@@ -61,7 +61,7 @@ FAMILIES: tuple[tuple[str, Kind], ...] = (
     ("nv_trt_llm_kv_cache_block_metrics", "gauge"), ("nv_trt_llm_request_metrics", "gauge"),
     ("nv_inference_pending_request_count", "gauge"),
 )
-ENGINES = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("nv_trt_llm_", "trtllm"), ("nv_inference_", "trtllm"))
+ENGINE_METRIC_PREFIXES = (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("nv_trt_llm_", "trtllm"), ("nv_inference_", "trtllm"))
 EXPORTERS = {"dcgm": "dcgm-exporter", "vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "trtllm": "TensorRT-LLM",
              "triton": "Triton"}
 # Labels that say where a series was scraped, not how an engine is configured: left out of a
@@ -292,7 +292,7 @@ def replica_of(labels: Labels) -> Replica:
 
 
 def _engine_of(name: str) -> str | None:
-    return next((engine for prefix, engine in ENGINES if name.startswith(prefix)), None)
+    return next((engine for prefix, engine in ENGINE_METRIC_PREFIXES if name.startswith(prefix)), None)
 
 
 def read_fleet(client: PrometheusClient, window: str = "30m", selector: str | None = None,

@@ -22,7 +22,6 @@ from kbopt.errors import KboptError
 from kbopt.kb.collectors.collected import Collected
 from kbopt.kb.provenance import Provenance
 
-FORMATS = ("auto", "azure", "mooncake", "burstgpt", "vllm-bench", "csv", "jsonl")
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
