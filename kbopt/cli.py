@@ -2,25 +2,20 @@
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import math
 import os
 import sys
-from pathlib import Path
 from typing import NoReturn
 
 from kbopt import __version__
 from kbopt.engine.evaluators import EVALUATORS
-from kbopt.engine.pack.packs import configured_packs, load_checked_pack
-from kbopt.errors import KboptError, RuleError, bounded
-from kbopt.gctuning import many_advices
+from kbopt.engine.pack.packs import configured_packs
+from kbopt.errors import EXIT_FAILED, EXIT_OK, KboptError, RuleError, bounded
 from kbopt.kb.catalog import LAYERS
 from kbopt.kb.engines import ENGINES
-from kbopt.output import write_output
+from kbopt.output import say
 from kbopt.reports import FORMATS
-from kbopt.reports.escape import terminal_message, terminal_text
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -205,272 +200,6 @@ def _collect_options(group) -> None:
     group.add_argument("--model", metavar="NAME_OR_FILE", help="a model from the catalog, or a Hugging Face config.json")
 
 
-def _collected_document(args) -> dict:
-    from kbopt.kb.collectors.run import CollectOptions, collect
-    from kbopt.kb.collectors.traces import TraceOptions
-
-    columns = {}
-    for item in filter(None, (args.columns or "").split(",")):
-        key, sep, column = item.partition("=")
-        if not sep or key not in ("timestamp", "prompt", "output", "total", "duration"):
-            raise KboptError(f"--columns {args.columns}: expected KEY=COLUMN pairs with KEY one of "
-                             "timestamp, prompt, output, total, duration")
-        columns[key] = column
-    trace = TraceOptions(format=args.trace_format, long_threshold=args.long_threshold, window_s=args.window,
-                         columns=columns, time_unit=args.time_unit)
-    collected = collect(CollectOptions(metrics=tuple(args.metrics), workloads=tuple(args.workload), model=args.model,
-                                       nvml=not args.no_nvml, gpu=args.gpu, duration_s=args.duration,
-                                       interval_s=args.interval, trace=trace))
-    for note in collected.notes:
-        _say(f"kbopt: note: {note}")
-    return collected.document()
-
-
-def _collect(args) -> int:
-    from kbopt.kb.facts import facts_from_document
-    document = _collected_document(args)
-    facts_from_document(document, "collected facts")      # what we write must read back
-    write_output(json.dumps(document, indent=2, ensure_ascii=False) + "\n", args.output)
-    return EXIT_OK
-
-
-def _evaluator(choice: str) -> str:
-    from kbopt.engine.evaluators import durable_available
-    if choice == "reference":
-        return choice
-    problem = durable_available()
-    if problem is None:
-        return "durable"
-    if choice == "durable":
-        raise KboptError(f"--evaluator durable: durable_rules does not import here ({problem}); "
-                         "use --evaluator reference (same advice) or Python 3.11/3.12")
-    print(f"kbopt: note: durable_rules does not import here ({problem}); "
-          "using the reference evaluator, which gives the same advice", file=sys.stderr)
-    return "reference"
-
-
-def _facts_reader(args):
-    """The facts (--collect, or the --facts merged in order) as a reader of (launch overrides, --set
-    overrides), their name, and today's launch command (--launch) with the facts it states."""
-    from kbopt.kb.facts import facts_from_document, merge_documents, merged_document
-    if getattr(args, "collect", False):
-        document, name = _collected_document(args), "collected facts"
-        if args.facts:          # the objectives and constraints no telemetry knows, over what was collected
-            given, given_name = merged_document(args.facts)
-            document, name = merge_documents([document, given]), f"collected facts + {given_name}"
-    else:
-        document, name = merged_document(args.facts)        # standard input is read once, here
-    read = lambda launched, overrides: facts_from_document(document, name, overrides, launched)   # noqa: E731
-    command = None
-    if args.launch is not None:
-        from kbopt.engine.advice.command import read_command
-        given = read((), args.overrides).values
-        stated = given.get("serving.engine_version")    # the version its flags are read at
-        command = read_command(args.launch, stated if isinstance(stated, str) else None)
-        if (given.get("workload.engine") not in (None, "other", command.engine) and stated is not None
-                and not any(o.startswith("serving.engine_version=") for o in args.overrides)):
-            raise KboptError(f"--launch is a {command.engine} command, but the facts say workload.engine = "
-                             f"{given.get('workload.engine')} with serving.engine_version = {stated}, a version of that "
-                             f"engine: give {command.engine}'s with --set serving.engine_version=VERSION")
-    return read, name, command, command.overrides() if command else []
-
-
-def _advise(args) -> int:
-    from kbopt.engine.advice.advisor import advise
-    from kbopt.reports import render
-    pack = load_checked_pack(args.rules)        # broken rules fail before a long collection
-    if not (args.facts or args.collect or args.facts_jsonl is not None):
-        raise KboptError("advise needs facts: --facts FILE (repeatable), --collect (with --facts files merged over "
-                         "what it collects), or --facts-jsonl FILE")
-    if args.collect and args.facts_jsonl is not None:
-        raise KboptError("--collect and --facts-jsonl: give one (--facts-jsonl advises documents already written)")
-    if args.facts_jsonl is not None:
-        if args.launch is not None or args.emit:
-            raise KboptError(f"{'--launch' if args.launch is not None else '--emit'} is for one deployment: use it with "
-                             "--facts or --collect, not --facts-jsonl")
-        return _advise_jsonl(args, pack)
-    read, name, command, launched = _facts_reader(args)
-    facts = read(launched, args.overrides)   # bad input before anything is said
-    evaluator = _evaluator(args.evaluator)
-    # Even one advice set off collections that walked the whole loaded pack (kbopt.gctuning).
-    with many_advices():
-        today = advise(read(launched, ()), pack, evaluator) if args.overrides else None
-        advice = _what_if(today, facts, args.overrides, pack, evaluator) if today else advise(facts, pack, evaluator)
-        if args.emit:
-            from kbopt.engine.advice.migrate import advice_for
-            from kbopt.reports.emit import render_emit
-            advice = advice_for(advice, args.emit, pack, evaluator)
-            write_output(render_emit(advice, args.emit, command), args.output)
-            return EXIT_OK
-        comparison = None
-        if today and args.format in ("html", "md"):
-            from kbopt.engine.advice.compare import compare
-            comparison = compare(today, advice, name, "with --set")
-        write_output(render(advice, args.format, comparison, args.explain, command), args.output)
-    return EXIT_OK
-
-
-def _what_if(today, changed, overrides, pack, evaluator):
-    """The advice on the facts as --set changed them: a change of the deployment itself drops the
-    measurements of today's and carries today's calibration (engine/advice/restate.py)."""
-    import dataclasses
-
-    from kbopt.engine.advice.advisor import advise
-    from kbopt.engine.advice.restate import restate
-    from kbopt.kb.facts import Facts
-    set_paths = [item.partition("=")[0].strip() for item in overrides]
-    facts, restated = restate(Facts(today.facts, today.provenance), today.derived, changed, set_paths)
-    advice = advise(facts, pack, evaluator)
-    return dataclasses.replace(advice, restated=restated) if restated else advice
-
-
-def _advise_jsonl(args, pack) -> int:
-    from kbopt.batch import advise_stream, input_lines, streamed_output
-    if args.format not in ("text", "json"):
-        raise KboptError(f"--facts-jsonl writes JSON lines; --format {args.format} is for one facts file")
-    evaluator = _evaluator(args.evaluator)
-    source = "-" if args.facts_jsonl == "-" else Path(args.facts_jsonl).name
-    # With --jobs 1 this process advises every line itself (the workers tune their own).
-    with streamed_output(args.output) as out, many_advices():
-        count, failed = advise_stream(input_lines(args.facts_jsonl), out, pack, evaluator, source, tuple(args.overrides),
-                                      jobs=args.jobs if args.jobs > 0 else (os.cpu_count() or 1))
-    if failed:
-        print(f"kbopt: error: {failed} of {count} lines could not be advised (their error records name them)", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return EXIT_OK
-
-
-def _fleet(args) -> int:
-    import time
-
-    from kbopt.fleet import build_fleet, fleet_files, fleet_lines, summary_text, write_directory
-    from kbopt.kb.collectors.fleet import PrometheusClient, read_fleet
-    started = time.monotonic()
-    pack = load_checked_pack(args.rules)
-    evaluator = _evaluator(args.evaluator)
-    client = PrometheusClient(args.prometheus, timeout_s=args.timeout, retries=max(0, args.retries))
-    read = read_fleet(client, args.window, args.selector)
-    if not read.replicas:
-        raise KboptError(f"--prometheus {args.prometheus}: no vLLM, SGLang, TGI or Triton series"
-                         + (f" under {args.selector}" if args.selector else "") + f" over the last {args.window} "
-                         f"({read.queries} queries); is the engine's /metrics scraped?")
-    with many_advices():         # one advice per replica, in this process
-        fleet = build_fleet(read, pack, evaluator, args.prometheus, args.selector, started)
-    if args.output:
-        write_directory(fleet_files(fleet), args.output)
-    else:
-        write_output(fleet_lines(fleet), None)
-    sys.stderr.write(summary_text(fleet))       # its label values made inert by terminal_text
-    return EXIT_OK
-
-
-def _report(args) -> int:
-    from kbopt.engine.advice.advisor import advise
-    from kbopt.engine.advice.compare import compare
-    from kbopt.kb.facts import load_facts
-    from kbopt.reports import render
-
-    pack = load_checked_pack(args.rules)
-    read, name, command, launched = _facts_reader(args)
-    base_facts = read(launched, ())
-    evaluator = _evaluator(args.evaluator)
-    name = Path(name).name if len(args.facts) == 1 else name     # the label the what-if shows
-    with many_advices():
-        base = advise(base_facts, pack, evaluator)
-        comparison, shown = None, base
-        if args.compare:
-            shown = advise(load_facts(args.compare, args.overrides), pack, evaluator)
-            comparison = compare(base, shown, name, Path(args.compare).name + (" with --set" if args.overrides else ""))
-        elif args.overrides:     # a what-if of today's facts, restated as advise restates one
-            shown = _what_if(base, read(launched, args.overrides), args.overrides, pack, evaluator)
-            comparison = compare(base, shown, name, f"{name} with --set")
-        write_output(render(shown, args.format, comparison, explain=True, command=command), args.output)
-    return EXIT_OK
-
-
-def _schema(args) -> int:
-    if args.which == "facts":
-        from kbopt.kb.schema import facts_schema
-        schema = facts_schema()
-    else:
-        from kbopt.kb.schema import RULE_SCHEMA as schema
-    sys.stdout.write(json.dumps(schema, indent=2) + "\n")
-    return EXIT_OK
-
-
-def _rules(args) -> int:
-    from kbopt.engine.pack.loader import load_pack
-    if args.rules_command == "lint":
-        return _lint(args)
-    if args.rules_command == "new":
-        from kbopt.engine.authoring.docs import scaffold
-        print(f"wrote {scaffold(args.dir, args.layer, args.name, load_pack())}")
-        return EXIT_OK
-    # Authoring commands load packs as they are: `test` must run on a rule still being written.
-    pack = load_pack(list(dict.fromkeys(list(args.rules) + list(getattr(args, "paths", []) or []))))
-    if args.rules_command in ("show", "docs", "graph"):
-        from kbopt.engine.authoring import docs as authoring
-        if args.rules_command == "show":
-            sys.stdout.write(terminal_message(authoring.show(pack, args.rule_id)))
-        elif args.rules_command == "docs":
-            try:
-                written = authoring.write_docs(pack, Path(args.output))
-            except OSError as error:
-                raise KboptError(f"rules docs -o {args.output}: cannot write there: {error.strerror}") from None
-            print(f"wrote {written} pages under {args.output}")
-        else:
-            sys.stdout.write(authoring.graph_text(pack, args.format))
-        return EXIT_OK
-    if args.rules_command == "list":
-        from kbopt.kb import citations
-        for rule in pack.rules:
-            if args.layer in (None, rule.layer) and (args.tag is None or args.tag in rule.tags):
-                pack_name = "" if rule.pack == "builtin" else f"  (pack {rule.pack})"
-                print(terminal_text(f"{rule.id:38} {rule.layer:11} {rule.title}  [{citations.labels(rule.sources)}]{pack_name}"))
-        return EXIT_OK
-    from kbopt.engine.authoring.examples import run_examples
-    from kbopt.engine.evaluators import available_evaluators
-    evaluators = available_evaluators()
-    tested = list(pack.rules)
-    if getattr(args, "paths", None) and not args.all_rules:     # the pack author's rules, not the project's
-        tested = [rule for rule in pack.rules if rule.pack != "builtin"]
-        print(terminal_text(f"testing the {len(tested)} rule(s) of {', '.join(args.paths)} (--all adds the built-in ones)"))
-    results = run_examples(pack, evaluators, tested)
-    failed = [r for r in results if not r.ok]
-    for result in failed:
-        for failure in result.failures:
-            print(terminal_message(f"FAIL {result.rule} / {result.example!r} ({result.evaluator}) at {result.location}: {failure}"))
-    from kbopt.engine.authoring.examples import leaf_coverage
-    decided_both = [r.id for r in tested if {True, False} <= {e.fires for e in r.examples}]
-    both_ways, leaves = leaf_coverage(results)
-    print(f"coverage: {len(decided_both)}/{len(tested)} rules have an example that fires and one decided false; "
-          f"{both_ways}/{leaves} comparisons are seen both true and false")
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed "
-          f"({sum(len(r.examples) for r in tested)} examples x {len(evaluators)} evaluator(s))")
-    return EXIT_FAILED if failed else EXIT_OK
-
-
-def _lint(args) -> int:
-    from kbopt.diagnostics import render_all
-    from kbopt.engine.authoring.lint import lint_paths
-    findings, checked = lint_paths(list(dict.fromkeys(list(args.paths) or configured_packs())))
-    sys.stdout.write(terminal_message(render_all(findings)))
-    errors = sum(f.severity == "error" for f in findings)
-    warnings = sum(f.severity == "warning" for f in findings)
-    print(f"{errors} error(s), {warnings} warning(s) in {checked} rule(s)" if checked or not errors
-          else f"{errors} error(s): the rules did not load, so none was checked further")
-    return EXIT_BAD_INPUT if errors else EXIT_OK
-
-
-def _say(message: str, lines: bool = False) -> None:
-    """A message on standard error. Messages quote input (a file name, a fact's value, what a
-    Prometheus server answered), so each passes the terminal escaper on its way out: one
-    paragraph, every control character shown as <U+001B> (a newline too); or, for a rule
-    diagnostic, which kbopt lays out in `lines` itself, no line after the first beginning as
-    kbopt's own do (`kbopt:`). None can send a control sequence or forge a line."""
-    print(terminal_message(message) if lines else terminal_text(message), file=sys.stderr)
-
-
 def run() -> NoReturn:
     """The `kbopt` command and `python -m kbopt`: main() (which has closed every file it wrote),
     then, standard output and error flushed, an exit that skips tearing the interpreter down
@@ -509,25 +238,23 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+# command -> the module that runs it (kbopt/commands/): only the one asked for is imported, so a
+# cold `advise` loads neither the collectors nor the rule-authoring tools.
+COMMANDS = {"advise": "advise", "collect": "collect", "report": "report", "fleet": "fleet", "schema": "schema",
+            "rules": "rules"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     try:
-        if args.command == "advise":
-            return _advise(args)
-        if args.command == "collect":
-            return _collect(args)
-        if args.command == "report":
-            return _report(args)
-        if args.command == "fleet":
-            return _fleet(args)
-        if args.command == "schema":
-            return _schema(args)
-        return _rules(args)
+        command = importlib.import_module(f"kbopt.commands.{COMMANDS[args.command]}")
+        code: int = command.run(args)
+        return code
     except RuleError as error:         # the rendered diagnostic says "error[L...]" itself
-        _say(f"kbopt: {bounded(str(error))}", lines=True)
+        say(f"kbopt: {bounded(str(error))}", lines=True)
         return error.exit_code
     except KboptError as error:
-        _say(f"kbopt: error: {bounded(str(error))}")
+        say(f"kbopt: error: {bounded(str(error))}")
         return error.exit_code
     except BrokenPipeError:
         return EXIT_OK
@@ -537,6 +264,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:   # a bug, not bad input: say so without a wall of traceback
         if os.environ.get("KBOPT_DEBUG"):
             raise
-        _say(f"kbopt: internal error: {type(error).__name__}: {bounded(str(error))} "
-             "(set KBOPT_DEBUG=1 for the traceback, and please report it)")
+        say(f"kbopt: internal error: {type(error).__name__}: {bounded(str(error))} "
+            "(set KBOPT_DEBUG=1 for the traceback, and please report it)")
         return EXIT_FAILED

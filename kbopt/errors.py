@@ -5,6 +5,7 @@ from collections.abc import Sequence
 
 from kbopt.diagnostics import Diagnostic, render
 
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2     # the command's exit codes (docs/usage.md)
 MAX_MESSAGE = 4000      # characters of one error message: one paragraph, whatever the input quoted in it
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from kbopt.errors import KboptError
+from kbopt.reports.escape import terminal_message, terminal_text
 
 
 def _new_file_mode(target: Path) -> int:
@@ -195,3 +196,12 @@ def _replaced(target: Path, output: str, binary: bool) -> Iterator[IO[Any]]:
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
             raise
+
+
+def say(message: str, lines: bool = False) -> None:
+    """A message on standard error. Messages quote input (a file name, a fact's value, what a
+    Prometheus server answered), so each passes the terminal escaper on its way out: one
+    paragraph, every control character shown as <U+001B> (a newline too); or, for a rule
+    diagnostic, which kbopt lays out in `lines` itself, no line after the first beginning as
+    kbopt's own do (`kbopt:`). None can send a control sequence or forge a line."""
+    print(terminal_message(message) if lines else terminal_text(message), file=sys.stderr)
