@@ -303,3 +303,13 @@ def test_d7_a_tensorrt_llm_cap_says_what_its_default_admission_reserves(pack):
     # without today's --max_num_tokens 4096 the pool reads smaller (8,192 tokens of activations)
     assert strategy_of(stated, "memory_budget").params["max_num_seqs"] == stated.derived["derived.kv_pool_tokens"] // 3800 == 199
     assert not any(c.rule == "C-TRTLLM-ADMISSION-RESERVES" for c in strategy_of(stated, "memory_budget").caveats)
+
+
+def test_d4_the_plans_graph_ceiling_is_each_dp_ranks(pack):
+    # A hand check of the plan (DP attention and EP8 over 8 H200s, 978 running): SGLang's graph runner
+    # compares the largest rank's batch with --cuda-graph-max-bs (122 a rank against 256), where the
+    # replica's 978 had charged 0.3 ms x 61 layers x 722/978 = 13.5 ms of eager launches a step. By
+    # hand: 23.80 ms of reads + 6.29 ms of fixed cost + the per-request terms = 54.6 ms a step.
+    advice, _ = review_deployment(pack, DATA, "d4")
+    step = next(g for g in advice.plan.expected if g.metric == "decode_step_expected_ms")
+    assert step.after == pytest.approx(54.62, rel=0.02)
