@@ -767,3 +767,20 @@ def test_a_launch_command_states_continuous_batching_over_a_static_facts_file():
     advice = advise(facts, load_checked_pack([]), available_evaluators()[0])
     assert advice.bottleneck != "underfed" and "D-BOTTLENECK-UNDERFED" not in {f.rule for f in advice.fired}
 
+
+
+def test_a_setting_todays_command_leaves_out_runs_at_the_engines_default(run_cli):
+    # A newcomer's try: the facts file says serving.memory_fraction 0.95 and a 2,048-token budget, but
+    # today's command gives neither flag, so vLLM runs at its defaults; the advice sized the pool on
+    # 0.95 and its script dropped the budget, without a word. The facts' values are set aside, said once.
+    facts = ROOT / "examples" / "l4-8b-bf16-vllm.json"
+    code, out, err = run_cli("advise", "--facts", str(facts), "--format", "json",
+                             "--launch", "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192")
+    advice = json.loads(out)
+    assert code == 0 and "serving.memory_fraction" not in advice["facts"] and "serving.max_num_batched_tokens" not in advice["facts"]
+    assert err.count("kbopt: note: today's command (--launch) does not give") == 1
+    assert "--gpu-memory-utilization" in err and "serving.memory_fraction" in err
+    code, out, err = run_cli("advise", "--facts", str(facts), "--format", "json", "--launch",
+                             "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 --gpu-memory-utilization 0.95 "
+                             "--max-num-batched-tokens 2048")
+    assert code == 0 and json.loads(out)["facts"]["serving.memory_fraction"]["value"] == 0.95 and "does not give" not in err

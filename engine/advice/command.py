@@ -35,6 +35,9 @@ class Command:
     facts: tuple[tuple[str, Any], ...] = ()        # the serving.* (and model, workload.engine) facts they state
     yaml_keys: frozenset[str] = frozenset()        # args read from today's TensorRT-LLM options file (dotted keys)
     several: frozenset[str] = frozenset()          # unmodelled flags given several words: the value is them shell-quoted
+    # serving.* facts a flag of the profile states, whose flag the command leaves out: the engine runs
+    # them at its defaults, whatever a facts file says (fact, flag)
+    defaults: tuple[tuple[str, str], ...] = ()
 
     @property
     def unmodelled(self) -> tuple[str, ...]:
@@ -149,7 +152,23 @@ def read_command(text: str, version: str | None = None) -> Command:
                          "give each flag once, with the value the server should run with")
     facts = _facts(spec, args, model)
     return Command(spec.id, model, tuple(args), tuple(env), frozenset(modelled), tuple(facts), frozenset(yaml_keys),
-                   frozenset(several))
+                   frozenset(several), _left_at_defaults(spec, args, dict(facts)))
+
+
+# Facts a flag states that its absence does not settle: vLLM and SGLang read a checkpoint's own
+# quantization without --quantization, and where the server listens is not the advice's concern.
+_NOT_BY_ABSENCE = frozenset({"serving.quantization", "serving.port", "serving.host", "serving.served_model_name"})
+
+
+def _left_at_defaults(spec: Engine, args: list[tuple[str, str | None]], stated: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The serving facts the profile's flags state that the command does not give: the engine's
+    defaults hold for them, and a facts file's values for them are not what runs."""
+    given = {name for name, _ in args}
+    out: dict[str, str] = {}
+    for fact, flag in [*((carry.fact, carry.name) for carry in spec.deployment), *((read.fact, read.flag) for read in spec.reads)]:
+        if fact.startswith("serving.") and fact not in _NOT_BY_ABSENCE and fact not in stated and flag not in given:
+            out.setdefault(fact, flag)
+    return tuple(sorted(out.items()))
 
 
 OPTIONS_FILES = ("--extra_llm_api_options", "--config")   # TensorRT-LLM's YAML of LLM API options (serve.py)

@@ -12,6 +12,7 @@ from kbopt.engine.advice.restate import restate
 from kbopt.engine.evaluators import durable_available
 from kbopt.errors import KboptError
 from kbopt.kb.facts import Facts, facts_from_document, merge_documents, merged_document
+from kbopt.output import say
 
 
 def chosen_evaluator(choice: str) -> str:
@@ -45,7 +46,13 @@ def facts_reader(args: Any) -> tuple[Any, str, Any, list[str]]:
             document, name = merge_documents([document, given]), f"collected facts + {given_name}"
     else:
         document, name = merged_document(args.facts)        # standard input is read once, here
-    read = lambda launched, overrides: facts_from_document(document, name, overrides, launched)   # noqa: E731
+    notes: list[str] = []       # said once the facts read: a note before an error about them would be noise
+
+    def read(launched: Any, overrides: list[str]) -> Facts:
+        facts = facts_from_document(document, name, overrides, launched)
+        while notes:
+            say(notes.pop())
+        return facts
     command = None
     if args.launch is not None:
         given = read((), args.overrides).values
@@ -56,7 +63,26 @@ def facts_reader(args: Any) -> tuple[Any, str, Any, list[str]]:
             raise KboptError(f"--launch is a {command.engine} command, but the facts say workload.engine = "
                              f"{given.get('workload.engine')} with serving.engine_version = {stated}, a version of that "
                              f"engine: give {command.engine}'s with --set serving.engine_version=VERSION")
+        document, set_aside = _without_defaults(document, command.defaults)
+        if set_aside:
+            one = len(set_aside) == 1
+            notes.append(f"kbopt: note: today's command (--launch) does not give {', '.join(f for _, f in set_aside)}: "
+                         f"{command.engine} runs {'it' if one else 'them'} at its default, so the facts' "
+                         f"{', '.join(fact for fact, _ in set_aside)} {'is' if one else 'are'} set aside "
+                         "(give the flag in the command, or --set the fact for a what-if)")
     return read, name, command, command.overrides() if command else []
+
+
+def _without_defaults(document: dict[str, Any], defaults: tuple[tuple[str, str], ...]
+                      ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The facts document without the serving facts today's command leaves at the engine's defaults,
+    and those it had (fact, flag)."""
+    serving = document.get("serving")
+    found = [(fact, flag) for fact, flag in defaults if isinstance(serving, dict) and fact.split(".", 1)[1] in serving]
+    if not found or not isinstance(serving, dict):
+        return document, []
+    dropped = {fact.split(".", 1)[1] for fact, _ in found}
+    return {**document, "serving": {key: value for key, value in serving.items() if key not in dropped}}, found
 
 
 def what_if(today: Any, changed: Any, overrides: list[str], pack: Any, evaluator: str) -> Any:
