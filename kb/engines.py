@@ -485,7 +485,7 @@ def _read(raw: dict[str, Any]) -> Read:
 def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
     """One engine's profile file, parsed and checked: every line its settings and deployment
     entries write names a flag of its table."""
-    from kbopt.kb.yamlio import read_yaml
+    from kbopt.kb.yamlio import read_yaml  # PyYAML: only when the profiles are read, not from a cached pack
     where = f"kb/engines/{engine_id}.yaml"
     raw = read_yaml(text)
     if raw.get("engine") != engine_id:

@@ -137,7 +137,7 @@ def parse_document(text: str, name: str, as_yaml: bool | None = None) -> Any:
     if as_yaml if as_yaml is not None else name.endswith((".yaml", ".yml")):
         import yaml  # only for YAML documents: JSON facts never load PyYAML
 
-        from kbopt.kb.yamlio import DuplicateKey, YamlRefused, read_yaml_strict
+        from kbopt.kb.yamlio import DuplicateKey, YamlRefused, read_yaml_strict  # PyYAML: only for a YAML facts file
         try:
             return _plain(read_yaml_strict(text), name, "$")
         except (DuplicateKey, YamlRefused) as error:
@@ -161,7 +161,7 @@ def _huge_integer(text: str) -> str | None:
     """Where the JSON text has an integer too long for Python to convert, said as YAML's check
     says it (`$.model.num_layers: an integer of 5,001 digits ...`), or None. Only asked once
     json.loads has failed: a document that parses pays nothing for it."""
-    from kbopt.kb.yamlio import MAX_INT_DIGITS
+    from kbopt.kb.yamlio import MAX_INT_DIGITS  # with PyYAML: only for a YAML value
     marker = object()
     digits: list[int] = []
 
@@ -228,7 +228,7 @@ def _describe(error: ValidationError, vocabulary: Vocabulary) -> str:
             full = f"{prefix}.{key}" if prefix else key
             hint = vocabulary.suggest(full) if prefix else None
             if not prefix:
-                import difflib
+                import difflib  # only to suggest a name on an error path
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = close[0] if close else None
             did_you_mean = f"; did you mean '{hint}'?" if hint else f"; known keys here: {', '.join(sorted(known))}"
@@ -319,7 +319,7 @@ def _json_line(text: str, parts: Sequence[str | int]) -> int | None:
 
 def _yaml_line(text: str, parts: Sequence[str | int]) -> int | None:
     """The line of the node at `parts` in YAML text (the deepest one found), or None."""
-    import yaml
+    import yaml  # PyYAML: only for a YAML value
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
@@ -389,9 +389,9 @@ def flatten(document: dict[str, Any]) -> dict[str, Any]:
 
 def _yaml_scalar(raw: str, path: str) -> Any:
     """A --set value as YAML reads it (0.95, true, [int8, fp16]); the text itself when it is not YAML."""
-    import yaml
+    import yaml  # PyYAML: only for a YAML facts file
 
-    from kbopt.kb.yamlio import YamlRefused, read_yaml
+    from kbopt.kb.yamlio import YamlRefused, read_yaml  # with PyYAML
     try:
         return read_yaml(raw)
     except YamlRefused as error:
@@ -581,7 +581,7 @@ def merge_documents(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def check_consistency(values: dict[str, Any], name: str, vocabulary: Vocabulary) -> None:
     """Relations between facts that any real deployment satisfies (kb/vocabulary.yaml `consistency`)."""
-    from kbopt.engine.lang.text import fmt
+    from kbopt.engine.lang.text import fmt  # kb/ imports no engine module at load time
     problems = []
     for rule in vocabulary.consistency:
         a, b = values.get(rule["fact"]), values.get(rule["other"])

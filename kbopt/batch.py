@@ -9,21 +9,28 @@ from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 import os
 import shutil
 import signal
 import sys
+import tempfile
+import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from kbopt.engine.advice.advisor import advise
 from kbopt.engine.pack.rule import Pack
 from kbopt.errors import KboptError
 from kbopt.gctuning import tune_for_many_advices
+from kbopt.kb.facts import facts_from_document, parse_document
 from kbopt.output import STDOUT, Lines, WrittenTo, terminations_interrupt, written_binary
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
     from multiprocessing.synchronize import Event
 
 ERROR_FORMAT = "error"
@@ -39,8 +46,6 @@ def advise_line(line: str, pack: Pack, evaluator: str = "reference", name: str =
 
 def _advised(line: str, pack: Pack, evaluator: str, name: str, overrides: tuple[str, ...]) -> tuple[bool, bytes]:
     """advise_line's result as the UTF-8 bytes the output carries (the stream never decodes them)."""
-    from kbopt.engine.advice.advisor import advise
-    from kbopt.kb.facts import facts_from_document, parse_document
     try:
         facts = facts_from_document(parse_document(line, name), name, overrides)
         record: dict[str, Any] = advise(facts, pack, evaluator).to_dict()
@@ -59,7 +64,7 @@ def json_line(record: dict[str, Any]) -> bytes:
     refuses (an integer past 64 bits, a key that is not a string, a lone surrogate) goes to the
     standard encoder, a lone surrogate then written as its `\\udXXX` escape (kbopt.output's rule).
     Advice holds no NaN or infinity: facts and derived values are checked finite where they enter."""
-    import orjson
+    import orjson  # a dependency the batch alone uses: loaded with its first line
     try:
         return orjson.dumps(record)
     except orjson.JSONEncodeError:
@@ -83,11 +88,6 @@ def advise_stream(lines: Iterable[str], out: Lines, pack: Pack, evaluator: str, 
             count, failed = count + 1, failed + (not ok)
             out.write(data + b"\n")
         return count, failed
-    import multiprocessing
-    import tempfile
-    from collections import deque
-    from concurrent.futures import Future, ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
     # Each worker gets the checked pack: as it is here through a fork, pickled through a spawn
     # (_start_method says which). A worker writes each chunk's lines to a file of a temporary
     # folder, which this process copies to the output in the kernel (_copy_block): sent back
@@ -145,8 +145,6 @@ def advise_stream(lines: Iterable[str], out: Lines, pack: Pack, evaluator: str, 
 def _stop_workers(pool: ProcessPoolExecutor, others: set[Any]) -> None:
     """Shut a stopped batch's pool down within STOP_WAIT seconds, then kill what is left of its
     workers: the child processes that are not among `others`, those from before the pool."""
-    import multiprocessing
-    import threading
     stopping = threading.Thread(target=pool.shutdown, kwargs={"wait": True, "cancel_futures": True}, daemon=True)
     stopping.start()
     stopping.join(STOP_WAIT)
@@ -162,7 +160,6 @@ def _start_method() -> str:
     that imports kbopt and unpickles the pack); spawned otherwise, as a fork of a process with
     threads (a caller's, a test harness's) can copy a lock held mid-operation and leave the
     worker waiting forever."""
-    import threading
     if sys.platform.startswith("linux") and threading.active_count() == 1:
         return "fork"
     return "spawn"

@@ -18,7 +18,7 @@ def render(advice: Advice, fmt: str, comparison: AdviceDiff | None = None, expla
     adds the text and Markdown formats' proof chains and the rest of the record (HTML folds it, JSON
     holds it always)."""
     if fmt == "json":
-        from kbopt.engine.advice.launch import launch_dict
+        from kbopt.engine.advice.launch import launch_dict  # only the chosen renderer loads
         launch = launch_dict(advice, command)
         if launch is None:
             return advice.to_json()
@@ -26,10 +26,10 @@ def render(advice: Advice, fmt: str, comparison: AdviceDiff | None = None, expla
         document["launch"] = launch      # the deployed engine's settings, today -> proposed
         return json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt == "md":
-        from kbopt.reports.markdown import render_markdown
+        from kbopt.reports.markdown import render_markdown  # only the chosen renderer loads
         return render_markdown(advice, comparison, command, explain)
     if fmt == "html":
-        from kbopt.reports.html import render_html
+        from kbopt.reports.html import render_html  # only the chosen renderer loads (jinja2)
         return render_html(advice, comparison, command)
-    from kbopt.reports.text import render_text
+    from kbopt.reports.text import render_text  # only the chosen renderer loads
     return render_text(advice, explain, command)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kbopt.engine.lang.text import fmt
+from kbopt.reports.html import _environment
 
 if TYPE_CHECKING:
     from kbopt.fleet import Fleet
@@ -106,7 +107,6 @@ def plain(value: Any) -> str:
 
 
 def render_index(fleet: Fleet) -> str:
-    from kbopt.reports.html import _environment
     env = _environment()
     env.globals.update(plain=plain, expected_text=expected_text)
     actions, estimated = ranked_actions(fleet)

@@ -59,7 +59,7 @@ def gauge(check: Check) -> Gauge | None:
 def _sources_of(cited: Iterable[str]) -> Markup:
     """A rule's sources by label; an external page's address in the label's tooltip, not as a
     link: the page stays free of outgoing addresses (see test_self_contained_no_fetches_no_script)."""
-    from markupsafe import Markup, escape
+    from markupsafe import Markup, escape  # jinja2's markupsafe: only for an HTML report
     def one(entry: str) -> Markup:
         text, url = escape(safe_text(citations.label(entry))), citations.url(entry)
         return Markup(f'<cite title="{escape(url)}">{text}</cite>') if url else Markup(f"<cite>{text}</cite>")
@@ -67,7 +67,7 @@ def _sources_of(cited: Iterable[str]) -> Markup:
 
 
 def _environment():
-    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape  # jinja2: only for an HTML report
     env = Environment(loader=PackageLoader("kbopt.reports", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True),
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)

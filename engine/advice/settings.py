@@ -335,7 +335,7 @@ def _speculative(engine: str, params: Mapping[str, Any], version: Version) -> tu
 # The engines' memory rules (rules/parameters.yaml holds the same constants for the model's
 # KV-pool estimates; they are read from there so the two cannot drift apart).
 def _parameter(name: str) -> float:
-    from kbopt.engine.pack.loader import builtin_parameters
+    from kbopt.engine.pack.loader import builtin_parameters  # the loader (YAML, jsonschema) loads only when a memory fraction is converted
     return float(builtin_parameters()[name].value)
 
 

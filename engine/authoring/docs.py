@@ -55,7 +55,7 @@ def rule_markdown(rule: Rule) -> str:
 def show(pack: Pack, rule_id: str) -> str:
     rule = pack.by_id().get(rule_id.upper())
     if rule is None:
-        import difflib
+        import difflib  # only to suggest a name on an error path
         close = difflib.get_close_matches(rule_id.upper(), list(pack.by_id()), n=1)
         raise KboptError(f"no rule {rule_id}" + (f"; did you mean {close[0]}?" if close else "; see `kbopt rules list`"))
     return rule_markdown(rule)

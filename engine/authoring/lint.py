@@ -8,6 +8,7 @@ from typing import Any, assert_never
 
 from kbopt.codes import diagnostic
 from kbopt.diagnostics import Diagnostic
+from kbopt.engine.evaluators.durable import RULESET_SIZE, compile_pack
 from kbopt.engine.lang.errors import ExprError
 from kbopt.engine.lang.nodes import Cmp, Condition, Const, Contains, Known, Leaf, Needs, OneOf, Value, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
@@ -15,7 +16,9 @@ from kbopt.engine.lang.operators import COMPARISONS
 from kbopt.engine.pack.files import Retired
 from kbopt.engine.pack.loader import read_pack
 from kbopt.engine.pack.rule import Derive, Pack, Recommend, Reject, Rule
+from kbopt.errors import FactsError
 from kbopt.kb.catalog import Strategy, strategies
+from kbopt.kb.facts import facts_from_document
 from kbopt.kb.knowledge import seed_claims
 
 OUTPUT_FACTS = {"derived.bottleneck"}          # read by reports, so never "unused"
@@ -207,10 +210,7 @@ def lint_pack(pack: Pack, retired: Mapping[str, Retired] | None = None, errors_o
 
 def _example_findings(rule: Rule, catalog: Mapping[str, Strategy]) -> list[Diagnostic]:
     """Example facts that are not facts v1, and expectations naming strategies that do not exist."""
-    import difflib
-
-    from kbopt.errors import FactsError
-    from kbopt.kb.facts import facts_from_document
+    import difflib  # only to suggest a name for a misspelt one
     out: list[Diagnostic] = []
     names = set(catalog) | {f"{s}[{v}]" for s, spec in catalog.items() for v in spec.variants}
     for example in rule.examples:
@@ -273,7 +273,6 @@ def _ties(pack: Pack, mine: list[Rule], catalog: Mapping[str, Strategy]) -> list
 
 
 def _limits(pack: Pack) -> list[Diagnostic]:
-    from kbopt.engine.evaluators.durable import RULESET_SIZE, compile_pack
     try:
         rulesets = compile_pack(pack)
     except ExprError as error:

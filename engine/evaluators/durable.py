@@ -314,7 +314,7 @@ class DurableEvaluator:
         return instance
 
     def _setup(self, pack: Pack, key: str) -> None:
-        import durable_rules_engine
+        import durable_rules_engine  # durable_rules' C core: optional (absent on 3.13), loaded with an evaluator
 
         self._core = durable_rules_engine
         self.pack = pack

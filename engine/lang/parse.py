@@ -78,7 +78,7 @@ class _Parser:
         if "." not in dotted:
             if dotted in self.parameters:
                 return Const(bounded(self.parameters[dotted], f"the parameter {dotted}"), parameter=dotted)
-            import difflib
+            import difflib  # only to suggest a name on an error path
             close = difflib.get_close_matches(dotted, list(self.parameters), n=1)
             raise ExprError(f"unknown name {dotted!r}", f"did you mean the parameter '{close[0]}'?" if close else
                             "a bare name is a parameter: declare it under `parameters:` or in rules/parameters.yaml; "

@@ -37,6 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from kbopt import __version__
 from kbopt.diagnostics import Diagnostic
 from kbopt.engine.pack import files
 from kbopt.engine.pack.rule import Pack
@@ -66,7 +67,6 @@ def cache_dir() -> Path | None:
 def pack_key(dirs: tuple[str, ...]) -> str | None:
     """The digest of everything a compiled pack depends on; None when the packs cannot be read
     (loading them then says why)."""
-    from kbopt import __version__
     digest = hashlib.sha256(FORMAT + b"\0" + __version__.encode() + b"\0" + sys.version.encode())
     for package in CODE_PACKAGES:
         for module in sorted(package_dir(package).iterdir(), key=lambda f: f.name):
@@ -311,7 +311,7 @@ def _read_private(folder: Path, entry: Path) -> bytes | None:
 
 def _store(folder: Path, entry: Path, pack: Pack) -> None:
     """Write the entry whole or not at all; a cache that cannot be written only costs time."""
-    import tempfile
+    import tempfile  # only when an entry is written
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(dir=folder, prefix=".pack-")     # created 0600

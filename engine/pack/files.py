@@ -70,7 +70,7 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
     """Safe YAML with every key's position; a duplicate key is an error, not a silent overwrite."""
     import yaml  # here, not at the top: a pack from the compiled-pack cache is never parsed
 
-    from kbopt.kb.yamlio import DuplicateKey, YamlRefused, compose_checked
+    from kbopt.kb.yamlio import DuplicateKey, YamlRefused, compose_checked  # PyYAML (27 ms) loads only when a file is parsed
     loader = None
     try:
         loader, node = compose_checked(text)

@@ -55,7 +55,7 @@ def _schema_error(error: ValidationError, doc: Document) -> Diagnostic:
     schema = error.schema if isinstance(error.schema, Mapping) else {}
     if error.validator == "additionalProperties":
         unknown = sorted(set(instance) - set(schema.get("properties", {})))
-        import difflib
+        import difflib  # only to suggest a name on an error path
         known = sorted(schema.get("properties", {}))
         close = difflib.get_close_matches(unknown[0], known, n=1) if unknown else []
         hint = f"did you mean '{close[0]}'?" if close else f"allowed here: {', '.join(known)}"
@@ -112,7 +112,7 @@ class _RuleBuilder:
 
     def strategy(self, name: str, variant: str | None, path: KeyPath) -> None:
         if name not in self.catalog:
-            import difflib
+            import difflib  # only to suggest a name on an error path
             close = difflib.get_close_matches(name, list(self.catalog), n=1)
             self.fail(path, f"unknown strategy {name!r}", f"did you mean '{close[0]}'?" if close else
                       "strategies: " + ", ".join(self.catalog))
@@ -281,9 +281,9 @@ def _required(node: Value) -> list[str]:
 
 @lru_cache(maxsize=1)
 def _rule_validator() -> Draft202012Validator:
-    import jsonschema
+    import jsonschema  # heavy (80 ms): a pack from the cache is never validated
 
-    from kbopt.kb.schema import RULE_SCHEMA
+    from kbopt.kb.schema import RULE_SCHEMA  # the rule schema, with jsonschema
     return jsonschema.Draft202012Validator(RULE_SCHEMA)
 
 

@@ -12,21 +12,21 @@ def load_checked_pack(dirs: list[str]) -> Pack:
     """The built-in pack with `dirs` layered over it. A custom pack must pass lint's error checks
     (a rule that can never fire, a retired id, TODOs...), not just load; its warnings are lint's
     business, not advise's. A pack that passed is kept in the compiled-pack cache (cache.py)."""
-    from kbopt.engine.pack.cache import cached_pack
+    from kbopt.engine.pack.cache import cached_pack  # a cold advise reads the cache: the loader and lint load on a miss
     layered = tuple(dict.fromkeys(dirs))
     return cached_pack(layered, lambda: _load_and_check(layered))
 
 
 def _load_and_check(dirs: tuple[str, ...]) -> Pack:
-    from kbopt.engine.pack.loader import lint_hint, read_pack
+    from kbopt.engine.pack.loader import lint_hint, read_pack  # the YAML loader: only on a cache miss
     loaded = read_pack(dirs)
     pack = loaded.checked()
     if loaded.dirs:
-        from kbopt.engine.authoring.lint import lint_pack
+        from kbopt.engine.authoring.lint import lint_pack  # lint: only for a custom pack
         errors = [d for d in lint_pack(pack, loaded.retired, errors_only=True) if d.severity == "error"]
         if errors:
             raise RuleError(errors, lint_hint(loaded.dirs))
-    from kbopt.engine.evaluators import precompile
+    from kbopt.engine.evaluators import precompile  # both backends: only before a pack is cached
     precompile(pack)
     return pack
 

@@ -254,7 +254,7 @@ def _series_facts(series: dict[str, Series], out: Collected, interval_s: float) 
 
 def load_pynvml() -> Nvml:
     try:
-        import pynvml
+        import pynvml  # pynvml: optional, only where a GPU is sampled
     except ImportError:
         raise KboptError(f"the pynvml module (package nvidia-ml-py) is not installed: {NO_NVML_HINT}") from None
     module: Nvml = pynvml   # pynvml is untyped: this is where it is taken to be the Nvml protocol

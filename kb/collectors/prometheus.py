@@ -214,7 +214,7 @@ def _float(value: float) -> float:
 def parse(text: str, source: str, filtered: bool = True, at: float | None = None) -> Scrape:
     """`filtered=False` parses every line (the benchmark's and the filter test's reference); `at`:
     when it was read (time.monotonic()), for rates between two scrapes."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.parser import text_string_to_metric_families  # prometheus_client: only when an exposition is parsed
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     try:
         for family in text_string_to_metric_families(prefilter(text) if filtered else text):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from kbopt.errors import KboptError
@@ -28,10 +28,10 @@ class CollectOptions:
 
 def collect(options: CollectOptions, nvml_module: Nvml | None = None,
             sleep: Callable[[float], None] = time.sleep) -> Collected:
-    from kbopt.kb.collectors import nvml as nvml_collector
-    from kbopt.kb.collectors.models import model_facts
-    from kbopt.kb.collectors.prometheus import facts_from_scrapes, scrape
-    from kbopt.kb.collectors.traces import summarize_trace
+    from kbopt.kb.collectors import nvml as nvml_collector  # each collector loads only when asked for
+    from kbopt.kb.collectors.models import model_facts  # each collector loads only when asked for
+    from kbopt.kb.collectors.prometheus import facts_from_scrapes, scrape  # each collector loads only when asked for
+    from kbopt.kb.collectors.traces import summarize_trace  # each collector loads only when asked for
 
     out = Collected()
     urls = [m for m in options.metrics if m.startswith(("http://", "https://"))]
@@ -74,7 +74,6 @@ def collect(options: CollectOptions, nvml_module: Nvml | None = None,
 
 
 def _with_window(collected: Collected, window_s: float) -> Collected:
-    from dataclasses import replace
     for path, (value, provenance) in list(collected.facts.items()):
         if provenance.window_s is None and provenance.quality == "measured":
             collected.facts[path] = (value, replace(provenance, window_s=round(window_s, 3)))

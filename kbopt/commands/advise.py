@@ -38,7 +38,7 @@ def run(args: Any) -> int:
         if args.emit:
             # The launch script's path: loaded only for --emit (a few ms of every cold advise otherwise).
             from kbopt.engine.advice.migrate import advice_for
-            from kbopt.reports.emit import render_emit
+            from kbopt.reports.emit import render_emit  # with the line above: only for --emit
             advice = advice_for(advice, args.emit, pack, evaluator)
             write_output(render_emit(advice, args.emit, command), args.output)
             return EXIT_OK
