@@ -203,3 +203,25 @@ def test_kept_settings_are_those_made_afresh_when_a_fact_they_read_changes():
             assert got == _settings_map(strategy, key, params, facts, derived, on), (key, params, facts, derived)
             answers.add(json.dumps(got))
     assert len(answers) >= 9
+
+
+def test_a_pack_that_retunes_a_memory_parameter_sizes_the_settings_on_it(tmp_path, pack):
+    # The settings' memory rule reads the same parameters as the model's KV-pool rules: a pack that
+    # retunes one (a deployment's measured activations, say) must size the engines' memory fractions
+    # on it too, not on the built-in value (issue 27: a custom pack's parameters reach the settings).
+    from kbopt.engine.advice.settings import pack_constants
+    from kbopt.engine.pack.loader import load_pack
+    (tmp_path / "parameters.yaml").write_text(
+        "parameters:\n  activation_gib_per_1k_tokens: {value: 0.2, why: measured on our engine build, overrides: true}\n")
+    retuned = load_pack([str(tmp_path)])
+    assert dict(pack_constants(retuned))["activation_gib_per_1k_tokens"] == 0.2
+    assert dict(pack_constants(pack))["activation_gib_per_1k_tokens"] == 0.65
+    # SGLang's fraction holds the weights and the KV cache (80 x f = weights + KV), and the KV pool a
+    # 0.9 share of the whole device leaves is 0.9 x 80 - weights - activations - non-torch: 5.2 GiB of
+    # activations at the built-in 0.65 GiB per 1k tokens of an 8,192-token budget, 1.6 GiB at 0.2.
+    builtin = memory_fraction("sglang", 0.9, {}, DERIVED, pack_constants(pack))[0]
+    ours = memory_fraction("sglang", 0.9, {}, DERIVED, pack_constants(retuned))[0]
+    assert 80 * builtin - 15 == pytest.approx(0.9 * 80 - 15 - 0.65 * 8 - 0.13, abs=0.05)
+    assert 80 * ours - 15 == pytest.approx(0.9 * 80 - 15 - 0.2 * 8 - 0.13, abs=0.05)
+    assert ours > builtin
+    assert (targets({}, "vllm", pack_constants(retuned))[0].constants) == pack_constants(retuned)

@@ -20,7 +20,7 @@ from kbopt.engine.advice.objectives import (
     objectives,
     worsens_everything,
 )
-from kbopt.engine.advice.settings import differs_from_today, sets_otherwise, settings_map, targets
+from kbopt.engine.advice.settings import differs_from_today, pack_constants, sets_otherwise, settings_map, targets
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
 from kbopt.engine.advice.whatif import (
@@ -154,7 +154,8 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
         fired=tuple(firings), not_evaluated=not_evaluated, facts=dict(facts.values), provenance=dict(facts.provenance),
         derived=dict(sorted(final.derived.items())), graph=edges, pack_version=pack.version, warnings=warnings,
         bottleneck_missing=bottleneck_missing, estimates=estimates, plan=plan,
-        symptoms=symptoms(facts.values, final.derived, plan), to_collect=facts_to_collect(pack, not_evaluated, final))
+        symptoms=symptoms(facts.values, final.derived, plan), to_collect=facts_to_collect(pack, not_evaluated, final),
+        constants=pack_constants(pack))
 
 
 def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatIf | None
@@ -209,8 +210,9 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     threshold = pack.kb.negligible_change
     moves_today = {key for key in changing if key in outcomes and any(
         abs(relative_change(before, after)) >= threshold for _, before, after in outcomes[key].moved)}
+    constants = pack_constants(pack)
     planned = [key for key in resolution.chosen if key not in kept or key in moves_today or differs_from_today(
-        candidates[key].strategy, key, evaluated[key][0], final.inputs, final.derived)]
+        candidates[key].strategy, key, evaluated[key][0], final.inputs, final.derived, constants)]
 
     def partners_as_printed(key: str) -> tuple[tuple[str, Any], ...]:
         """The partners' effects with the values they print (sized after the plan, as this key's are)."""
@@ -268,7 +270,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             # A strategy in place whose setting the plan moves (a chunk budget the engine's default
             # sets today, sized down once CUDA graphs shorten the step) is a change, in the plan too.
             if key in kept and key not in planned and sized_by_key[key] and sets_otherwise(
-                    c.strategy, key, today, params, final.inputs, final.derived):
+                    c.strategy, key, today, params, final.inputs, final.derived, constants):
                 moved_in_place.append(key)
         planned += moved_in_place
         if moved_in_place or any(sized_by_key[key] and _effects_read_params(catalog[candidates[key].strategy],
@@ -315,7 +317,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             if outcome is not None and key in outcomes:
                 outcomes[key] = outcome
     out = []
-    engines = targets(final.inputs)          # the engines each strategy's settings are written for
+    engines = targets(final.inputs, constants=constants)     # the engines each strategy's settings are written for
     for key in [key for key in resolution.chosen if key not in unneeded]:
         c = candidates[key]
         params, notes = evaluated[key]
@@ -341,7 +343,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             recommended_by=tuple(c.rules), key=key,
             # in place, and with the values the deployment runs: a strategy in place whose parameters change is a change
             status="keep" if key in kept and key not in moved_in_place and key not in moves_today
-            and not differs_from_today(c.strategy, key, params, final.inputs, final.derived) else "change",
+            and not differs_from_today(c.strategy, key, params, final.inputs, final.derived, constants) else "change",
             expected=outcomes[key].gains if key in outcomes else (),
             together=partnered[key][1] if key in outcomes and key in partnered else (),
             settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines), sized=tuple(sized),

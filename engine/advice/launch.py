@@ -287,7 +287,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     if engine not in ENGINES:
         raise KboptError(f"--emit {engine}: not an engine kbopt has a profile for ({', '.join(ENGINES)})")
     facts = advice.facts
-    target = targets(facts, engine)[0]
+    target = targets(facts, engine, advice.constants)[0]
     spec = target.spec
     vendor = facts.get("hardware.vendor")
     if vendor is not None and vendor not in spec.vendors:

@@ -124,6 +124,9 @@ class Advice:
     symptoms: tuple[Symptom, ...] = ()         # what the facts show going wrong, before any rule (symptoms.py)
     to_collect: tuple[Wanted, ...] = ()        # the facts to collect next, heaviest first (wanted.py)
     restated: Restated | None = None           # a --set what-if of the deployment: what it kept and re-estimated (restate.py)
+    # the pack's values of the engines' memory-rule parameters (settings.pack_constants): the launch
+    # scripts written from this advice size a memory fraction on them, as the advice did (not in advice/2)
+    constants: tuple[tuple[str, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -9,6 +9,7 @@ so a string from the facts or a rule stays inert in a command line or config fil
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeGuard
 
 from kbopt.engine.pack.kept import Kept
+from kbopt.engine.pack.rule import Pack
 from kbopt.kb.engines import ENGINES, Engine, Entry, Version, parse_version, version_text
 from kbopt.kb.knowledge import engine_catalog
 
@@ -31,6 +33,7 @@ class Target:
     stated: bool           # the version came from serving.engine_version (else: the latest covered)
     deployed: bool         # the facts' workload.engine: serving.* facts are this engine's settings
     asked: Version | None = None   # serving.engine_version when no covered version matches it
+    constants: Constants = ()      # the pack's values of the memory rules' parameters (pack_constants)
 
     @property
     def spec(self) -> Engine:
@@ -80,7 +83,7 @@ def clean(text: object) -> str:
     return _CONTROL.sub(" ", str(text)).strip()
 
 
-def targets(facts: Mapping[str, Any], engine: str | None = None) -> tuple[Target, ...]:
+def targets(facts: Mapping[str, Any], engine: str | None = None, constants: Constants = ()) -> tuple[Target, ...]:
     """The engine the settings are for: `engine` when asked, else workload.engine; every engine
     that runs on hardware.vendor's GPUs (all four on NVIDIA) when neither names a covered engine.
     The version is serving.engine_version for the deployed engine, else the latest covered; a
@@ -99,11 +102,11 @@ def targets(facts: Mapping[str, Any], engine: str | None = None) -> tuple[Target
             raise ValueError(f"no engine profile {name!r}: the engines are {', '.join(ENGINES)}")
         given = parse_version(facts.get("serving.engine_version")) if name == deployed else None
         if given is None:
-            out.append(Target(spec.id, spec.latest, False, name == deployed))
+            out.append(Target(spec.id, spec.latest, False, name == deployed, constants=constants))
         elif given in spec.versions or (spec.floor is not None and given < spec.floor):
-            out.append(Target(spec.id, given, True, name == deployed))
+            out.append(Target(spec.id, given, True, name == deployed, constants=constants))
         else:
-            out.append(Target(spec.id, spec.nearest(given), True, name == deployed, given))
+            out.append(Target(spec.id, spec.nearest(given), True, name == deployed, given, constants))
     return tuple(out)
 
 
@@ -153,7 +156,7 @@ def _slot(target: Target, entries: list[Entry], params: Mapping[str, Any], facts
         if entry.kind == "note":
             return [Setting(target.engine, "note", "", clean(entry.set), needs=entry.needs, source=entry.source,
                             removes=entry.removes)]
-        values, problem = _values(entry, target.engine, params, facts, derived, target.version)
+        values, problem = _values(entry, target.engine, params, facts, derived, target.version, target.constants)
         if values is None:
             problems.append(problem)
             continue
@@ -183,24 +186,24 @@ def _setting(target: Target, entry: Entry, values: dict[str, Any], facts: Mappin
 
 
 def differs_from_today(strategy: str, key: str, params: Mapping[str, Any], facts: Mapping[str, Any],
-                       derived: Mapping[str, Any]) -> bool:
+                       derived: Mapping[str, Any], constants: Constants = ()) -> bool:
     """Whether a strategy in place today sets, in the deployed engine, a value other than the one
     its serving.* facts say it runs: then applying it is a change, not a keep."""
     deployed = facts.get("workload.engine")
     if deployed not in ENGINES:
         return False
-    target = targets(facts, str(deployed))[0]
+    target = targets(facts, str(deployed), constants)[0]
     return any(s.differs for s in settings_for(target, strategy, key, params, facts, derived))
 
 
 def sets_otherwise(strategy: str, key: str, before: Mapping[str, Any], after: Mapping[str, Any], facts: Mapping[str, Any],
-                   derived: Mapping[str, Any]) -> bool:
+                   derived: Mapping[str, Any], constants: Constants = ()) -> bool:
     """Whether the deployed engine's settings of a strategy read differently with `after`'s
     parameters than with `before`'s (a parameter no setting prints moves nothing)."""
     deployed = facts.get("workload.engine")
     if deployed not in ENGINES:
         return False
-    target = targets(facts, str(deployed))[0]
+    target = targets(facts, str(deployed), constants)[0]
     def texts(params: Mapping[str, Any]) -> list[str]:
         return [s.text for s in settings_for(target, strategy, key, params, facts, derived)]
     return texts(before) != texts(after)
@@ -226,13 +229,13 @@ def _quote(kind: str, value: Any) -> str:
 
 
 def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping[str, Any],
-            derived: Mapping[str, Any], version: Version = (99,)) -> tuple[dict[str, Any] | None, str]:
+            derived: Mapping[str, Any], version: Version = (99,), constants: Constants = ()) -> tuple[dict[str, Any] | None, str]:
     """The placeholders of an entry's line, or None and why they cannot be computed."""
     raw = params.get(entry.param) if entry.param else None
     if entry.value is None:
         return ({"value": raw} if entry.param else {}), ""
     if entry.value == "fraction":
-        fraction, why = memory_fraction(engine, raw, facts, derived)
+        fraction, why = memory_fraction(engine, raw, facts, derived, constants)
         return ({"value": fraction} if fraction is not None else None), why
     if entry.value == "speculative":
         return _speculative(engine, params, version)
@@ -333,58 +336,81 @@ def _speculative(engine: str, params: Mapping[str, Any], version: Version) -> tu
 
 
 # The engines' memory rules (rules/parameters.yaml holds the same constants for the model's
-# KV-pool estimates; they are read from there so the two cannot drift apart).
-def _parameter(name: str) -> float:
-    from kbopt.engine.pack.loader import builtin_parameters  # the loader (YAML, jsonschema) loads only when a memory fraction is converted
+# KV-pool estimates): read from the pack the advice runs on (pack_constants), so a pack that retunes
+# one sizes the settings on it too, and the two cannot drift apart.
+MEMORY_CONSTANTS = ("activation_gib_per_1k_tokens", "budget_tokens_large", "budget_tokens_small", "large_gpu_gib",
+                    "nontorch_gib_sharded", "nontorch_gib_single", "trtllm_reserved_share")
+Constants = tuple[tuple[str, float], ...]
+
+
+def pack_constants(pack: Pack) -> Constants:
+    """The pack's values of the memory rules' parameters, as its rules read them."""
+    def build() -> Constants:
+        found = {p.name: float(p.value) for rule in pack.rules for p in rule.parameters if p.name in MEMORY_CONSTANTS}
+        return tuple(sorted(found.items()))
+    return pack.memo("memory constants", build)
+
+
+def _parameter(name: str, constants: Constants) -> float:
+    for known, value in constants:
+        if known == name:
+            return value
+    return _builtin_parameter(name)
+
+
+@functools.cache
+def _builtin_parameter(name: str) -> float:
+    from kbopt.engine.pack.loader import builtin_parameters  # the loader (YAML, jsonschema): only where no pack gave it
     return float(builtin_parameters()[name].value)
 
 
 CAPS = {"vllm": 0.95, "sglang": 0.95, "trtllm": 0.95, "tgi": 1.0}
 
 
-def kv_target_gib(fraction: float, facts: Mapping[str, Any], derived: Mapping[str, Any]) -> float | None:
+def kv_target_gib(fraction: float, facts: Mapping[str, Any], derived: Mapping[str, Any], constants: Constants = ()) -> float | None:
     """The KV pool per GPU a memory_fraction asks for. The strategy's parameter is read as a share
     of the whole device memory for weights, activations and KV (vLLM's gpu_memory_utilization,
     the catalog's convention): the KV pool it leaves is what every engine must be given."""
     gpu, weights = derived.get("derived.gpu_memory_gib"), derived.get("derived.weights_gib_per_gpu")
     if not _number(gpu) or not _number(weights):
         return None
-    return float(fraction * gpu - weights - _activations(facts, gpu) - _nontorch(derived))
+    return float(fraction * gpu - weights - _activations(facts, gpu, constants) - _nontorch(derived, constants))
 
 
-def _activations(facts: Mapping[str, Any], gpu: float) -> float:
+def _activations(facts: Mapping[str, Any], gpu: float, constants: Constants) -> float:
     budget = facts.get("serving.max_num_batched_tokens")
     if not _number(budget):
-        budget = _parameter("budget_tokens_large") if gpu >= _parameter("large_gpu_gib") else _parameter("budget_tokens_small")
-    return _parameter("activation_gib_per_1k_tokens") * float(budget) / 1024
+        large = gpu >= _parameter("large_gpu_gib", constants)
+        budget = _parameter("budget_tokens_large" if large else "budget_tokens_small", constants)
+    return _parameter("activation_gib_per_1k_tokens", constants) * float(budget) / 1024
 
 
-def _nontorch(derived: Mapping[str, Any]) -> float:
+def _nontorch(derived: Mapping[str, Any], constants: Constants) -> float:
     tp = derived.get("derived.tensor_parallel")
-    return _parameter("nontorch_gib_sharded" if _number(tp) and tp > 1 else "nontorch_gib_single")
+    return _parameter("nontorch_gib_sharded" if _number(tp) and tp > 1 else "nontorch_gib_single", constants)
 
 
 def memory_fraction(engine: str, fraction: Any, facts: Mapping[str, Any],
-                    derived: Mapping[str, Any]) -> tuple[float | None, str]:
+                    derived: Mapping[str, Any], constants: Constants = ()) -> tuple[float | None, str]:
     """`fraction` (a share of the whole device, vLLM's denominator) in `engine`'s own denominator,
     giving the same KV pool; None and why when the estimates do not allow it."""
     if not _number(fraction) or not 0 < fraction <= 1:
         return None, "memory_fraction is not a share between 0 and 1: not set"
-    kv = kv_target_gib(float(fraction), facts, derived)
+    kv = kv_target_gib(float(fraction), facts, derived, constants)
     if kv is None:
         return None, ("memory_fraction: converting it to this engine's denominator needs derived.gpu_memory_gib "
                       "and derived.weights_gib_per_gpu; not set")
     if kv <= 0:
         return None, "memory_fraction: at this share the weights and activations leave no KV cache; not set"
     gpu, weights = float(derived["derived.gpu_memory_gib"]), float(derived["derived.weights_gib_per_gpu"])
-    activations = _activations(facts, gpu)
+    activations = _activations(facts, gpu, constants)
     if engine == "vllm":
-        value = (weights + activations + _nontorch(derived) + kv) / gpu
+        value = (weights + activations + _nontorch(derived, constants) + kv) / gpu
     elif engine == "sglang":
         value = (weights + kv) / gpu                      # activations and CUDA graphs sit outside it
     elif engine == "trtllm":
         free = gpu - weights - activations
-        value = kv / (free * (1 - _parameter("trtllm_reserved_share")))
+        value = kv / (free * (1 - _parameter("trtllm_reserved_share", constants)))
     else:
         value = (weights + activations + kv) / gpu        # TGI: whole device; KV fills what warm-up leaves
     value = round(value, 3)
