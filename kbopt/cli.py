@@ -1,4 +1,4 @@
-"""kbopt command line: advise, schema, rules list/test."""
+"""kbopt command line: the parser, and the dispatch to the command asked for (kbopt/commands/)."""
 from __future__ import annotations
 
 import argparse
