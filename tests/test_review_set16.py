@@ -316,3 +316,16 @@ def test_d4_the_plans_graph_ceiling_is_each_dp_ranks(pack):
     advice, _ = review_deployment(pack, DATA, "d4")
     step = next(g for g in advice.plan.expected if g.metric == "decode_step_expected_ms")
     assert step.after == pytest.approx(54.62 + 978 * 2 * 61 * 2 * 7 / 8 * 7168 * 2 / 300e9 * 1000, rel=0.02)
+
+
+def test_d4_a_strategys_own_sglang_line_writes_the_ranks_total_as_the_script_does(pack):
+    # The plan turns DP attention on over 8 ranks: the cap is 267 a GPU, and SGLang divides
+    # --max-running-requests among the ranks, so the strategy's own line must read 2,136 as the
+    # script does, not 267 (which alone would run 33 a rank); the graph ceiling stays each rank's.
+    advice, script = review_deployment(pack, DATA, "d4")
+    budget = strategy_of(advice, "memory_budget")
+    per_gpu = budget.params["max_num_seqs"]
+    line = dict(budget.settings)["sglang"]
+    assert f"--max-running-requests {per_gpu * 8}" in line and f"--cuda-graph-max-bs {per_gpu}" in line
+    argv = script_flags(script).split()
+    assert argv[argv.index("--max-running-requests") + 1] == str(per_gpu * 8)

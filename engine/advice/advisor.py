@@ -317,7 +317,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             if outcome is not None and key in outcomes:
                 outcomes[key] = outcome
     out = []
-    engines = targets(final.inputs, constants=constants)     # the engines each strategy's settings are written for
+    # the engines each strategy's settings are written for, with the plan's data-parallel attention ranks
+    engines = targets(final.inputs, constants=constants, attention_ranks=ranks)
     for key in [key for key in resolution.chosen if key not in unneeded]:
         c = candidates[key]
         params, notes = evaluated[key]

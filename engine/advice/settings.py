@@ -34,6 +34,7 @@ class Target:
     deployed: bool         # the facts' workload.engine: serving.* facts are this engine's settings
     asked: Version | None = None   # serving.engine_version when no covered version matches it
     constants: Constants = ()      # the pack's values of the memory rules' parameters (pack_constants)
+    attention_ranks: int = 1       # data-parallel attention ranks after the plan: a flag the engine divides among them is their total
 
     @property
     def spec(self) -> Engine:
@@ -83,7 +84,8 @@ def clean(text: object) -> str:
     return _CONTROL.sub(" ", str(text)).strip()
 
 
-def targets(facts: Mapping[str, Any], engine: str | None = None, constants: Constants = ()) -> tuple[Target, ...]:
+def targets(facts: Mapping[str, Any], engine: str | None = None, constants: Constants = (),
+            attention_ranks: int = 1) -> tuple[Target, ...]:
     """The engine the settings are for: `engine` when asked, else workload.engine; every engine
     that runs on hardware.vendor's GPUs (all four on NVIDIA) when neither names a covered engine.
     The version is serving.engine_version for the deployed engine, else the latest covered; a
@@ -102,11 +104,11 @@ def targets(facts: Mapping[str, Any], engine: str | None = None, constants: Cons
             raise ValueError(f"no engine profile {name!r}: the engines are {', '.join(ENGINES)}")
         given = parse_version(facts.get("serving.engine_version")) if name == deployed else None
         if given is None:
-            out.append(Target(spec.id, spec.latest, False, name == deployed, constants=constants))
+            out.append(Target(spec.id, spec.latest, False, name == deployed, constants=constants, attention_ranks=attention_ranks))
         elif given in spec.versions or (spec.floor is not None and given < spec.floor):
-            out.append(Target(spec.id, given, True, name == deployed, constants=constants))
+            out.append(Target(spec.id, given, True, name == deployed, constants=constants, attention_ranks=attention_ranks))
         else:
-            out.append(Target(spec.id, spec.nearest(given), True, name == deployed, given, constants))
+            out.append(Target(spec.id, spec.nearest(given), True, name == deployed, given, constants, attention_ranks))
     return tuple(out)
 
 
@@ -141,6 +143,12 @@ def settings_for(target: Target, strategy: str, key: str, params: Mapping[str, A
     out: list[Setting] = []
     for entries in slots.values():
         out.extend(_slot(target, entries, params, facts, derived))
+    totals = target.spec.rank_totals
+    if target.attention_ranks > 1 and totals is not None:
+        # a per-GPU cap as the total the engine divides among its ranks, as the launch writes it
+        # (launch.py _as_rank_totals: SGLang's --max-running-requests)
+        out = [s._replace(text=f"{s.name} {int(s.value) * target.attention_ranks}", value=str(int(s.value) * target.attention_ranks))
+               if s.kind == "cli" and s.name in totals.flags and s.value.isdigit() else s for s in out]
     return tuple(out)
 
 
