@@ -784,3 +784,17 @@ def test_a_setting_todays_command_leaves_out_runs_at_the_engines_default(run_cli
                              "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 --gpu-memory-utilization 0.95 "
                              "--max-num-batched-tokens 2048")
     assert code == 0 and json.loads(out)["facts"]["serving.memory_fraction"]["value"] == 0.95 and "does not give" not in err
+
+
+def test_a_logged_block_size_stays_beside_its_block_count_under_a_command_without_the_flag(run_cli, tmp_path):
+    # A startup log gives the pool as blocks of a size (M-KV-POOL-MEASURED reads both); a command
+    # without --block-size runs that same default size, so the fact is not set aside with the others.
+    document = json.loads((ROOT / "examples" / "l4-8b-bf16-vllm.json").read_text())
+    document.setdefault("serving", {}).update({"num_gpu_blocks": 2000, "kv_block_size": 16})
+    facts = tmp_path / "logged.json"
+    facts.write_text(json.dumps(document))
+    code, out, err = run_cli("advise", "--facts", str(facts), "--format", "json",
+                             "--launch", "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192")
+    advice = json.loads(out)
+    assert code == 0 and advice["facts"]["serving.kv_block_size"]["value"] == 16
+    assert advice["facts"]["serving.num_gpu_blocks"]["value"] == 2000 and "serving.kv_block_size" not in err

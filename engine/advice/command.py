@@ -156,8 +156,11 @@ def read_command(text: str, version: str | None = None) -> Command:
 
 
 # Facts a flag states that its absence does not settle: vLLM and SGLang read a checkpoint's own
-# quantization without --quantization, and where the server listens is not the advice's concern.
-_NOT_BY_ABSENCE = frozenset({"serving.quantization", "serving.port", "serving.host", "serving.served_model_name"})
+# quantization without --quantization; a block size read from the startup log with the block count
+# is the default's own value (M-KV-POOL-MEASURED reads the two together); where the server listens
+# is not the advice's concern.
+_NOT_BY_ABSENCE = frozenset({"serving.quantization", "serving.kv_block_size", "serving.port", "serving.host",
+                             "serving.served_model_name"})
 
 
 def _left_at_defaults(spec: Engine, args: list[tuple[str, str | None]], stated: dict[str, Any]) -> tuple[tuple[str, str], ...]:
