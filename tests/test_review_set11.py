@@ -26,11 +26,15 @@ def test_d7_tgi_on_a_t4_with_head_dim_96_gets_no_chunk_budget_its_router_refuses
 def test_d8_tgi_under_speculation_stalls_decodes_with_whole_prefills(pack):
     # Qwen2.5-Coder-32B with --speculate 3 on two A100s: TGI turns chunking off under speculation,
     # so the p99 step carries a whole prefill; with 1.8 tokens a step, a request's prefill comes
-    # every OSL / 1.8 steps. The model read 18.5 ms where 1,100 ms is measured; now within 1.6x.
+    # every OSL / 1.8 steps. The model read 18.5 ms where 1,100 ms is measured; the stalled verify
+    # step (the gap a client that times streamed chunks sees) is now within 1.6x of it, and the p99
+    # time per output token is that step over the tokens it yields (M-ITL-P99-EXPECTED).
     advice, _ = review_deployment(pack, "review11", "d8")
     d = advice.derived
     assert d["derived.prefill_chunks_mixed"] is False
-    assert 1100 / 1.6 <= d["derived.itl_p99_expected_ms"] <= 1100 * 1.6
+    stalled = d["derived.spec_step_ms"] + d["derived.prefill_stall_ms"]
+    assert 1100 / 1.6 <= stalled <= 1100 * 1.6
+    assert abs(d["derived.itl_p99_expected_ms"] - stalled / d["derived.spec_tokens_per_step"]) < 1e-6
     assert d["derived.prefill_step_share"] > advice.facts["workload.requests_running_mean"] / advice.facts["workload.output_len_mean"]
 
 
