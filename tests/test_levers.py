@@ -199,6 +199,18 @@ def test_collectors_read_the_engines_speculation_metrics():
     facts = {path: value for path, (value, _) in facts_from_scrapes(parse(before, "a"), parse(after, "b")).facts.items()}
     assert facts["telemetry.spec_acceptance_rate"] == pytest.approx(2000 / 3000)     # accepted / drafted in the window
     assert facts["telemetry.spec_accept_length"] == pytest.approx(1 + 2000 / 1000)   # 1 + accepted / drafts
+    # vLLM observes one inter-token gap a verify step for each request: over the 3 tokens a step
+    # yields, 30 ms gaps are 10 ms an output token, at the mean and at p99 (v1/metrics/stats.py)
+    def itl(counts: tuple[int, int, int], total: float) -> str:
+        return ("# TYPE vllm:inter_token_latency_seconds histogram\n"
+                + "".join(f'vllm:inter_token_latency_seconds_bucket{{le="{le}"}} {n}\n'
+                          for le, n in zip(("0.02", "0.04", "+Inf"), counts, strict=True))
+                + f"vllm:inter_token_latency_seconds_sum {total}\nvllm:inter_token_latency_seconds_count {counts[-1]}\n")
+    scraped = facts_from_scrapes(parse(before + itl((0, 0, 0), 0), "a"), parse(after + itl((0, 1000, 1000), 30.0), "b"))
+    facts = {path: value for path, (value, _) in scraped.facts.items()}
+    assert facts["workload.itl_mean_ms"] == pytest.approx(30 / 3)
+    assert 30 / 3 < facts["workload.itl_p99_ms"] <= 40 / 3
+    assert "tokens a verify step" in scraped.facts["workload.itl_mean_ms"][1].metric
     sglang = "# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} 2.4\n"
     facts = {path: value for path, (value, _) in facts_from_scrapes(parse(sglang, "s")).facts.items()}
     assert facts["telemetry.spec_accept_length"] == pytest.approx(2.4)

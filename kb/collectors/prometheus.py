@@ -328,16 +328,18 @@ def _counted(value: float) -> bool:
 
 
 def _histogram_facts(first: Scrape, second: Scrape | None, out: Collected, source: str, name: str,
-                     mean_path: str | None = None, p99_path: str | None = None, scale: float = 1.0) -> None:
+                     mean_path: str | None = None, p99_path: str | None = None, scale: float = 1.0,
+                     per: str = "") -> None:
     """A histogram's mean (its _sum over its _count) and its p99 (interpolated in the buckets, as
-    Prometheus' histogram_quantile does), over the window or since the exporter started."""
+    Prometheus' histogram_quantile does), over the window or since the exporter started; `per`
+    names what the scale divides by, where it is more than a unit."""
     _, _, when = _window(first, second, None)
     total, count = _delta(first, second, f"{name}_sum"), _delta(first, second, f"{name}_count")
     if mean_path and total is not None and count is not None and not _counted(count):
         out.notes.append(f"{source} {name}_count: {count:g} is not a count of observations; {mean_path} left out")
     elif mean_path and total is not None and count:
         out.put(mean_path, total / count * scale, Provenance(
-            source, "measured", metric=f"{name}_sum / {name}_count", samples=int(count), note=when))
+            source, "measured", metric=f"{name}_sum / {name}_count{per}", samples=int(count), note=when))
     buckets = _buckets(first, second, name)
     counts = [count for _, count in sorted(buckets)]
     if p99_path and buckets and not (all(map(_counted, counts)) and all(a <= b for a, b in itertools.pairwise(counts))):
@@ -349,7 +351,7 @@ def _histogram_facts(first: Scrape, second: Scrape | None, out: Collected, sourc
     if p99_path and result is not None:
         value, exact = result
         out.put(p99_path, value * scale, Provenance(
-            source, "measured", metric=f"{name} (p99 from histogram buckets)", samples=int(max(c for _, c in buckets)),
+            source, "measured", metric=f"{name} (p99 from histogram buckets){per}", samples=int(max(c for _, c in buckets)),
             note=when + ("" if exact else "; in the +Inf bucket: at least this much")))
 
 
@@ -638,35 +640,43 @@ def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
                      "workload.output_len_mean", "workload.output_len_p99")
     _histogram_facts(first, second, out, "vllm", "vllm:time_to_first_token_seconds",
                      "workload.ttft_mean_ms", "workload.ttft_p99_ms", scale=1000)
+    accept_length = _vllm_speculation(first, second, out)
     itl = "vllm:inter_token_latency_seconds" if (second or first).values("vllm:inter_token_latency_seconds_count") \
         else "vllm:time_per_output_token_seconds"
-    _histogram_facts(first, second, out, "vllm", itl, "workload.itl_mean_ms", "workload.itl_p99_ms", scale=1000)
+    # Under speculation vLLM observes one gap an output for each request, however many tokens it
+    # carries (v1/metrics/stats.py@0.11.0, update_from_output): over the tokens a verify step yields
+    # it is the time per output token the facts mean, as the model reads a verify step (M-ITL-P99-EXPECTED).
+    _histogram_facts(first, second, out, "vllm", itl, "workload.itl_mean_ms", "workload.itl_p99_ms",
+                     scale=1000 / (accept_length or 1),
+                     per=f" / {accept_length:.3g} tokens a verify step (1 + accepted / drafts)" if accept_length else "")
     _hit_ratio(first, second, out, "vllm", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
     if (second or first).values("vllm:gpu_prefix_cache_hit_rate"):        # V0 engines: a gauge of their own
         out.put("workload.prefix_cache_hit_ratio", _mean_gauge(first, second, "vllm:gpu_prefix_cache_hit_rate", ratio=True),
                 Provenance("vllm", "measured", metric="vllm:gpu_prefix_cache_hit_rate", samples=2 if second else 1))
     _token_rates(first, second, out, "vllm", "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
-    _vllm_speculation(first, second, out)
     return True
 
 
-def _vllm_speculation(first: Scrape, second: Scrape | None, out: Collected) -> None:
+def _vllm_speculation(first: Scrape, second: Scrape | None, out: Collected) -> float | None:
     """Today's speculative decoding, from vLLM's counters (vllm/v1/spec_decode/metrics.py@0.10.2-0.12.0):
-    accepted / drafted tokens is the acceptance rate; 1 + accepted / drafts the tokens a verify step yields."""
+    accepted / drafted tokens is the acceptance rate; 1 + accepted / drafts the tokens a verify step
+    yields, which it returns (None where no drafts are counted)."""
     accepted = _delta(first, second, "vllm:spec_decode_num_accepted_tokens_total")
     drafted = _delta(first, second, "vllm:spec_decode_num_draft_tokens_total")
     drafts = _delta(first, second, "vllm:spec_decode_num_drafts_total")
     if accepted is None or accepted < 0:
-        return
+        return None
     _, _, when = _window(first, second, None)
     if drafted and 0 <= accepted <= drafted:
         out.put("telemetry.spec_acceptance_rate", accepted / drafted, Provenance(
             "vllm", "measured", metric="vllm:spec_decode_num_accepted_tokens_total / vllm:spec_decode_num_draft_tokens_total",
             samples=int(drafted), note=when))
-    if drafts and drafts > 0:
+    if drafts and drafts > 0 and (drafted is None or accepted <= drafted):
         out.put("telemetry.spec_accept_length", 1 + accepted / drafts, Provenance(
             "vllm", "measured", metric="1 + vllm:spec_decode_num_accepted_tokens_total / vllm:spec_decode_num_drafts_total",
             samples=int(drafts), note=when))
+        return 1 + accepted / drafts
+    return None
 
 
 def _sglang(first: Scrape, second: Scrape | None, out: Collected) -> bool:
