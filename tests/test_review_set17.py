@@ -160,3 +160,13 @@ def test_d5_eagle3_is_advised_where_its_stalled_verify_step_is_shared_by_the_tok
     gaps = next(c for c in spec.caveats if c.rule == "C-SPEC-CHUNK-GAPS")
     assert "10.3 ms apart" in gaps.text
     assert '"decoding_type": "Eagle"' in script and "nvidia/gpt-oss-120b-Eagle3" in script
+
+
+def test_d3_sglang_admits_its_queue_by_cached_prefix_where_rag_prompts_share_them(pack):
+    # Qwen3-30B-A3B RAG on SGLang 0.5.1 with --schedule-policy fcfs (its default), 6 queued and 38% of
+    # prompt tokens cached: LPM sorts the queue by cached prefix and prefills a shared one once
+    # (managers/schedule_policy.py@0.5.1), FCFS does neither; the script turns fcfs into lpm.
+    advice, script = review_deployment(pack, DATA, "d3")
+    order = strategy_of(advice, "schedule_policy")
+    assert order is not None and order.params == {"policy": "lpm"} and order.status == "change"
+    assert _flag(script, "--schedule-policy") == "lpm" and script_flags(script).count("--schedule-policy") == 1
