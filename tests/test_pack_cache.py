@@ -30,10 +30,15 @@ def _entries(folder: Path) -> list[Path]:
     return sorted(folder.glob("pack-*.json")) if folder.exists() else []
 
 
+def _builtin_entry(folder: Path) -> Path:
+    return folder / f"pack-{cache.pack_key(())}.json"
+
+
 def test_a_cached_pack_gives_byte_identical_advice(cache_dir):
     facts = load_facts(EXAMPLE)
     built = load_checked_pack([str(PACK)])
-    assert len(_entries(cache_dir)) == 1
+    # the layered pack's entry, and the built-in pack's, whose rules it took (loader.read_pack)
+    assert len(_entries(cache_dir)) == 2 and _builtin_entry(cache_dir) in _entries(cache_dir)
     loaded = load_checked_pack([str(PACK)])
     assert loaded is not built and loaded.version == built.version
     for evaluator in available_evaluators():
@@ -68,7 +73,7 @@ def test_a_broken_pack_is_never_cached(cache_dir, tmp_path):
     for _ in range(2):          # the second attempt reports the problem again, from the files
         with pytest.raises(RuleError):
             load_checked_pack([str(broken.parent)])
-    assert _entries(cache_dir) == []
+    assert _entries(cache_dir) == [_builtin_entry(cache_dir)]      # the built-in pack it was layered over
 
 
 def test_the_cache_can_be_turned_off(cache_dir, monkeypatch):
@@ -202,3 +207,25 @@ def test_every_knowledge_file_a_pack_carries_is_in_its_key(tmp_path, monkeypatch
         assert cache.pack_key(()) != before, name
         path.write_bytes(original)
     assert "model_errors.yaml" in cache.KB_FILES
+
+
+def test_a_layered_pack_takes_the_builtin_rules_from_the_cached_pack_unless_it_retunes_them(cache_dir, tmp_path):
+    # Only the layered pack's own files are parsed: its built-in rules are the cached pack's values,
+    # and its advice is the advice of a pack read whole from the files.
+    from kbopt.engine.pack.loader import read_pack
+    builtin = load_checked_pack([])
+    layered = read_pack([str(PACK)], builtin).checked()
+    whole = read_pack([str(PACK)]).checked()
+    lent = {r.id for r in builtin.rules}
+    assert all(r is next(b for b in builtin.rules if b.id == r.id) for r in layered.rules if r.id in lent)
+    assert [r.id for r in layered.rules] == [r.id for r in whole.rules] and layered.version == whole.version
+    facts = load_facts(EXAMPLE)
+    assert advise(facts, layered, "reference").to_json() == advise(facts, whole, "reference").to_json()
+    # a pack that retunes a shared threshold has every rule built again, under the new value
+    retuned = tmp_path / "retuned"
+    shutil.copytree(PACK, retuned)
+    name, parameter = next(iter(cache.files.read_parameters(cache.files.builtin(), []).items()))
+    (retuned / "parameters.yaml").write_text(
+        f"parameters:\n  {name}: {{value: {parameter.value}, why: the same value retuned, overrides: true}}\n")
+    again = read_pack([str(retuned)], builtin).checked()
+    assert not any(r is b for r in again.rules for b in builtin.rules)

@@ -292,11 +292,12 @@ def _limits(pack: Pack) -> list[Diagnostic]:
     return []
 
 
-def lint_paths(paths: list[str]) -> tuple[list[Diagnostic], int]:
-    """Lint custom packs (layered over the built-in one), or the built-in pack when none given.
-    Returns the findings and how many rules were checked: the loader's problems alone when the
-    packs do not load (lint cannot reason about rules that are not there)."""
-    loaded = read_pack(paths)
+def lint_paths(paths: list[str], builtin: Pack | None = None) -> tuple[list[Diagnostic], int]:
+    """Lint custom packs (layered over the built-in one, which `builtin` may hold already), or
+    the built-in pack when none given. Returns the findings and how many rules were checked: the
+    loader's problems alone when the packs do not load (lint cannot reason about rules that are
+    not there)."""
+    loaded = read_pack(paths, builtin)
     if loaded.diagnostics:
         return list(loaded.diagnostics), 0
     assert loaded.pack is not None      # read_pack leaves the pack out only together with diagnostics

@@ -17,9 +17,14 @@ def load_checked_pack(dirs: list[str]) -> Pack:
     return cached_pack(layered, lambda: _load_and_check(layered))
 
 
+def builtin_pack() -> Pack:
+    """The built-in pack alone, from the compiled-pack cache where it is there."""
+    return load_checked_pack([])
+
+
 def _load_and_check(dirs: tuple[str, ...]) -> Pack:
     from kbopt.engine.pack.loader import lint_hint, read_pack  # the YAML loader: only on a cache miss
-    loaded = read_pack(dirs)
+    loaded = read_pack(dirs, builtin_pack() if dirs else None)
     pack = loaded.checked()
     if loaded.dirs:
         from kbopt.engine.authoring.lint import lint_pack  # lint: only for a custom pack

@@ -12,7 +12,7 @@ from kbopt.engine.authoring.examples import leaf_coverage, run_examples
 from kbopt.engine.authoring.lint import lint_paths
 from kbopt.engine.evaluators import available_evaluators
 from kbopt.engine.pack.loader import load_pack
-from kbopt.engine.pack.packs import configured_packs
+from kbopt.engine.pack.packs import builtin_pack, configured_packs
 from kbopt.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, KboptError
 from kbopt.kb import citations
 from kbopt.reports.escape import terminal_message, terminal_text
@@ -22,10 +22,12 @@ def run(args: Any) -> int:
     if args.rules_command == "lint":
         return _lint(args)
     if args.rules_command == "new":
-        print(f"wrote {scaffold(args.dir, args.layer, args.name, load_pack())}")
+        print(f"wrote {scaffold(args.dir, args.layer, args.name, builtin_pack())}")
         return EXIT_OK
-    # Authoring commands load packs as they are: `test` must run on a rule still being written.
-    pack = load_pack(list(dict.fromkeys(list(args.rules) + list(getattr(args, "paths", []) or []))))
+    # Authoring commands load packs as they are (`test` must run on a rule still being written),
+    # over the built-in pack as the cache holds it.
+    dirs = list(dict.fromkeys(list(args.rules) + list(getattr(args, "paths", []) or [])))
+    pack = load_pack(dirs, builtin_pack() if dirs else None)
     if args.rules_command in ("show", "docs", "graph"):
         if args.rules_command == "show":
             sys.stdout.write(terminal_message(authoring.show(pack, args.rule_id)))
@@ -64,7 +66,8 @@ def run(args: Any) -> int:
 
 
 def _lint(args: Any) -> int:
-    findings, checked = lint_paths(list(dict.fromkeys(list(args.paths) or configured_packs())))
+    paths = list(dict.fromkeys(list(args.paths) or configured_packs()))
+    findings, checked = lint_paths(paths, builtin_pack() if paths else None)
     sys.stdout.write(terminal_message(render_all(findings)))
     errors = sum(f.severity == "error" for f in findings)
     warnings = sum(f.severity == "warning" for f in findings)
