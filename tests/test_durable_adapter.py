@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 
 import pytest
@@ -207,7 +208,9 @@ def test_evaluators_agree_on_random_facts(pack):
     rng = random.Random(20261202)
     vocabulary = load_vocabulary()
     checked = 0
-    for _ in range(300):
+    # the README's command tries 100 (KBOPT_FUZZ unset); CI's fuzz step, at KBOPT_FUZZ=short, all 300
+    documents = 300 if os.environ.get("KBOPT_FUZZ") in ("short", "long") else 100
+    for _ in range(documents):
         document: dict = {}
         for spec in vocabulary.facts.values():
             if spec.derived or spec.quality_of or rng.random() < 0.35:
@@ -246,7 +249,7 @@ def test_evaluators_agree_on_random_facts(pack):
             continue        # e.g. a mean above the maximum: refused before any rule runs
         checked += 1
         assert advise(facts, pack, "durable").to_json() == advise(facts, pack, "reference").to_json(), document
-    assert checked >= 200, checked
+    assert checked >= documents * 2 // 3, checked
 
 
 def test_fact_values_are_encoded_as_dumps_writes_them():

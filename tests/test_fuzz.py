@@ -32,7 +32,7 @@ from kbopt.engine.lang.parse import parse_condition
 from kbopt.engine.pack.loader import builtin_parameters
 from kbopt.kb.vocabulary import load_vocabulary
 
-# KBOPT_FUZZ: unset, a quarter of the short counts (the README's test command); `short` (CI's fuzz
+# KBOPT_FUZZ: unset, an eighth of the short counts (the README's test command); `short` (CI's fuzz
 # step); `long` (the release profile).
 LEVEL = os.environ.get("KBOPT_FUZZ", "quick")
 LONG = LEVEL == "long"
@@ -45,7 +45,7 @@ PROFILE = settings.get_profile("long" if LONG else "short")
 
 
 def examples(short: int, long: int = 2000) -> settings:
-    return settings(PROFILE, max_examples=long if LONG else short if LEVEL == "short" else max(2, short // 4))
+    return settings(PROFILE, max_examples=long if LONG else short if LEVEL == "short" else max(2, short // 8))
 
 
 VOCABULARY = load_vocabulary()

@@ -34,6 +34,35 @@ def _builtin_entry(folder: Path) -> Path:
     return folder / f"pack-{cache.pack_key(())}.json"
 
 
+@pytest.fixture(scope="module")
+def built() -> tuple[bytes, object]:
+    """The built-in pack's entry as kbopt writes it, and the pack: built once for the tests that
+    plant or break an entry, which then rebuild through `cached_pack` with this pack."""
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="kbopt-cache-test-"))
+    entry = folder / "entry.json"
+    pack = load_checked_pack([])
+    cache._store(folder, entry, pack)
+    data = entry.read_bytes()
+    shutil.rmtree(folder)
+    return data, pack
+
+
+def _seeded(folder: Path, built: tuple[bytes, object]) -> tuple[Path, list[object]]:
+    """The built-in entry written into `folder` as the cache writes it (0700 folder, 0600 file),
+    and a list each rebuild adds the pack to: `_builtin(rebuilds)` reads through the cache."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    entry = _builtin_entry(folder)
+    entry.write_bytes(built[0])
+    entry.chmod(0o600)
+    return entry, []
+
+
+def _builtin(rebuilds: list[object], built: tuple[bytes, object]):
+    """The built-in pack through the cache, rebuilding (cheaply, with the prebuilt pack) on a miss."""
+    return cache.cached_pack((), lambda: rebuilds.append(built[1]) or built[1])
+
+
 def test_a_cached_pack_gives_byte_identical_advice(cache_dir):
     facts = load_facts(EXAMPLE)
     built = load_checked_pack([str(PACK)])
@@ -58,12 +87,12 @@ def test_each_layering_and_each_file_content_has_its_own_entry(cache_dir, tmp_pa
     assert any(r.title.startswith("Edited ") for r in edited.rules)
 
 
-def test_a_corrupt_entry_is_rebuilt(cache_dir):
-    load_checked_pack([])
-    (entry,) = _entries(cache_dir)
+def test_a_corrupt_entry_is_rebuilt(cache_dir, built):
+    entry, rebuilds = _seeded(cache_dir, built)
+    assert _builtin(rebuilds, built).rules and not rebuilds          # read from the entry
     entry.write_bytes(b"not JSON")
-    assert load_checked_pack([]).rules
-    assert entry.read_bytes() != b"not JSON"
+    assert _builtin(rebuilds, built).rules and len(rebuilds) == 1
+    assert entry.read_bytes() == built[0]
 
 
 def test_a_broken_pack_is_never_cached(cache_dir, tmp_path):
@@ -104,15 +133,14 @@ def test_a_cold_advise_from_the_cache_loads_no_yaml_jsonschema_or_networkx(tmp_p
     assert not loaded & {"yaml", "jsonschema", "networkx", "jinja2", "prometheus_client"}
 
 
-def test_an_entry_others_could_write_is_not_read(cache_dir):
+def test_an_entry_others_could_write_is_not_read(cache_dir, built):
     """An entry writable by others is rebuilt, never loaded, however well-formed."""
     import os
-    load_checked_pack([])
-    (entry,) = _entries(cache_dir)
-    planted = entry.read_bytes().replace(b'"title":', b'"title":', 1)
+    entry, rebuilds = _seeded(cache_dir, built)
+    planted = entry.read_bytes()
     os.chmod(entry, 0o666)
     entry.write_bytes(planted + b" ")
-    assert load_checked_pack([]).rules                # rebuilt from the rule files
+    assert _builtin(rebuilds, built).rules and len(rebuilds) == 1     # rebuilt, not read
     assert entry.stat().st_mode & 0o077 == 0 and entry.read_bytes() != planted + b" "
 
 
@@ -134,23 +162,21 @@ def _planted(entry: Path, old: bytes, new: bytes) -> None:
     (b'"format":"kbopt-pack-cache/2"', b'"format":"kbopt-pack-cache/1"'),
     (b'"pack":[', b'"pack":["R",0],"x":['),                                     # a reference to nothing
 ])
-def test_a_planted_entry_at_worst_costs_a_rebuild(cache_dir, tmp_path, plant):
-    load_checked_pack([])
-    (entry,) = _entries(cache_dir)
+def test_a_planted_entry_at_worst_costs_a_rebuild(cache_dir, tmp_path, plant, built):
+    entry, rebuilds = _seeded(cache_dir, built)
     _planted(entry, *plant)
     planted = entry.read_bytes()
     victim = tmp_path / "victim"
     victim.write_text("kept")
-    assert load_checked_pack([]).rules
+    assert _builtin(rebuilds, built).rules and len(rebuilds) == 1
     assert victim.read_text() == "kept" and entry.read_bytes() != planted      # rebuilt
 
 
-def test_an_old_pickle_entry_is_not_unpickled(cache_dir, tmp_path):
+def test_an_old_pickle_entry_is_not_unpickled(cache_dir, tmp_path, built):
     """The exploit of issue 28 as a pickle, planted under the entry's name: never unpickled."""
     import pickle
 
-    load_checked_pack([])
-    (entry,) = _entries(cache_dir)
+    entry, rebuilds = _seeded(cache_dir, built)
     marker = tmp_path / "ran"
 
     class Call:
@@ -158,14 +184,14 @@ def test_an_old_pickle_entry_is_not_unpickled(cache_dir, tmp_path):
             import os
             return os.system, (f"touch {marker}",)
     entry.write_bytes(pickle.dumps(Call()))
-    assert load_checked_pack([]).rules
+    assert _builtin(rebuilds, built).rules and len(rebuilds) == 1
     assert not marker.exists()
 
 
-def test_a_field_of_the_wrong_type_is_refused(cache_dir):
+def test_a_field_of_the_wrong_type_is_refused(built):
     """Every field is checked against its annotation, containers' elements included."""
     import json
-    document = json.loads(cache.encode(load_checked_pack([])))
+    document = json.loads(built[0])
     names = next(row for row in document["classes"] if row and row[0] == "kbopt.engine.pack.rule.Pack")[1]
     for field, wrong in (("version", 17), ("rules", ["L"]), ("rules", ["T", "a rule"]), ("kb", "text"),
                          ("producers", ["D", "derived.x", ["T", 1]])):

@@ -81,11 +81,17 @@ def pack_key(dirs: tuple[str, ...]) -> str | None:
         digest.update(f"pack {pack.pack} {pack.shown}\0".encode())
         try:
             for layer, file in pack.rule_files:
-                digest.update(f"{layer}/{file.name}\0".encode() + file.read_bytes() + b"\0")
+                data = files.read_bounded(file)
+                if data is None:            # too long: loading it says so
+                    return None
+                digest.update(f"{layer}/{file.name}\0".encode() + data + b"\0")
             for name in (files.PARAMETERS, files.RETIRED, files.DISABLE, files.DERIVED):
                 found = pack.optional(name)
                 if found is not None:
-                    digest.update(name.encode() + b"\0" + found.read_bytes() + b"\0")
+                    data = files.read_bounded(found)
+                    if data is None:
+                        return None
+                    digest.update(name.encode() + b"\0" + data + b"\0")
         except OSError:
             return None
     return None if problems else digest.hexdigest()

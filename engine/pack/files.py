@@ -120,12 +120,22 @@ def parse(text: str, file: str, problems: list[Diagnostic]) -> Document | None:
     return Document(file, text, data, marks)
 
 
+def read_bounded(file: Traversable) -> bytes | None:
+    """A pack file's bytes, or None where it holds more than MAX_FILE characters could take in
+    UTF-8: a file of gigabytes is refused after reading one read's worth, not taken into memory."""
+    with file.open("rb") as stream:
+        data = stream.read(4 * MAX_FILE + 1)
+    return None if len(data) > 4 * MAX_FILE else data
+
+
 def read_text(file: Traversable, shown: str, problems: list[Diagnostic]) -> str | None:
     try:
-        text = file.read_text(encoding="utf-8")
-        if len(text) > MAX_FILE:
-            problems.append(diagnostic("L002", shown, None, f"{len(text):,} characters long; a pack file may hold "
-                                       f"at most {MAX_FILE:,}"))
+        data = read_bounded(file)
+        # universal newlines, as reading the file as text did: a CRLF file reads as LF
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n") if data is not None else None
+        if text is None or len(text) > MAX_FILE:
+            size = f"{len(text):,} characters long" if text is not None else f"over {4 * MAX_FILE:,} bytes long"
+            problems.append(diagnostic("L002", shown, None, f"{size}; a pack file may hold at most {MAX_FILE:,} characters"))
             return None
         return text
     except UnicodeDecodeError as error:
