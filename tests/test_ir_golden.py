@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from kbopt.engine.authoring.examples import check_example
-from kbopt.engine.evaluators import available_evaluators
 from kbopt.engine.pack.files import PackDir, read_parameters
 from kbopt.engine.pack.ir import pack_to_data, rule_to_data
 from kbopt.engine.pack.loader import build_pack, load_rule_text
@@ -70,18 +68,8 @@ def test_every_golden_has_its_fixture():
 
 
 # A golden pins the form but not that the form means what the fixture says: each fixture's own
-# examples run on every evaluator, in a pack that holds that fixture alone (so the built-in
-# pack's rules can neither help nor disturb it).
-CASES = [(path, example.name, evaluator) for path in FIXTURES for example in _load(path).examples
-         for evaluator in available_evaluators()]
-
-
-@pytest.mark.parametrize("path,example,evaluator", CASES, ids=[f"{p.stem}/{e}/{ev}" for p, e, ev in CASES])
-def test_fixture_examples_hold(path, example, evaluator):
-    rule = _load(path)
-    pack = build_pack([rule], "fixture")
-    result = check_example(rule, next(e for e in rule.examples if e.name == example), pack, evaluator)
-    assert result.ok, f"{result.location} ({evaluator}): " + "; ".join(result.failures)
+# examples run in the conformance corpus (test_conformance.py) on every evaluator, in a pack that
+# holds that fixture alone (so the built-in pack's rules can neither help nor disturb it).
 
 
 def test_the_fixtures_cover_every_construct_the_builtin_pack_uses(pack):

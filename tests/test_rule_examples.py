@@ -6,23 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from kbopt.engine.authoring.examples import check_example
-from kbopt.engine.evaluators import available_evaluators
 from kbopt.engine.pack.ir import node_to_data
 from kbopt.engine.pack.loader import load_pack
 from kbopt.kb.knowledge import seed_claims
 from kbopt.kb.vocabulary import load_vocabulary
 
 PACK = load_pack()
-CASES = [(rule, example, evaluator)
-         for rule in PACK.rules for example in rule.examples for evaluator in available_evaluators()]
-
-
-@pytest.mark.parametrize("rule,example,evaluator", CASES,
-                         ids=[f"{r.id}/{e.name}/{ev}" for r, e, ev in CASES])
-def test_rule_example(rule, example, evaluator):
-    result = check_example(rule, example, PACK, evaluator)
-    assert result.ok, f"{rule.id} example {example.name!r} at {result.location} ({evaluator}): " + "; ".join(result.failures)
+# Each example itself runs in the conformance corpus (test_conformance.py), on every evaluator.
 
 
 def test_every_rule_has_a_firing_and_a_non_firing_example():
