@@ -286,6 +286,15 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                     if outcome is not None:
                         outcomes[key] = outcome
     ranks = _attention_ranks(final, [evaluated[key][0] for key in planned if candidates[key].strategy == "parallelism"])
+    # The plan a script applies while MODEL is still today's checkpoint: all but the quantization
+    # that needs another (launch.py prints its caps until then; set 18 d3: an FP8 KV cache the
+    # script sets beside an NVFP4 checkpoint it cannot, with the cap sized on today's BF16 pool).
+    on_todays_checkpoint = None
+    quantizing = [key for key in planned if candidates[key].strategy == "quantization" and key not in kept]
+    if quantizing and whatif is not None and len(quantizing) < len(planned):
+        with_all, planned = planned, [key for key in planned if key not in quantizing]
+        on_todays_checkpoint = plan_of()
+        planned = with_all
     resized: list[str] = []
     for key in [key for key in resolution.chosen if key not in unneeded and key not in kept]:
         c = candidates[key]                  # a cap is sized after the whole plan: one number everywhere
@@ -293,8 +302,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
             rules_cap = int(params[name])
             params[name], why = sized_cap(rules_cap, plan, final.derived, final.inputs, c.strategy, ranks)
-            # the cap today's deployment would take (a script that cannot apply the whole plan yet prints it)
-            today_cap, _ = sized_cap(rules_cap, None, final.derived, final.inputs, c.strategy, ranks)
+            # the cap a script on today's checkpoint takes (one that cannot apply the whole plan yet prints it)
+            today_cap, _ = sized_cap(rules_cap, on_todays_checkpoint, final.derived, final.inputs, c.strategy, ranks)
             if today_cap != params[name] and ranks == 1:
                 before_plan.setdefault(key, {}).setdefault(name, today_cap)
                 resized.append(key)

@@ -61,8 +61,16 @@ def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
 def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[int, str]:
     before, after = plan_metric(plan, derived, "kv_pool_sequences")
     seen = derived.get("derived.max_batch_kv_seen")
+    # the pool's batch as the engine admits it (M-MAX-BATCH-KV: TensorRT-LLM's default admission
+    # reserves each request's prompt and output limit), where the rule's cap is that batch
+    admitted_before, admitted_after = plan_metric(plan, derived, "max_batch_kv")
     why = ""
-    if before is not None and after is not None and after != before and abs(cap - math.floor(before)) <= 1:
+    if (admitted_before is not None and admitted_after is not None and admitted_after != admitted_before
+            and abs(cap - math.floor(admitted_before)) <= 1 and (before is None or abs(cap - math.floor(before)) > 1)):
+        cap, why = max(1, math.floor(admitted_after)), (
+            f"sized on the KV pool after the plan: {math.floor(admitted_before):,} -> {math.floor(admitted_after):,} "
+            "requests as the engine admits them (derived.max_batch_kv)")
+    elif before is not None and after is not None and after != before and abs(cap - math.floor(before)) <= 1:
         cap, why = max(1, math.floor(after)), (f"sized on the KV pool after the plan: {math.floor(before):,} -> "
                                                f"{math.floor(after):,} sequences of the mean length")
     elif before and after is not None and after != before and _number(seen) and abs(cap - math.floor(seen)) <= 1:

@@ -1,0 +1,26 @@
+"""Expert review set 18: six deployments a reviewer wrote (tests/data/review18, each with today's
+launch command and NOTES.md's hand arithmetic), and what the advice must now read for the defects
+it found."""
+from __future__ import annotations
+
+from conftest import review_deployment, script_flags, strategy_of
+
+DATA = "review18"
+
+
+def _flag(script: str, name: str) -> str | None:
+    argv = script_flags(script).split()
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def test_d3_a_cap_beside_an_fp8_kv_cache_is_sized_on_the_pool_the_script_leaves(pack):
+    # Qwen3-235B FP8 on 4 B200s, TensorRT-LLM's default admission reserving 3,000 + 2,048 tokens a
+    # request: 2,218,544 / 5,048 = 439 on today's BF16 cache, 878 on the FP8 cache the script sets.
+    # The NVFP4 checkpoint the plan also asks for is not in the script until MODEL names one, so the
+    # script's cap is the one for today's checkpoint with the FP8 cache, and the note gives the other.
+    advice, script = review_deployment(pack, DATA, "d3")
+    assert advice.derived["derived.max_batch_kv"] == 439
+    cap = strategy_of(advice, "memory_budget")
+    assert dict(cap.before_plan)["max_num_seqs"] == 878 and cap.params["max_num_seqs"] > 878
+    assert _flag(script, "--max_batch_size") == "878" and "kv_cache_config" in script and "dtype: fp8" in script
+    assert f"with MODEL set to the quantization[nvfp4] checkpoint it is {cap.params['max_num_seqs']}" in script
