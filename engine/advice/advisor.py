@@ -24,6 +24,7 @@ from kbopt.engine.advice.settings import differs_from_today, pack_constants, set
 from kbopt.engine.advice.symptoms import symptoms
 from kbopt.engine.advice.wanted import facts_to_collect
 from kbopt.engine.advice.whatif import (
+    Gain,
     Outcome,
     Plan,
     WhatIf,
@@ -185,6 +186,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     # so it is neither sized nor vetoed as negligible.
     kept = {key for key, c in candidates.items() if in_place(pack, catalog[c.strategy], c.variant, final)}
     trimmed: list[Rejection] = []
+    # key -> (what it works against alone, why with its numbers then, the changes it needs beside it)
+    harmful_alone: dict[str, tuple[tuple[tuple[Objective, str], ...], str, tuple[str, ...]]] = {}
     # A strategy in place whose parameters the model reads (a chunk budget) may change them, and is
     # judged as a change would be: harmful or not (review set 9: a budget that took a missed TTFT
     # objective 3x further went unjudged because chunking was on already).
@@ -193,7 +196,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     partnered = _partners(candidates, requires, catalog, final.lookup)
     partners = {key: effects for key, (effects, _) in partnered.items()}
     outcomes = _what_ifs({k: c for k, c in candidates.items() if k not in kept or k in changing}, catalog, whatif, vetoes, trimmed,
-                         partners) if whatif else {}
+                         harmful_alone, partners) if whatif else {}
     for part in trimmed:     # the gain the candidate states is that of a rule it keeps
         candidates[part.key].gain = next((d.conclusion.gain for d in recommendations if d.conclusion.key == part.key
                                           and d.rule in candidates[part.key].rules and d.conclusion.gain), None)
@@ -347,10 +350,16 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                 texts.append(RuleNote(note.rule, f"mitigated by {edge.source}"
                                       + (f": {mitigation.text}" if mitigation and mitigation.text else "")))
         texts.extend(notes)
+        alone = _alone(harmful_alone[key], outcomes[key].gains if key in outcomes else ()) if key in harmful_alone else ""
+        beside = tuple(k for k in harmful_alone[key][2] if k in chosen) if key in harmful_alone else ()
+        if beside:
+            texts.append(RuleNote(c.rules[0], f"alone {alone.removeprefix('harmful: ')}; beside {', '.join(beside)} it does "
+                                  "not: apply it with them (a launch script that cannot yet leaves it out)"))
         out.append(StrategyAdvice(
             id=c.strategy, layer=catalog[c.strategy].layer, title=catalog[c.strategy].title, params=params,
             because=tuple(dict.fromkeys(because)), caveats=tuple(texts), gain=c.gain, weight=c.weight,
             recommended_by=tuple(c.rules), key=key,
+            alone=alone, beside=beside,
             # in place, and with the values the deployment runs: a strategy in place whose parameters change is a change
             status="keep" if key in kept and key not in moved_in_place and key not in moves_today
             and not differs_from_today(c.strategy, key, params, final.inputs, final.derived, constants) else "change",
@@ -427,6 +436,7 @@ def _partners(candidates: dict[str, Candidate], requires: list[Drawn[Require]], 
 
 def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy], whatif: WhatIf,
               vetoes: list[Drawn[Reject]], trimmed: list[Rejection],
+              harmful_alone: dict[str, tuple[tuple[tuple[Objective, str], ...], str, tuple[str, ...]]],
               partners: Mapping[str, tuple[tuple[str, Any], ...]]) -> dict[str, Outcome]:
     """Each candidate's what-if, by key. One that the model can evaluate but that moves no
     estimate by the negligible share gets a veto (before resolution, so that whatever requires it
@@ -434,8 +444,9 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
     computed the estimate that moved most. So does one that works against the objectives
     (engine/advice/objectives.py), naming the rule of the estimate it worsens, unless one rule's
     part of its parameters alone makes it so: then that part is left out (into `trimmed`, with the
-    reason) and the rest stays a candidate. A candidate made only together with others is judged
-    with them (`partners`)."""
+    reason) and the rest stays a candidate, or unless it does not beside the advice's other changes
+    (into `harmful_alone`: why alone, and those changes). A candidate made only together with
+    others is judged with them (`partners`)."""
     outcomes: dict[str, Outcome] = {}
     threshold = whatif.pack.kb.negligible_change
     judged_by = objectives(whatif.baseline.lookup)
@@ -461,9 +472,12 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
             named = [g for g in outcome.gains if g.metric in worse]
             vetoes.append(Drawn(named[0].rules[0] if named else c.rules[0], Reject(
                 c.strategy, c.variant, "harmful: it worsens every estimate it moves: " + "; ".join(g.text() for g in named))))
-        elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold)) \
-                and not _harmless_beside(key, candidates, catalog, whatif, judged_by, threshold, vetoes, partners):
+        elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold)):
             why, worst = harm_reason(found, outcome.gains)
+            beside = _harmless_beside(key, candidates, catalog, whatif, judged_by, threshold, vetoes, partners)
+            if beside:
+                harmful_alone[key] = (found, why, beside)
+                continue
             kept_part = _harmless_part(c, catalog[c.strategy], whatif, judged_by, threshold, partners.get(key, ()))
             if kept_part is None:
                 vetoes.append(Drawn(worst.rules[0], Reject(c.strategy, c.variant, why)))
@@ -479,15 +493,23 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
     return outcomes
 
 
+def _alone(judged: tuple[tuple[tuple[Objective, str], ...], str, tuple[str, ...]], gains: tuple[Gain, ...]) -> str:
+    """What a change works against alone, with the figures of its own what-if as advised (its
+    parameters may have been sized since it was judged), else those it was judged on."""
+    found, why, _ = judged
+    moved = {g.metric for g in gains}
+    return harm_reason(found, gains)[0] if all(metric in moved for _, metric in found) else why
+
+
 def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mapping[str, Strategy], whatif: WhatIf,
                      judged_by: tuple[Objective, ...], threshold: float, vetoes: list[Drawn[Reject]],
-                     partners: Mapping[str, tuple[tuple[str, Any], ...]]) -> bool:
-    """Whether a candidate that works against an objective alone does not beside the other changes
-    the advice makes of it: the prefix cache a plan turns on shortens the prompts a chunk budget
-    splits (set 16 d6: a 768-token budget on TensorRT-LLM read as a 10 s TTFT with the cache off
-    today, 2.2 s with it on). Judged as the plan's other candidates with it against them without it;
-    those are the ones not vetoed so far, one per strategy, each on its own a change the model
-    judges no harm (the strongest first). Where none is, the judgement alone stands."""
+                     partners: Mapping[str, tuple[tuple[str, Any], ...]]) -> tuple[str, ...]:
+    """The other changes beside which a candidate that works against an objective alone does not
+    (empty where it does beside them too): the prefix cache a plan turns on shortens the prompts a
+    chunk budget splits (set 16 d6: a 768-token budget on TensorRT-LLM read as a 10 s TTFT with the
+    cache off today, 2.2 s with it on). Judged as the plan's other candidates with it against them
+    without it; those are the ones not vetoed so far, one per strategy, each on its own a change
+    the model judges no harm (the strongest first). Where none is, the judgement alone stands."""
     vetoed = {(v.conclusion.strategy, v.conclusion.variant) for v in vetoes}
     by_strategy: dict[str, Candidate] = {}
     for other in sorted(candidates.values(), key=lambda c: -c.weight):
@@ -501,17 +523,29 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
             continue
         by_strategy[other.strategy] = other
     if not by_strategy:
-        return False
-    chosen: list[tuple[str, Strategy, str | None, Mapping[str, Any]]] = [
-        (c.key, catalog[c.strategy], c.variant, _params(c, whatif.baseline.lookup, catalog[c.strategy])[0]) for c in by_strategy.values()]
+        return ()
     c = candidates[key]
-    without = whatif.plan(chosen)
-    with_it = whatif.plan([(key, catalog[c.strategy], c.variant, _params(c, whatif.baseline.lookup, catalog[c.strategy])[0]), *chosen])
-    if without is None or with_it is None:
-        return False
-    before = {g.metric: g.after for g in without.expected}
-    moved = [(g.metric, before.get(g.metric, g.before), g.after) for g in with_it.expected]
-    return not harm(moved, judged_by, threshold)
+    this = (key, catalog[c.strategy], c.variant, _params(c, whatif.baseline.lookup, catalog[c.strategy])[0])
+
+    def harmless_beside(others: list[Candidate]) -> bool:
+        chosen: list[tuple[str, Strategy, str | None, Mapping[str, Any]]] = [
+            (o.key, catalog[o.strategy], o.variant, _params(o, whatif.baseline.lookup, catalog[o.strategy])[0]) for o in others]
+        without, with_it = whatif.plan(chosen), whatif.plan([this, *chosen])
+        if without is None or with_it is None:
+            return False
+        before = {g.metric: g.after for g in without.expected}
+        return not harm([(g.metric, before.get(g.metric, g.before), g.after) for g in with_it.expected], judged_by, threshold)
+    needed = list(by_strategy.values())
+    if not harmless_beside(needed):
+        return ()
+    # The fewest it needs, those that take new GPUs or a new checkpoint given up first: a script
+    # applies it as soon as what it needs is applied (set 16 d6: the prefix cache the plan turns on
+    # suffices for its chunk budget; a second replica is not needed for it).
+    for other in sorted(needed, key=lambda o: (o.strategy not in ("scale_out", "disaggregation", "quantization"), o.weight)):
+        rest = [o for o in needed if o.key != other.key]
+        if rest and harmless_beside(rest):
+            needed = rest
+    return tuple(sorted(o.key for o in needed))
 
 
 def _harmless_part(c: Candidate, strategy: Strategy, whatif: WhatIf, judged_by: tuple[Objective, ...], threshold: float,

@@ -370,6 +370,13 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
             because=("today's command",), key=f"speculative_decoding[{method}]"))
     if migrating and (note := _checkpoint_on_the_move(spec, facts, moved_from)):
         notes.append(note)
+    # What this script applies: in place already, or a change with a setting here and no checkpoint
+    # to wait for. A change that works against an objective alone is left out while the changes it
+    # was judged beside are not applied (set 18 d2: a 288-token chunk budget, harmless beside INT8
+    # weights and a second replica, alone doubled a missed TTFT objective's mean).
+    applies = {s.key for s in in_place if s.status == "keep" or (s.key not in pending and any(
+        setting.kind != "note" for setting in settings_for(target, s.id, s.key, s.params, facts, advice.derived)))}
+    waiting = {s.key: [k for k in s.beside if k not in applies] for s in in_place if s.beside and s.status != "keep"}
     for strategy in in_place:
         if strategy.status == "keep":
             if migrating and strategy.id == "speculative_decoding":   # the one read through no deployment entry
@@ -379,6 +386,11 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
         checkpoint = _needs_checkpoint(engine, strategy, facts)
         if checkpoint:
             notes.append(checkpoint)
+            continue
+        if waiting.get(strategy.key):
+            placeholders.append(f"{strategy.key} ({rule}): not set until {', '.join(waiting[strategy.key])} "
+                                f"{'is' if len(waiting[strategy.key]) == 1 else 'are'} applied too: alone "
+                                f"{clean(strategy.alone.removeprefix('harmful: '))}")
             continue
         params = strategy.params
         if pending and strategy.before_plan:

@@ -49,6 +49,10 @@ class StrategyAdvice:
     # the candidates its `expected` was evaluated with: a change the rules allow only together
     # with them (a Require between two changes), so its gains are theirs too
     together: tuple[str, ...] = ()
+    # a change that works against an objective alone and not beside these other changes of the
+    # advice: why alone, and them (a script that cannot apply them leaves it out, launch.py)
+    alone: str = ""
+    beside: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,7 @@ class Advice:
                  **({"gain": s.gain} if s.gain else {}),
                  **({"expected": [g.to_dict() for g in s.expected]} if s.expected else {}),
                  **({"together": list(s.together)} if s.together else {}),
+                 **({"harmful_alone": {"reason": s.alone, "beside": list(s.beside)}} if s.beside else {}),
                  **({"settings": {engine: list(lines) for engine, lines in s.settings.items()}} if s.settings else {})}
                 for s in self.strategies
             ],
