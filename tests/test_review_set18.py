@@ -39,3 +39,19 @@ def test_d2_a_chunk_budget_harmful_alone_waits_in_the_script_for_the_int8_checkp
     assert "# left out: chunked_prefill" in script and "not set until quantization[int8] is applied too" in script
     assert advice.to_dict()["strategies"][[s.id for s in advice.strategies].index("chunked_prefill")]["harmful_alone"] == {
         "reason": chunked.alone, "beside": ["quantization[int8]"]}
+
+
+def test_d6_int8_w8a8_for_a_missed_ttft_and_a_chunk_budget_per_output_token_under_eagle3(pack):
+    # Llama-3.1-8B bf16 on an A100, TTFT p99 450 ms against 300 and prefills 21% of the math: FP8
+    # runs weight-only through Marlin there (the same bytes as INT8, prefill at the 16-bit rate), so
+    # INT8 W8A8 is the 8-bit scheme (twice the prefill math rate); the plan meets the TTFT objective.
+    # Beside the EAGLE-3 head the script turns on (2.53 tokens a verify step), the chunk budget is
+    # sized per output token: about 600 tokens, where the plain step left 224 (the reviewer's ~600).
+    advice, script = review_deployment(pack, DATA, "d6")
+    quantization = strategy_of(advice, "quantization")
+    assert quantization.key == "quantization[int8]" and quantization.params["mode"] == "w8a8"
+    assert "S-QUANT-INT8-W8A8-PREFILL" in quantization.recommended_by
+    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
+    assert ttft.after is not None and ttft.after < 300
+    budget = int(_flag(script, "--max-num-batched-tokens"))
+    assert 500 <= budget <= 700 and '"method": "eagle3"' in script

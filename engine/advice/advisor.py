@@ -290,14 +290,21 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                         outcomes[key] = outcome
     ranks = _attention_ranks(final, [evaluated[key][0] for key in planned if candidates[key].strategy == "parallelism"])
     # The plan a script applies while MODEL is still today's checkpoint: all but the quantization
-    # that needs another (launch.py prints its caps until then; set 18 d3: an FP8 KV cache the
-    # script sets beside an NVFP4 checkpoint it cannot, with the cap sized on today's BF16 pool).
+    # that needs another (launch.py prints these budgets and caps until then; set 18 d3: an FP8 KV
+    # cache the script sets beside an NVFP4 checkpoint it cannot, with the cap sized on today's
+    # BF16 pool; d6: a chunk budget sized without the EAGLE-3 verify steps the script turns on).
     on_todays_checkpoint = None
     quantizing = [key for key in planned if candidates[key].strategy == "quantization" and key not in kept]
     if quantizing and whatif is not None and len(quantizing) < len(planned):
         with_all, planned = planned, [key for key in planned if key not in quantizing]
         on_todays_checkpoint = plan_of()
         planned = with_all
+    if on_todays_checkpoint is not None:
+        _, on_checkpoint = _after_plan(on_todays_checkpoint, final)
+        for key, values in before_plan.items():
+            if values:
+                on_today = _params(candidates[key], on_checkpoint, catalog[candidates[key].strategy])[0]
+                before_plan[key] = {name: on_today.get(name, value) for name, value in values.items()}
     resized: list[str] = []
     for key in [key for key in resolution.chosen if key not in unneeded and key not in kept]:
         c = candidates[key]                  # a cap is sized after the whole plan: one number everywhere
