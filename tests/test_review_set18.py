@@ -55,3 +55,16 @@ def test_d6_int8_w8a8_for_a_missed_ttft_and_a_chunk_budget_per_output_token_unde
     assert ttft.after is not None and ttft.after < 300
     budget = int(_flag(script, "--max-num-batched-tokens"))
     assert 500 <= budget <= 700 and '"method": "eagle3"' in script
+
+
+def test_d5_the_move_to_sglang_keeps_trust_remote_code_and_reorders_no_queue_for_a_negligible_prefill(pack):
+    # DeepSeek-R1 on 8 MI300Xs under vLLM with --trust-remote-code, reasoning outputs: prefills take
+    # 0.25% of the math, so LPM's better hit ratio saves nothing anyone waits on; the flag, which
+    # every engine has, is carried rather than named as lost.
+    from conftest import migrated_script
+    advice, _ = review_deployment(pack, DATA, "d5")
+    assert advice.facts["serving.trust_remote_code"] is True
+    assert strategy_of(advice, "schedule_policy") is None
+    moved = migrated_script(advice, DATA, "d5", "sglang")
+    assert "--trust-remote-code" in script_flags(moved) and "which has no setting kbopt maps them to: none" in moved
+    assert "--schedule-policy" not in moved
