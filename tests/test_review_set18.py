@@ -68,3 +68,16 @@ def test_d5_the_move_to_sglang_keeps_trust_remote_code_and_reorders_no_queue_for
     moved = migrated_script(advice, DATA, "d5", "sglang")
     assert "--trust-remote-code" in script_flags(moved) and "which has no setting kbopt maps them to: none" in moved
     assert "--schedule-policy" not in moved
+
+
+def test_d1_more_gpus_rank_after_the_flag_and_the_budget_is_sized_for_one_server(pack):
+    # gpt-oss-120b agents on an H200 with --no-enable-prefix-caching and 80% of prompt tokens
+    # shareable: the prefix cache ranks above a second replica (a flag before new GPUs), and the
+    # chunk budget the script prints is sized for the one server it starts, not the plan's two.
+    advice, script = review_deployment(pack, DATA, "d1")
+    actions = [s.key for s in advice.strategies if s.status == "change"]
+    assert actions.index("prefix_caching") < actions.index("scale_out") == len(actions) - 1
+    chunked = strategy_of(advice, "chunked_prefill")
+    printed = int(_flag(script, "--max-num-batched-tokens"))
+    assert printed == dict(chunked.before_plan)["max_num_batched_tokens"] != chunked.params["max_num_batched_tokens"]
+    assert "sized for what this script applies; with the plan's 2 replicas it is" in script

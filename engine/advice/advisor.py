@@ -289,18 +289,20 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                     if outcome is not None:
                         outcomes[key] = outcome
     ranks = _attention_ranks(final, [evaluated[key][0] for key in planned if candidates[key].strategy == "parallelism"])
-    # The plan a script applies while MODEL is still today's checkpoint: all but the quantization
-    # that needs another (launch.py prints these budgets and caps until then; set 18 d3: an FP8 KV
-    # cache the script sets beside an NVFP4 checkpoint it cannot, with the cap sized on today's
-    # BF16 pool; d6: a chunk budget sized without the EAGLE-3 verify steps the script turns on).
-    on_todays_checkpoint = None
-    quantizing = [key for key in planned if candidates[key].strategy == "quantization" and key not in kept]
-    if quantizing and whatif is not None and len(quantizing) < len(planned):
-        with_all, planned = planned, [key for key in planned if key not in quantizing]
-        on_todays_checkpoint = plan_of()
+    # The plan one server's script applies while MODEL is still today's checkpoint: all but the
+    # quantization that needs another and the replicas it cannot start (launch.py prints these
+    # budgets and caps until then; set 18 d3: an FP8 KV cache the script sets beside an NVFP4
+    # checkpoint it cannot, with the cap sized on today's BF16 pool; d6: a chunk budget sized
+    # without the EAGLE-3 verify steps the script turns on; d1: one sized for two replicas).
+    as_scripted = None
+    outside = [key for key in planned if key not in kept and (candidates[key].strategy == "quantization" or any(
+        path == "serving.replicas" for path, _ in catalog[candidates[key].strategy].effects_of(candidates[key].variant)))]
+    if outside and whatif is not None and len(outside) < len(planned):
+        with_all, planned = planned, [key for key in planned if key not in outside]
+        as_scripted = plan_of()
         planned = with_all
-    if on_todays_checkpoint is not None:
-        _, on_checkpoint = _after_plan(on_todays_checkpoint, final)
+    if as_scripted is not None:
+        _, on_checkpoint = _after_plan(as_scripted, final)
         for key, values in before_plan.items():
             if values:
                 on_today = _params(candidates[key], on_checkpoint, catalog[candidates[key].strategy])[0]
@@ -313,7 +315,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             rules_cap = int(params[name])
             params[name], why = sized_cap(rules_cap, plan, final.derived, final.inputs, c.strategy, ranks)
             # the cap a script on today's checkpoint takes (one that cannot apply the whole plan yet prints it)
-            today_cap, _ = sized_cap(rules_cap, on_todays_checkpoint, final.derived, final.inputs, c.strategy, ranks)
+            today_cap, _ = sized_cap(rules_cap, as_scripted, final.derived, final.inputs, c.strategy, ranks)
             if today_cap != params[name] and ranks == 1:
                 before_plan.setdefault(key, {}).setdefault(name, today_cap)
                 resized.append(key)
@@ -374,7 +376,12 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             together=partnered[key][1] if key in outcomes and key in partnered else (),
             settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines), sized=tuple(sized),
             before_plan=tuple(sorted(before_plan.get(key, {}).items()))))
-    out.sort(key=lambda s: s.status == "keep")     # actions first, then what stays (stable otherwise)
+    # Actions first, those that take more GPUs last of them (a flag before a new checkpoint before
+    # new GPUs: set 18 d1 put a second replica above the prefix cache that removed the prefills it
+    # was for), then what stays; by weight otherwise (a stable sort).
+    adds_gpus = {key for key in chosen if any(path == "serving.replicas" for path, _ in
+                                              catalog[candidates[key].strategy].effects_of(candidates[key].variant))}
+    out.sort(key=lambda s: (s.status == "keep", s.key in adds_gpus))
     rejected = [Rejection(id=candidates[key].strategy, params=_variant_param(catalog[candidates[key].strategy], candidates[key].variant),
                           because=tuple(candidates[key].rules), reason=why, key=key)
                 for key, why in unneeded.items()] + [r for r in trimmed if r.key in chosen]

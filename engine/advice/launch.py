@@ -352,6 +352,8 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     # budgets and caps the advisor sized after the whole plan are printed as today's checkpoint
     # needs them, with the value for the new checkpoint beside.
     pending = [s.key for s in advice.strategies if s.status != "keep" and _needs_checkpoint(engine, s, facts)]
+    # replicas the plan adds, which one server's script does not start
+    replicas = advice.plan.replicas if advice.plan is not None and advice.plan.replicas else None
     # A migration carries only what facts state: speculation in place today, which no deployment
     # entry carries (it is read from --speculative-config and the like), is set in the new engine's
     # own words, or the new server would lack it (set 13: EAGLE-3 lost moving to SGLang). Other
@@ -393,10 +395,12 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                                 f"{clean(strategy.alone.removeprefix('harmful: '))}")
             continue
         params = strategy.params
-        if pending and strategy.before_plan:
+        if (pending or replicas) and strategy.before_plan:
             params = {**params, **dict(strategy.before_plan)}
-            notes.extend(f"{name} {clean(str(today))}: sized for today's checkpoint; with MODEL set to the "
-                         f"{' and '.join(pending)} checkpoint it is {clean(str(strategy.params.get(name)))} ({rule})"
+            waits = " and ".join(([f"MODEL set to the {' and '.join(pending)} checkpoint"] if pending else [])
+                                 + ([f"the plan's {replicas:g} replicas"] if replicas else []))
+            notes.extend(f"{name} {clean(str(today))}: sized for what this script applies; with {waits} it is "
+                         f"{clean(str(strategy.params.get(name)))} ({rule})"
                          for name, today in strategy.before_plan if today != strategy.params.get(name))
         for setting in settings_for(target, strategy.id, strategy.key, params, facts, advice.derived):
             for name in setting.removes:
