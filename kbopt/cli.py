@@ -46,10 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     advise.add_argument("--format", choices=FORMATS, default="text",
                         help="output format (default text); html and md also show a --set what-if")
     advise.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
-    advise.add_argument("--emit", choices=ENGINES, metavar="ENGINE",
+    advise.add_argument("--emit", type=_emit_target, metavar="ENGINE[@VERSION]",
                         help=f"print the deployment after the advice as a launch script for this engine ({', '.join(ENGINES)}) "
                              "instead of the report: today's settings with the advice's changes, each line commented with "
-                             "today's value and the rule that set it, checked against the engine's profile (docs/engines.md)")
+                             "today's value and the rule that set it, checked against the engine's profile (docs/engines.md); "
+                             "@VERSION names the version to write for (vllm@0.11.0; default: the deployed engine's, else the "
+                             "latest covered)")
     advise.add_argument("--launch", metavar="COMMAND|@FILE",
                         help="today's launch command (e.g. \"vllm serve MODEL --tensor-parallel-size 4\"), or @FILE holding "
                              "it: its flags become serving.* facts (before --set), and --emit relaunches it flag for flag "
@@ -138,6 +140,17 @@ def _parser() -> argparse.ArgumentParser:
     graph.add_argument("--format", choices=("dot", "json"), default="dot")
     _pack_options(graph, engine=False)
     return parser
+
+
+def _emit_target(text: str) -> str:
+    """`--emit ENGINE[@VERSION]`: a covered engine, and a version it reports (0.11.0, v3.3.0, 1.1.0rc2)."""
+    from kbopt.kb.engines import parse_version
+    engine, at, version = text.partition("@")
+    if engine not in ENGINES:
+        raise argparse.ArgumentTypeError(f"{text!r}: the engines are {', '.join(ENGINES)} (ENGINE or ENGINE@VERSION)")
+    if at and parse_version(version) is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: {version!r} is not a version as an engine reports it (e.g. 0.11.0)")
+    return text
 
 
 def _finite_seconds(text: str) -> float:

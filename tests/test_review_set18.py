@@ -81,3 +81,23 @@ def test_d1_more_gpus_rank_after_the_flag_and_the_budget_is_sized_for_one_server
     printed = int(_flag(script, "--max-num-batched-tokens"))
     assert printed == dict(chunked.before_plan)["max_num_batched_tokens"] != chunked.params["max_num_batched_tokens"]
     assert "sized for what this script applies; with the plan's 2 replicas it is" in script
+
+
+def test_d4_a_move_is_written_for_the_version_emit_names(run_cli):
+    # TGI 3.3.0 on 4 L40S moving to vLLM 0.11.0: --set serving.engine_version set TGI's version (and,
+    # a --set, re-estimated the measured ITLs); --emit vllm@0.11.0 names the target's, and keeps them.
+    from pathlib import Path
+    data = Path(__file__).resolve().parent / "data" / DATA
+    facts = str(next(data.glob("d4-*.json")))
+    code, out, _ = run_cli("advise", "--facts", facts, "--launch", f"@{data / 'd4.launch'}", "--emit", "vllm@0.11.0")
+    assert code == 0 and out.splitlines()[1] == "# kbopt advise --emit vllm: vLLM (V1 engine) 0.11.0"
+    assert "kept as measured:" in out and "workload.itl_p99_ms" in out and "serving.engine_version = 3.3.0 (tgi's)" in out
+    code, out, _ = run_cli("advise", "--facts", facts, "--emit", "vllm")
+    assert code == 0 and "vLLM (V1 engine) 0.12.0" in out.splitlines()[1]
+    # the deployed engine at another version: an upgrade, not a move
+    code, out, _ = run_cli("advise", "--facts", str(next(data.glob("d6-*.json"))), "--emit", "vllm@0.12.0")
+    assert code == 0 and "vLLM (V1 engine) 0.12.0" in out.splitlines()[1] and "moved to" not in out
+    import pytest
+    with pytest.raises(SystemExit) as refused:      # argparse's own refusal, exit 2
+        run_cli("advise", "--facts", facts, "--emit", "vllm@latest")
+    assert refused.value.code == 2

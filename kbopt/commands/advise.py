@@ -39,8 +39,9 @@ def run(args: Any) -> int:
             # The launch script's path: loaded only for --emit (a few ms of every cold advise otherwise).
             from kbopt.engine.advice.migrate import advice_for
             from kbopt.reports.emit import render_emit  # with the line above: only for --emit
-            advice = advice_for(advice, args.emit, pack, evaluator)
-            write_output(render_emit(advice, args.emit, command), args.output)
+            engine, _, version = args.emit.partition("@")
+            advice = advice_for(advice, engine, pack, evaluator, version or None)
+            write_output(render_emit(advice, engine, command), args.output)
             return EXIT_OK
         comparison = None
         if today and args.format in ("html", "md"):
