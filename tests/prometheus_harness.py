@@ -254,7 +254,7 @@ def config(exporter: Exporter, sims: list[Sim], interval_s: float = 1.0) -> str:
 class Prometheus:
     """/usr/bin/prometheus on a free loopback port, with a temporary config and storage."""
 
-    def __init__(self, exporter: Exporter, sims: list[Sim], interval_s: float = 1.0):
+    def __init__(self, exporter: Exporter, sims: list[Sim], interval_s: float = 0.5):
         self.folder = Path(tempfile.mkdtemp(prefix="kbopt-prometheus-"))
         (self.folder / "prometheus.yml").write_text(config(exporter, sims, interval_s))
         self.port = free_port()
