@@ -1,0 +1,34 @@
+"""Expert review set 19: six deployments a reviewer wrote (tests/data/review19, each with today's
+launch command and NOTES.md's hand arithmetic), and what the advice must now read for the defects
+it found."""
+from __future__ import annotations
+
+import pytest
+from conftest import review_deployment, strategy_of
+
+DATA = "review19"
+
+
+def test_d1_vllms_acceptance_rate_is_accepted_over_drafted(pack):
+    # Llama-3.3-70B FP8 on 2 H100s with EAGLE-3 over 3 drafts and vLLM's measured 55%: accepted over
+    # drafted, so a verify step yields 1 + 3 x 0.55 = 2.65 tokens (2.02 read as each draft's chance),
+    # and the modelled ITL meets the 9 ms measured instead of reading 11.1 ms.
+    advice, _ = review_deployment(pack, DATA, "d1")
+    d = advice.derived
+    assert d["derived.spec_tokens_per_step"] == pytest.approx(1 + 3 * advice.facts["telemetry.spec_acceptance_rate"])
+    assert "M-SPEC-TOKENS-FROM-RATE" in {f.rule for f in advice.fired}
+    assert abs(d["derived.itl_model_ratio"] - 1) < abs(1 / 1.23 - 1)
+
+
+def test_d5_the_first_token_waits_for_what_tensorrt_llms_default_admission_reserves(pack):
+    # Llama-3.1-8B FP8 on an L40S, GUARANTEED_NO_EVICT with clients sending max_tokens 4,096: a
+    # 227,616-token pool admits 227,616 / (2,200 + 4,096) = 36, so of 38 running and 25 waiting the
+    # rest wait for a slot: the model's TTFT reads about the 9.8 s measured (Little: 25 / 2.7 a
+    # second = 9.3 s), not 151 ms; admitting by use (MAX_UTILIZATION) drains it on the one GPU, and
+    # no second replica is asked for.
+    advice, _ = review_deployment(pack, DATA, "d5")
+    assert 7000 < advice.derived["derived.ttft_expected_ms"] < 12000
+    admission = strategy_of(advice, "admission_policy")
+    ttft = next(g for g in admission.expected if g.metric == "ttft_expected_ms")
+    assert ttft.after < 1000 < ttft.before
+    assert strategy_of(advice, "scale_out") is None
