@@ -32,3 +32,12 @@ def test_d5_the_first_token_waits_for_what_tensorrt_llms_default_admission_reser
     ttft = next(g for g in admission.expected if g.metric == "ttft_expected_ms")
     assert ttft.after < 1000 < ttft.before
     assert strategy_of(advice, "scale_out") is None
+
+
+def test_d6_the_script_says_its_projection_is_the_whole_plan_with_the_checkpoint_it_cannot_load(pack):
+    # Llama-3.1-8B AWQ on an A10G under TGI: "after the plan about 1,050 ms: meets it" counted the
+    # INT8 W8A8 checkpoint the script cannot load; the header now says so beside each projection.
+    _, script = review_deployment(pack, DATA, "d6")
+    missed = [line for line in script.splitlines() if line.startswith("# missed today:")]
+    assert missed and all("that is the whole plan, quantization[int8] included, which this script does not apply" in line
+                          for line in missed if "after the plan" in line)
