@@ -41,3 +41,11 @@ def test_d6_the_script_says_its_projection_is_the_whole_plan_with_the_checkpoint
     missed = [line for line in script.splitlines() if line.startswith("# missed today:")]
     assert missed and all("that is the whole plan, quantization[int8] included, which this script does not apply" in line
                           for line in missed if "after the plan" in line)
+
+
+def test_d2_a_running_server_whose_max_length_the_modelled_pool_cannot_hold_is_named(pack):
+    # Qwen3-30B-A3B at --max-model-len 131072 on an H100: vLLM would not start without room for one
+    # such sequence, so a modelled pool of about 121k tokens is short of the engine's, and says so.
+    advice, _ = review_deployment(pack, DATA, "d2")
+    assert advice.derived["derived.kv_pool_tokens"] < advice.facts["serving.max_model_len"]
+    assert any(w.rule == "W-POOL-BELOW-MAX-MODEL-LEN" for w in advice.warnings)
