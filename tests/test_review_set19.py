@@ -49,3 +49,12 @@ def test_d2_a_running_server_whose_max_length_the_modelled_pool_cannot_hold_is_n
     advice, _ = review_deployment(pack, DATA, "d2")
     assert advice.derived["derived.kv_pool_tokens"] < advice.facts["serving.max_model_len"]
     assert any(w.rule == "W-POOL-BELOW-MAX-MODEL-LEN" for w in advice.warnings)
+
+
+def test_d5_a_client_limit_near_the_longest_outputs_is_offered_beside_max_utilization(pack):
+    # clients send max_tokens 4,096 where outputs reach 1,500 at p99: at that limit the default
+    # admission starts about 61 (227,616 / 3,700) with none of MAX_UTILIZATION's pauses
+    advice, _ = review_deployment(pack, DATA, "d5")
+    assert advice.derived["derived.max_batch_at_output_p99"] == 227616 // (2200 + 1500)
+    admission = strategy_of(advice, "admission_policy")
+    assert any(c.rule == "C-TRTLLM-MAX-TOKENS-ABOVE-OUTPUTS" and "about 61 run at once" in c.text for c in admission.caveats)
