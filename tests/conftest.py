@@ -46,6 +46,12 @@ def script_flags(script: str) -> str:
     return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
 
 
+def script_flag(script: str, name: str) -> str | None:
+    """The value a launch script gives a flag (the word after it), or None where it sets none."""
+    argv = script_flags(script).split()
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
 def migrated_script(advice, folder: str, name: str, engine: str) -> str:
     """The review deployment's advice emitted for `engine`, read with today's launch command, as
     `kbopt advise --emit ENGINE` writes it: the advice re-run for that engine (migrate.py)."""

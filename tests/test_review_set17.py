@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import json
 
-from conftest import migrated_script, review_deployment, script_flags, strategy_of
+from conftest import migrated_script, review_deployment, script_flag, script_flags, strategy_of
 
 DATA = "review17"
-
-
-def _flag(script: str, name: str) -> str | None:
-    argv = script_flags(script).split()
-    return argv[argv.index(name) + 1] if name in argv else None
 
 
 def test_d6_a_move_to_vllm_keeps_the_one_gpu_replica_and_leaves_trtllms_budget(pack):
@@ -19,8 +14,8 @@ def test_d6_a_move_to_vllm_keeps_the_one_gpu_replica_and_leaves_trtllms_budget(p
     # L4 and asked for TP2 on a one-GPU replica: each engine's budget is its own
     advice, _ = review_deployment(pack, DATA, "d6")
     script = migrated_script(advice, DATA, "d6", "vllm")
-    assert _flag(script, "--tensor-parallel-size") in (None, "1")
-    assert _flag(script, "--max-num-batched-tokens") != "8192"
+    assert script_flag(script, "--tensor-parallel-size") in (None, "1")
+    assert script_flag(script, "--max-num-batched-tokens") != "8192"
     assert "serving.max_num_batched_tokens = 8192 (trtllm's)" in script
 
 
@@ -32,7 +27,7 @@ def test_a_script_that_needs_more_gpus_than_the_replica_has_says_so_first(pack, 
                                            "num_attention_heads": 64},
                                  "workload": {"engine": "vllm"}}))
     code, out, _ = run_cli("advise", "--facts", str(facts), "--emit", "vllm")
-    assert code == 0 and _flag(out, "--tensor-parallel-size") == "4"
+    assert code == 0 and script_flag(out, "--tensor-parallel-size") == "4"
     assert "this script needs 4 GPUs for one replica (tensor x pipeline parallelism) and the facts give 1" in out
 
 
@@ -51,7 +46,7 @@ def test_d4_vllm_data_parallel_ranks_each_take_their_share_of_the_cap(pack):
     # the replica's 2,353 is 295 a rank; SGLang's flag is the replica's total, which it divides
     advice, _ = review_deployment(pack, DATA, "d4")
     vllm = migrated_script(advice, DATA, "d4", "vllm")
-    ranks, cap = int(_flag(vllm, "--data-parallel-size") or 1), int(_flag(vllm, "--max-num-seqs") or 0)
+    ranks, cap = int(script_flag(vllm, "--data-parallel-size") or 1), int(script_flag(vllm, "--max-num-seqs") or 0)
     assert ranks == 8 and 0 < cap * ranks <= 2400
     sglang = migrated_script(advice, DATA, "d4", "sglang")
     assert "SGLang divides it among them" in sglang
@@ -69,7 +64,7 @@ def test_d7_an_itl_cap_never_serves_fewer_requests_than_arrive(pack):
     # 1.4 requests/s of 300 tokens: at a cap of 20 and about 79 ms between tokens the replica serves
     # 0.85/s and the queue grows without bound; the cap stays at what serves the arrivals
     advice, script = review_deployment(pack, DATA, "d7")
-    cap = int(_flag(script, "--max-num-seqs") or 0)
+    cap = int(script_flag(script, "--max-num-seqs") or 0)
     itl = next((g.after for g in advice.plan.expected if g.metric == "itl_expected_ms"), None) if advice.plan else None
     assert itl is not None and cap * 1000 / (300 * itl) >= 1.4
     assert "the queue would grow without bound" in script
@@ -112,7 +107,7 @@ def test_d2_a_move_to_sglang_keeps_the_missed_itl_objective_and_its_lever(pack):
     advice, _ = review_deployment(pack, DATA, "d2")
     script = migrated_script(advice, DATA, "d2", "sglang")
     assert "missed today: ITL p99 95 ms against a 35 ms objective" in script
-    assert _flag(script, "--chunked-prefill-size") is not None and "--enable-mixed-chunk" in script_flags(script)
+    assert script_flag(script, "--chunked-prefill-size") is not None and "--enable-mixed-chunk" in script_flags(script)
 
 
 def test_d3_fp8_kv_on_an_mi300x_is_not_told_to_use_cuda_only_kernels(pack):
@@ -169,4 +164,4 @@ def test_d3_sglang_admits_its_queue_by_cached_prefix_where_rag_prompts_share_the
     advice, script = review_deployment(pack, DATA, "d3")
     order = strategy_of(advice, "schedule_policy")
     assert order is not None and order.params == {"policy": "lpm"} and order.status == "change"
-    assert _flag(script, "--schedule-policy") == "lpm" and script_flags(script).count("--schedule-policy") == 1
+    assert script_flag(script, "--schedule-policy") == "lpm" and script_flags(script).count("--schedule-policy") == 1

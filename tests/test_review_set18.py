@@ -3,14 +3,9 @@ launch command and NOTES.md's hand arithmetic), and what the advice must now rea
 it found."""
 from __future__ import annotations
 
-from conftest import review_deployment, script_flags, strategy_of
+from conftest import review_deployment, script_flag, script_flags, strategy_of
 
 DATA = "review18"
-
-
-def _flag(script: str, name: str) -> str | None:
-    argv = script_flags(script).split()
-    return argv[argv.index(name) + 1] if name in argv else None
 
 
 def test_d3_a_cap_beside_an_fp8_kv_cache_is_sized_on_the_pool_the_script_leaves(pack):
@@ -22,7 +17,7 @@ def test_d3_a_cap_beside_an_fp8_kv_cache_is_sized_on_the_pool_the_script_leaves(
     assert advice.derived["derived.max_batch_kv"] == 439
     cap = strategy_of(advice, "memory_budget")
     assert dict(cap.before_plan)["max_num_seqs"] == 878 and cap.params["max_num_seqs"] > 878
-    assert _flag(script, "--max_batch_size") == "878" and "kv_cache_config" in script and "dtype: fp8" in script
+    assert script_flag(script, "--max_batch_size") == "878" and "kv_cache_config" in script and "dtype: fp8" in script
     assert f"with MODEL set to the quantization[nvfp4] checkpoint it is {cap.params['max_num_seqs']}" in script
 
 
@@ -35,7 +30,7 @@ def test_d2_a_chunk_budget_harmful_alone_waits_in_the_script_for_the_int8_checkp
     chunked = strategy_of(advice, "chunked_prefill")
     assert chunked.beside == ("quantization[int8]",) and "the TTFT objective" in chunked.alone
     assert any(c.text.startswith("alone it works against the TTFT objective") for c in chunked.caveats)
-    assert _flag(script, "--chunked-prefill-size") == "8192" and "--enable-mixed-chunk" not in script_flags(script)
+    assert script_flag(script, "--chunked-prefill-size") == "8192" and "--enable-mixed-chunk" not in script_flags(script)
     assert "# left out: chunked_prefill" in script and "not set until quantization[int8] is applied too" in script
     assert advice.to_dict()["strategies"][[s.id for s in advice.strategies].index("chunked_prefill")]["harmful_alone"] == {
         "reason": chunked.alone, "beside": ["quantization[int8]"]}
@@ -53,7 +48,7 @@ def test_d6_int8_w8a8_for_a_missed_ttft_and_a_chunk_budget_per_output_token_unde
     assert "S-QUANT-INT8-W8A8-PREFILL" in quantization.recommended_by
     ttft = next(s for s in advice.symptoms if s.kind == "ttft")
     assert ttft.after is not None and ttft.after < 300
-    budget = int(_flag(script, "--max-num-batched-tokens"))
+    budget = int(script_flag(script, "--max-num-batched-tokens"))
     assert 500 <= budget <= 700 and '"method": "eagle3"' in script
 
 
@@ -78,7 +73,7 @@ def test_d1_more_gpus_rank_after_the_flag_and_the_budget_is_sized_for_one_server
     actions = [s.key for s in advice.strategies if s.status == "change"]
     assert actions.index("prefix_caching") < actions.index("scale_out") == len(actions) - 1
     chunked = strategy_of(advice, "chunked_prefill")
-    printed = int(_flag(script, "--max-num-batched-tokens"))
+    printed = int(script_flag(script, "--max-num-batched-tokens"))
     assert printed == dict(chunked.before_plan)["max_num_batched_tokens"] != chunked.params["max_num_batched_tokens"]
     assert "sized for what this script applies; with the plan's 2 replicas it is" in script
 
