@@ -295,8 +295,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     # checkpoint it cannot, with the cap sized on today's BF16 pool; d6: a chunk budget sized
     # without the EAGLE-3 verify steps the script turns on; d1: one sized for two replicas).
     as_scripted = None
-    outside = [key for key in planned if key not in kept and (candidates[key].strategy == "quantization" or any(
-        path == "serving.replicas" for path, _ in catalog[candidates[key].strategy].effects_of(candidates[key].variant)))]
+    outside = [key for key in planned if key not in kept and _outside_a_script(candidates[key], catalog)]
     if outside and whatif is not None and len(outside) < len(planned):
         with_all, planned = planned, [key for key in planned if key not in outside]
         as_scripted = plan_of()
@@ -379,8 +378,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     # Actions first, those that take more GPUs last of them (a flag before a new checkpoint before
     # new GPUs: set 18 d1 put a second replica above the prefix cache that removed the prefills it
     # was for), then what stays; by weight otherwise (a stable sort).
-    adds_gpus = {key for key in chosen if any(path == "serving.replicas" for path, _ in
-                                              catalog[candidates[key].strategy].effects_of(candidates[key].variant))}
+    adds_gpus = {key for key in chosen if _adds_gpus(candidates[key], catalog)}
     out.sort(key=lambda s: (s.status == "keep", s.key in adds_gpus))
     rejected = [Rejection(id=candidates[key].strategy, params=_variant_param(catalog[candidates[key].strategy], candidates[key].variant),
                           because=tuple(candidates[key].rules), reason=why, key=key)
@@ -507,6 +505,17 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
     return outcomes
 
 
+def _adds_gpus(candidate: Candidate, catalog: Mapping[str, Strategy]) -> bool:
+    """Whether the change takes more GPUs: its effects add replicas."""
+    return any(path == "serving.replicas" for path, _ in catalog[candidate.strategy].effects_of(candidate.variant))
+
+
+def _outside_a_script(candidate: Candidate, catalog: Mapping[str, Strategy]) -> bool:
+    """Whether one server's launch script cannot apply the change by itself: more GPUs, or weights
+    that may need another checkpoint (launch.py says which engine quantizes as it loads)."""
+    return candidate.strategy == "quantization" or _adds_gpus(candidate, catalog)
+
+
 def _alone(judged: tuple[tuple[tuple[Objective, str], ...], str, tuple[str, ...]], gains: tuple[Gain, ...]) -> str:
     """What a change works against alone, with the figures of its own what-if as advised (its
     parameters may have been sized since it was judged), else those it was judged on."""
@@ -555,7 +564,7 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
     # The fewest it needs, those that take new GPUs or a new checkpoint given up first: a script
     # applies it as soon as what it needs is applied (set 16 d6: the prefix cache the plan turns on
     # suffices for its chunk budget; a second replica is not needed for it).
-    for other in sorted(needed, key=lambda o: (o.strategy not in ("scale_out", "disaggregation", "quantization"), o.weight)):
+    for other in sorted(needed, key=lambda o: (not _outside_a_script(o, catalog), o.weight)):
         rest = [o for o in needed if o.key != other.key]
         if rest and harmless_beside(rest):
             needed = rest
