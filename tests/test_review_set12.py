@@ -2,6 +2,7 @@
 each with today's launch command), and what the advice must now read for the defects it found."""
 from __future__ import annotations
 
+import pytest
 from conftest import migrated_script, review_deployment, script_flags, strategy_of
 
 from kbopt.engine.advice.command import read_command
@@ -55,12 +56,15 @@ def test_d7_no_batch_cap_raise_tgi_ignores_while_it_chunks(pack):
     assert strategy_of(advice, "quantization").params["scheme"] == "fp8"
 
 
-def test_d6_a_ttft_p99_the_model_reads_ten_times_off_is_not_projected(pack):
-    # Llama-3.1-8B on an A100 with 24k-token RAG prompts: the model's TTFT p99 reads 116 s where
-    # 12 s is measured; its ratio projected 683 ms after the plan, under a mean prompt's prefill.
+def test_d6_a_ttft_p99_is_not_projected_under_the_long_prompts_own_prefill(pack):
+    # Llama-3.1-8B on an A100 with 24k-token RAG prompts (p99 60k): the model's TTFT p99 read 116 s
+    # where 12 s is measured, and its ratio projected 683 ms after the plan, under a mean prompt's
+    # prefill. It reads 31.5 s now (the busiest window's mean wait, not 4.6 times it), within 3x, and
+    # the projection is at least the p99 prompt's own prefill after the plan: 2.5 x the mean's.
     advice, _ = review_deployment(pack, DATA, "d6")
     ttft = next(s for s in advice.symptoms if s.kind == "ttft")
-    assert ttft.after is None and "not projected" in ttft.unprojected
+    prefill_after = next(g.after for g in advice.plan.expected if g.metric == "prefill_ms")
+    assert ttft.after == pytest.approx(prefill_after * 60000 / 24000) and ttft.after > ttft.objective
 
 
 def test_d5_mtp_is_not_vetoed_for_a_p99_the_model_reads_four_times_low(pack):

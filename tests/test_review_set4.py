@@ -73,7 +73,8 @@ def test_d4_an_eager_server_gets_its_cuda_graphs_back_first(pack):
 
 def test_d6_mxfp4_weights_size_prefill_at_the_fp8_rate_not_the_fp4_peak(pack):
     # gpt-oss-120b on a B200: MXFP4 quantizes only the weights (W4A8 MoE, BF16 attention), so the
-    # chunk budget for a 30 ms ITL p99 is sized at 4,500 TFLOP/s, not NVFP4's 9,000: about half.
+    # chunk budget for a 30 ms ITL p99 sizes its linear math at 4,500 TFLOP/s, not NVFP4's 9,000;
+    # the chunk's attention runs at the 16-bit 2,250 either way, so the room is between half and all.
     from kbopt.engine.advice.advisor import advise as advise_facts
     command = read_command((DATA / "d6.launch").read_text().strip())
     facts_file = next(DATA.glob("d6-*.json"))
@@ -85,9 +86,10 @@ def test_d6_mxfp4_weights_size_prefill_at_the_fp8_rate_not_the_fp4_peak(pack):
                               pack, available_evaluators()[0])
         d = advice.derived
         assert d["derived.peak_tflops"] == (9000 if quantization == "fp4" else 4500)
+        assert d["derived.attention_tflops"] == 2250
         room[quantization] = (d["derived.chunk_budget_itl"] - d["derived.running_batch"]) \
             / (d["derived.itl_target_ms"] - d["derived.decode_step_expected_ms"])
-    assert 0.45 <= room["mxfp4"] / room["fp4"] <= 0.55
+    assert 0.5 < room["mxfp4"] / room["fp4"] < 0.9
 
 
 def test_a_config_with_mxfp4_weights_states_how_they_run(tmp_path):

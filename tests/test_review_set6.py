@@ -13,13 +13,14 @@ def _deployment(pack, name: str):
 def test_d2_int8_w8a8_is_judged_by_the_missed_p99_not_a_mean_that_meets_its_slo(pack):
     # Qwen2.5-72B AWQ on 2 A100s: ITL p99 420 ms and TTFT p99 5.2 s miss 80 ms and 3 s; the mean
     # ITL (33 ms) meets 80. INT8 W8A8 doubles the weight bytes (mean ITL 33 -> 39.9 ms, still under
-    # 80) and prefill math (A100 INT8 624 TOP/s, 2x bf16): TTFT 385 -> 208 ms. It is advice, not
-    # rejected as harmful, and not rejected as "wider than the INT4 weights" on a prefill-heavy GPU.
+    # 80) and the linear layers' prefill math (A100 INT8 624 TOP/s, 2x bf16; attention stays 16-bit):
+    # TTFT 422 -> 256 ms. It is advice, not rejected as harmful, and not rejected as "wider than the
+    # INT4 weights" on a prefill-heavy GPU.
     advice, _ = _deployment(pack, "d2")
     quant = next(s for s in advice.strategies if s.id == "quantization")
     assert quant.params["scheme"] == "int8" and quant.params["mode"] == "w8a8"
     ttft = next(g for g in quant.expected if g.metric == "ttft_expected_ms")
-    assert ttft.after < 0.6 * ttft.before
+    assert ttft.after < 0.65 * ttft.before
 
 
 def test_d2_no_disaggregation_that_halves_the_prefill_gpus_of_a_missed_ttft(pack):
@@ -92,13 +93,14 @@ def test_d9_a_budget_sized_for_an_fp8_checkpoint_waits_for_it(pack):
 
 def test_d5_a_chunk_budget_that_meets_the_itl_p99_is_weighed_against_the_first_token_it_costs(pack):
     # Qwen3-32B FP8 on one H100 under SGLang: the ITL p99 (95 ms against 30) is prefill stalls; the
-    # largest budget that meets 30 ms is about 200 tokens (the reviewer's figure too), with mixed
+    # largest budget that meets 30 ms is about 200 tokens (the reviewer's figure, with the chunk's
+    # attention at the FP8 rate; over a BF16 cache it runs at the 16-bit one: 128), with mixed
     # chunks (set 10). Each of its chunk steps also runs the decode step, so the TTFT p99, missed
     # today, grows by about 1.7x: a trade between missed objectives that relieves the ITL one by
     # more, printed with its cost. EAGLE-3 would turn SGLang's mixing off, and is shown rejected.
     advice, script = _deployment(pack, "d5")
     chunked = strategy_of(advice, "chunked_prefill")
-    assert 160 <= chunked.params["max_num_batched_tokens"] < 256
+    assert 128 <= chunked.params["max_num_batched_tokens"] < 256
     assert f"--chunked-prefill-size {chunked.params['max_num_batched_tokens']}" in script and "--enable-mixed-chunk" in script
     moved = {g.metric: g for g in chunked.expected}
     assert moved["itl_p99_expected_ms"].after <= 30 and moved["ttft_p99_expected_ms"].after > moved["ttft_p99_expected_ms"].before
@@ -121,11 +123,12 @@ def test_d7_the_budget_aims_under_the_objective_by_how_far_the_model_reads_the_p
     # Qwen3-14B FP8 RAG on an H100 (TRT-LLM 1.0): the model reads 251 ms where 310 ms is measured;
     # a budget that meets 80 ms in the model's terms projected a measured 96.6 ms. Sized to 81% of
     # the objective it was the reviewer's 1,536; priced at the long prompts' late context (set 10)
-    # it is 1,280, and the plan's projection meets 80 ms.
+    # it is 1,280 to 1,536, and the plan's projection meets 80 ms; sized after the plan, whose FP8 KV
+    # cache runs the chunks' attention at the FP8 rate on an H100, it is 1,728.
     advice, script = _deployment(pack, "d7")
     chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
     budget = chunked.params["max_num_batched_tokens"]
-    assert 1280 <= budget <= 1536 and f"--max_num_tokens {budget}" in script
+    assert 1280 <= budget <= 1792 and f"--max_num_tokens {budget}" in script
     itl = next(s for s in advice.symptoms if s.kind == "itl")
     assert itl.after is not None and itl.after <= 80
 

@@ -281,9 +281,12 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             plan = plan_of()     # once more with the budgets it sized (what the model evaluates is what is printed)
             plan = _harmless_resizing(plan, plan_of, planned, moved_in_place, evaluated, before_plan, sized_by_key,
                                       outcomes, candidates, catalog, whatif)
-            for key in planned:  # and each such strategy's own what-if with the value it prints
+            def resized_reads(key: str) -> bool:
+                return bool(sized_by_key.get(key)) and _effects_read_params(catalog[candidates[key].strategy], candidates[key].variant)
+            for key in planned:  # and each such strategy's own what-if with the values it and its partners print
                 strategy = catalog[candidates[key].strategy]
-                if sized_by_key[key] and (key in outcomes or key in moved_in_place) and _effects_read_params(strategy, candidates[key].variant):
+                if (key in outcomes or key in moved_in_place) and (resized_reads(key) or any(
+                        resized_reads(other) for other in partnered.get(key, ((), ()))[1] if other in candidates)):
                     outcome = whatif.strategy(strategy, candidates[key].variant, key, evaluated[key][0],
                                               partners_as_printed(key)) if whatif else None
                     if outcome is not None:
@@ -359,7 +362,9 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                                       + (f": {mitigation.text}" if mitigation and mitigation.text else "")))
         texts.extend(notes)
         alone = _alone(harmful_alone[key], outcomes[key].gains if key in outcomes else ()) if key in harmful_alone else ""
-        beside = tuple(k for k in harmful_alone[key][2] if k in chosen) if key in harmful_alone else ()
+        # only what the plan keeps: a cap it finds idle once the rest is in (unneeded) is never
+        # applied, and a script waiting on it would leave this change out for good (set 18 d1)
+        beside = tuple(k for k in harmful_alone[key][2] if k in chosen and k not in unneeded) if key in harmful_alone else ()
         if beside:
             texts.append(RuleNote(c.rules[0], f"alone {alone.removeprefix('harmful: ')}; beside {', '.join(beside)} it does "
                                   "not: apply it with them (a launch script that cannot yet leaves it out)"))

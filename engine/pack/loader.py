@@ -138,7 +138,22 @@ class _RuleBuilder:
         used = {n.parameter for n in _constants((when,) + then) if n.parameter} | \
             template.parameter_names(d["because"])
         parameters = local + tuple(self.shared[name] for name in sorted(used) if name in self.shared)
-        needed = [path for c in then if isinstance(c, Derive) for path in _required(c.value)]
+        # A value may read what an earlier derive of the same rule sets (computed in order, so
+        # that fact is there by then); every other fact it cannot do without must be known first.
+        set_before: set[str] = set()
+        needed: list[str] = []
+        derived_here = [c.path for c in then if isinstance(c, Derive)]
+        for i, c in enumerate(then):
+            if isinstance(c, Derive):
+                # (one read where an alternative stands in, as in coalesce(), sees it as absent)
+                later = [p for p in _required(c.value) if p in derived_here and p not in set_before]
+                if later:
+                    self.check(partial(self.fail, ("then", i, "derive", c.path), f"{c.path} reads {later[0]}, "
+                                       "which this rule derives after it", "derive it first: a rule's values are computed in order"))
+                needed += [path for path in _required(c.value) if path not in set_before]
+                set_before.add(c.path)
+        if self.problems:
+            return None
         fire_condition = And((when,) + tuple(Needs(Fact(p)) for p in dict.fromkeys(needed))) \
             if needed else when
         # The durable_rules backend compiles one rule per alternative of the normal form: refuse here,
