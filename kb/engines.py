@@ -66,6 +66,7 @@ class Flag:
     at_most: float | None = None
     note: str = ""                     # what a user relaunching with it should know (e.g. where the engine ignores it)
     aliases: tuple[str, ...] = ()      # other spellings the engine's parser takes (vLLM -tp, SGLang --ep-size)
+    several: bool = False              # takes several words (argparse nargs): SGLang --lora-paths a=x b=y
 
     @property
     def kind(self) -> Kind:
@@ -124,7 +125,7 @@ class Refusal:
     values: tuple[str, ...] = ()       # these values are refused
     json_values: tuple[tuple[str, tuple[str, ...]], ...] = ()   # these values of a key inside a JSON value
     without: str | None = None         # refused unless this flag is set too
-    beside: str | None = None          # refused when this flag is set too (with below_flag: only then)
+    beside: str | None = None          # refused when this flag is set too (with below_flag or values: only then)
     below_flag: str | None = None      # a number below this other flag's value is refused
     noop: bool = False                 # accepted, changes nothing: never emitted
     min: Version | None = None
@@ -148,7 +149,7 @@ class Refusal:
             except ValueError:
                 return False
         if self.beside is not None:
-            return self.beside in given
+            return self.beside in given and (not self.values or value in self.values)
         if self.values:
             return value in self.values
         if self.json_values:
@@ -444,7 +445,7 @@ def _flag(name: str, raw: dict[str, Any], where: str) -> Flag:
         raise ValueError(f"{where}: flag {name}: `choices` go with type choice, and only with it")
     return Flag(name, raw["type"], str(raw["source"]), tuple(str(c) for c in raw.get("choices") or ()),
                 _version(raw.get("min"), where), _version(raw.get("max"), where), raw.get("at_least"), raw.get("at_most"),
-                str(raw.get("note") or ""), tuple(str(a) for a in raw.get("aliases") or ()))
+                str(raw.get("note") or ""), tuple(str(a) for a in raw.get("aliases") or ()), bool(raw.get("several")))
 
 
 def _refusal(raw: dict[str, Any], where: str) -> Refusal:

@@ -37,8 +37,11 @@ def _needs(arg: Arg, indent: str) -> list[tuple[str, str]]:
     return [(f"{indent}# needs: {clean(n)}", "") for n in arg.needs]
 
 
+PAD_AT_MOST = 60     # a longer setting (twelve LoRA adapters' paths) keeps its comment beside it, unaligned
+
+
 def _pad(lines: list[tuple[str, str]]) -> list[str]:
-    width = max((len(text) for text, comment in lines if comment), default=0)
+    width = max((len(text) for text, comment in lines if comment and len(text) <= PAD_AT_MOST), default=0)
     return [f"{text.ljust(width)}{comment}".rstrip() if comment else text for text, comment in lines]
 
 

@@ -136,6 +136,14 @@ def read_command(text: str, version: str | None = None) -> Command:
                 raise KboptError(f"--launch: {name} needs a value ({flag.type})")
             value = inline if eq else rest[i]
             i += 0 if eq else 1
+            if flag.several and not eq:        # argparse nargs: the words up to the next option
+                words = [value]
+                while i < len(rest) and not rest[i].startswith("-"):
+                    words.append(rest[i])
+                    i += 1
+                if len(words) > 1:
+                    value = shlex.join(words)
+                    several.add(name)
             problem = flag.problem(value)
             if problem:
                 raise KboptError(f"--launch: {problem}")

@@ -1,0 +1,60 @@
+"""Expert review set 20: six deployments a reviewer wrote (tests/data/review20, with today's launch
+commands and hand arithmetic in NOTES.md), and what the advice must now read for the defects it found."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import review_deployment, script_flag, script_flags, strategy_of
+
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.advice.command import read_command
+from kbopt.engine.advice.launch import build_launch
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.kb.facts import load_facts
+from kbopt.reports.emit import render_launch
+
+DATA = "review20"
+HERE = Path(__file__).resolve().parent / "data" / DATA
+
+
+def test_d6_tgi_on_rocm_gets_no_chunk_budget_and_no_prefix_cache_but_a_move_to_vllm(pack):
+    # Qwen2.5-32B under TGI 3.3 on an MI300X: the ROCm image runs paged attention with
+    # PREFILL_CHUNKING=0 and PREFIX_CACHING=0 (Dockerfile_amd@v3.3.0:303-305), so the router refuses a
+    # prefill budget below --max-input-tokens (30,000) and PREFIX_CACHING=1 stops the server. The
+    # 70% shared prefix is a reason to move to vLLM, and FP8 runs W8A8 on MI300X's FP8 cores.
+    advice, script = review_deployment(pack, DATA, "d6")
+    assert advice.derived["derived.prefix_hit_served"] == 0 and advice.derived["derived.prefill_chunks_mixed"] is False
+    assert strategy_of(advice, "chunked_prefill") is None and strategy_of(advice, "prefix_caching") is None
+    assert {"R-TGI-CANNOT-CHUNK", "R-TGI-PREFIX-CACHING-ROCM"} <= {r.because[0] for r in advice.rejected}
+    assert script_flag(script, "--max-batch-prefill-tokens") == "32000" and "PREFIX_CACHING=1" not in script
+    move = strategy_of(advice, "engine_migration")
+    assert move is not None and move.params["to"] == "vllm" and "S-MIGRATE-TGI-ROCM-PREFIX" in move.because
+    fp8 = strategy_of(advice, "quantization")
+    assert fp8.params["scheme"] == "fp8" and next(g for g in fp8.expected if g.metric == "ttft_expected_ms").change < -0.3
+    # the image's variables written out: they stay as they are
+    command = read_command(f"@{HERE / 'd6-env.launch'}")
+    env_advice = advise(load_facts(next(HERE.glob("d6-*.json")), command.overrides()), pack, available_evaluators()[0])
+    env_script = render_launch(build_launch(env_advice, "tgi", command), env_advice.bottleneck)
+    assert "export PREFIX_CACHING=0" in env_script and "--max-batch-prefill-tokens 32000" in env_script
+
+
+def test_d4_sglang_with_lora_adapters_keeps_fcfs(pack):
+    # Llama-3.1-8B with 12 LoRA adapters on SGLang 0.5.1: the LoRA radix cache asserts the fcfs policy
+    # at start (managers/scheduler.py@0.5.1:641-647), so --schedule-policy lpm would stop the server.
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert advice.facts["serving.lora"] is True
+    assert strategy_of(advice, "schedule_policy") is None
+    assert "R-SGLANG-LPM-UNDER-LORA" in {r.because[0] for r in advice.rejected}
+    flags = script_flags(script)
+    assert "--schedule-policy" not in flags and "--enable-lora" in flags
+    assert "--lora-paths t1=/adapters/t1 t2=/adapters/t2" in flags and "t12=/adapters/t12" in flags
+
+
+def test_sglang_refuses_lpm_beside_lora_in_its_profile():
+    from kbopt.kb.engines import parse_version
+    from kbopt.kb.knowledge import engine_catalog
+    sglang = engine_catalog().engines["sglang"]
+    problems = sglang.problems(parse_version("0.5.1"), [("--enable-lora", None), ("--schedule-policy", "lpm")])
+    assert any("fcfs" in p for p in problems)
+    assert sglang.problems(parse_version("0.5.1"), [("--enable-lora", None), ("--schedule-policy", "fcfs")]) == []
+    assert sglang.problems(parse_version("0.5.1"), [("--schedule-policy", "lpm")]) == []
