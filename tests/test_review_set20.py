@@ -58,3 +58,18 @@ def test_sglang_refuses_lpm_beside_lora_in_its_profile():
     assert any("fcfs" in p for p in problems)
     assert sglang.problems(parse_version("0.5.1"), [("--enable-lora", None), ("--schedule-policy", "fcfs")]) == []
     assert sglang.problems(parse_version("0.5.1"), [("--schedule-policy", "lpm")]) == []
+
+
+def test_d2_a_batch_job_at_its_cap_raises_the_cap_and_the_clients_concurrency_together(pack):
+    # Qwen2.5-VL-7B extracting documents on an H100: 64 in flight, --max-num-seqs 64, no engine queue,
+    # the KV cache 17% used. The waiting requests are in the client, so the cap and the client's
+    # concurrency rise together (one change); alone each moves nothing.
+    advice, script = review_deployment(pack, DATA, "d2")
+    cap, client = strategy_of(advice, "memory_budget"), strategy_of(advice, "client_concurrency")
+    assert cap is not None and client is not None and "S-CLOSED-LOOP-RAISE" in cap.because
+    assert cap.params["max_num_seqs"] == client.params["target_in_flight"] > 64
+    assert client.together == ("memory_budget",) and cap.together == ("client_concurrency",)
+    decode = {k: next(g for g in s.expected if g.metric == "decode_tokens_per_s") for k, s in (("cap", cap), ("client", client))}
+    assert decode["cap"].after == decode["client"].after and decode["cap"].change > 0.2
+    assert script_flag(script, "--max-num-seqs") == str(cap.params["max_num_seqs"])
+    assert f"keep {cap.params['max_num_seqs']:,} requests in flight" in script

@@ -11,7 +11,8 @@ from typing import Any, TypeGuard
 from kbopt.engine.advice.whatif import Plan
 
 # (strategy, parameter) pairs that are a running-batch cap (the engine's max_num_seqs or its equivalent)
-CAP_PARAMS = frozenset({("continuous_batching", "max_batch_size"), ("memory_budget", "max_num_seqs"), ("batch_cap", "max_num_seqs")})
+CAP_PARAMS = frozenset({("continuous_batching", "max_batch_size"), ("memory_budget", "max_num_seqs"), ("batch_cap", "max_num_seqs"),
+                        ("client_concurrency", "target_in_flight")})   # the clients keep the cap full (S-CLOSED-LOOP-RAISE)
 # A cap whose point is to run fewer requests than today (the ITL objective's): sized on the plan's
 # max_batch_itl and kept below today's batch, saying so.
 ITL_CAPS = frozenset({"batch_cap"})

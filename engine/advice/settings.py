@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeGuard
 
+from kbopt.engine.lang.text import fmt
 from kbopt.engine.pack.kept import Kept
 from kbopt.engine.pack.rule import Pack
 from kbopt.kb.engines import ENGINES, Engine, Entry, Version, parse_version, version_text
@@ -161,8 +162,12 @@ def _slot(target: Target, entries: list[Entry], params: Mapping[str, Any], facts
         if not entry.holds_at(target.version):
             out_of_range.append(entry)
             continue
-        if entry.kind == "note":
-            return [Setting(target.engine, "note", "", clean(entry.set), needs=entry.needs, source=entry.source,
+        if entry.kind == "note":        # a note may name a parameter's value: {target_in_flight}
+            text = entry.set
+            for name, value in params.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    text = text.replace("{" + name + "}", f"{value:,}" if isinstance(value, int) else fmt(value))
+            return [Setting(target.engine, "note", "", clean(text), needs=entry.needs, source=entry.source,
                             removes=entry.removes)]
         values, problem = _values(entry, target.engine, params, facts, derived, target.version, target.constants)
         if values is None:

@@ -303,18 +303,22 @@ class WhatIf:
                  params: Mapping[str, Any] | None = None, partners: tuple[tuple[str, Any], ...] = ()) -> Outcome | None:
         """The outcome of applying one candidate, or None when it has no effects. `partners` are
         the bound effects of the changes it is only made together with (a Require between two
-        candidates): applied beside its own, where it does not set the same fact."""
+        candidates): applied beside its own, where it does not set the same fact, or sets it only
+        to keep today's value (`= coalesce(fact, ...)`: a memory budget keeps today's requests in
+        flight; the client concurrency it is paired with raises them, set 20 d2)."""
         effects = bound(strategy.effects_of(variant), params or {})
         if effects and partners:
             merged = dict(effects)
             for path, value in partners:
-                merged.setdefault(path, value)
+                if path not in merged or _keeps_today(path, merged[path]):
+                    merged[path] = value
             effects = tuple(merged.items())
         return self.run(effects, key) if effects else None
 
     def plan(self, chosen: list[tuple[str, Strategy, str | None, Mapping[str, Any]]]) -> Plan | None:
         """Every chosen strategy's effects together (with its parameters' values), evaluated once.
-        Where two change the same fact, the stronger (earlier) strategy's change stands."""
+        Where two change the same fact, the stronger (earlier) strategy's change stands, unless it
+        only keeps today's value (`= coalesce(fact, ...)`)."""
         merged: dict[str, Any] = {}
         applied = []
         for key, strategy, variant, params in chosen:
@@ -322,7 +326,8 @@ class WhatIf:
             if effects:
                 applied.append(key)
                 for path, value in effects:
-                    merged.setdefault(path, value)
+                    if path not in merged or _keeps_today(path, merged[path]):
+                        merged[path] = value
                 if any(path == "serving.replicas" for path, _ in effects):
                     # the other changes hold the arrivals at today's; more replicas split them, whatever
                     # the order (set 16 d4: 8 replicas each credited with the whole stream, 8x the demand)
@@ -369,6 +374,11 @@ def bound(effects: tuple[tuple[str, Any], ...], params: Mapping[str, Any]) -> tu
             raw = _PLACEHOLDER.sub(functools.partial(_placeholder_value, values), raw)
         out.append((path, raw))
     return tuple(out)
+
+
+def _keeps_today(path: str, raw: Any) -> bool:
+    """Whether an effect only keeps the fact's value where it is known: `= coalesce(path, ...)`."""
+    return isinstance(raw, str) and raw.replace(" ", "").startswith(f"=coalesce({path},")
 
 
 def _placeholder_value(values: Mapping[str, Any], match: re.Match[str]) -> str:
