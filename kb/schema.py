@@ -117,7 +117,7 @@ RULE_SCHEMA: dict[str, Any] = {
                     "reject": {
                         "type": "object", "additionalProperties": False, "required": ["strategy", "reason"],
                         "properties": {"strategy": {"type": "string"}, "variant": {"type": "string"},
-                                       "reason": {"type": "string"}},
+                                       "reason": {"type": "string"}, "after_plan": {"type": "boolean"}},
                     },
                     "caveat": {
                         "type": "object", "additionalProperties": False, "required": ["strategy", "text"],

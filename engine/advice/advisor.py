@@ -193,6 +193,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     # objective 3x further went unjudged because chunking was on already).
     # (A setting the model reads is never vetoed as negligible, and one at today's value moves nothing.)
     changing = {key for key in kept if _effects_read_params(catalog[candidates[key].strategy], candidates[key].variant)}
+    if whatif is not None and any(v.conclusion.after_plan for v in vetoes):
+        vetoes = _standing_vetoes(vetoes, candidates, kept, catalog, whatif, final, rules)
     partnered = _partners(candidates, requires, catalog, final.lookup)
     partners = {key: effects for key, (effects, _) in partnered.items()}
     outcomes = _what_ifs({k: c for k, c in candidates.items() if k not in kept or k in changing}, catalog, whatif, vetoes, trimmed,
@@ -773,6 +775,27 @@ def _sized_after_plan(candidate: Candidate, params: dict[str, Any], plan: Plan, 
         sized.append((name, why))
         notes.append(RuleNote(rule_id, f"{name}={fmt(value)}: {why}"))
     return sized
+
+
+def _standing_vetoes(vetoes: list[Drawn[Reject]], candidates: dict[str, Candidate], kept: set[str],
+                     catalog: Mapping[str, Strategy], whatif: WhatIf, final: FinalFacts,
+                     rules: Mapping[str, Rule]) -> list[Drawn[Reject]]:
+    """The rejections that stand: a rejection marked `after_plan` is judged on the deployment the
+    other changes leave (their plan, strongest first, without the vetoed ones), and lapses where its
+    rule's condition is false there (set 20 d3: no SGLang mixed-chunk budget met the ITL objective
+    on today's BF16 Gemma 3, and 208 tokens do beside the FP8 weights the advice also gives)."""
+    vetoed = {v.conclusion.key for v in vetoes if not v.conclusion.after_plan}
+    others = sorted((c for key, c in candidates.items() if key not in kept and key not in vetoed), key=lambda c: -c.weight)
+    out = []
+    for veto in vetoes:
+        if veto.conclusion.after_plan:
+            rest = [c for c in others if not refers_to(veto.conclusion.strategy, veto.conclusion.variant, c.strategy, c.variant)]
+            plan = whatif.plan([(c.key, catalog[c.strategy], c.variant, _params(c, final.lookup, catalog[c.strategy])[0])
+                                for c in rest]) if rest else None
+            if _lapses_after_plan(rules[veto.rule], plan, final) is not None:
+                continue
+        out.append(veto)
+    return out
 
 
 def _lapses_after_plan(rule: Rule, plan: Plan | None, final: FinalFacts) -> str | None:

@@ -228,7 +228,7 @@ class _RuleBuilder:
         if kind in ("reject", "caveat", "require"):
             self.strategy(body["strategy"], body.get("variant"), path + ("strategy",))
             if kind == "reject":
-                return Reject(body["strategy"], body.get("variant"), " ".join(body["reason"].split()))
+                return Reject(body["strategy"], body.get("variant"), " ".join(body["reason"].split()), bool(body.get("after_plan")))
             if kind == "caveat":
                 return Caveat(body["strategy"], body.get("variant"), " ".join(body["text"].split()))
             needed = StrategyRef.parse(body["needs"])

@@ -67,6 +67,7 @@ class Reject:
     strategy: str
     variant: str | None
     reason: str
+    after_plan: bool = False       # decided on the deployment the advice's other changes leave, not today's
 
     @property
     def key(self) -> str:
