@@ -189,7 +189,7 @@ def test_d1_vllm_fusion_passes_switch_on_the_custom_ops_they_match(pack):
     fusion = [e for e in engine_catalog().for_strategy("vllm", "op_fusion") if e.kind == "cli"]
     assert len(fusion) == 2       # the pass names before and from 0.12
     for entry in fusion:
-        assert '"custom_ops": ["+rms_norm", "+quant_fp8"]' in entry.set
+        assert '"custom_ops": ["+rms_norm", "+quant_fp8", "+silu_and_mul"]' in entry.set   # and the activation pass's
 
 
 def test_the_mixed_precision_no_op_is_kept_not_an_action_on_the_serving_engines(pack):
