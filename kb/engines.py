@@ -195,6 +195,7 @@ class Read:
     where: tuple[tuple[str, tuple[str, ...]], ...] = ()   # only when these keys of the JSON value, or
                                        # these other flags (a name starting with -), hold one of the values
     largest: bool = False              # the flag is a comma-separated list of whole numbers: the fact is the largest
+    count: bool = False                # the flag takes several words: the fact is how many (SGLang --lora-paths)
 
 
 @dataclass(frozen=True)
@@ -480,7 +481,7 @@ def _read(raw: dict[str, Any]) -> Read:
     return Read(raw["flag"], raw["fact"], raw.get("key"), tuple(sorted(mapping.items())) if isinstance(mapping, dict) else (),
                 raw.get("constant"), raw.get("without"),
                 tuple((key, tuple(str(v) for v in values)) for key, values in sorted((raw.get("where") or {}).items())),
-                bool(raw.get("largest")))
+                bool(raw.get("largest")), bool(raw.get("count")))
 
 
 def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:

@@ -87,3 +87,14 @@ def test_d3_a_mixed_chunk_budget_the_fp8_plan_makes_room_for_is_advised(pack):
     assert itl.after is not None and itl.after <= 60
     assert "--enable-mixed-chunk" in script_flags(script)
     assert script_flag(script, "--chunked-prefill-size") == str(chunked.params["max_num_batched_tokens"])
+
+
+def test_d4_twelve_adapters_on_four_slots_get_a_slot_each(pack):
+    # SGLang stops admitting at the first waiting request whose adapter would take the batch past
+    # --max-loras-per-batch (managers/scheduler.py@0.5.1:1570-1580): with 12 tenants' adapters on 4
+    # slots the 3 requests waiting are that head-of-line block, not memory (KV cache mostly free).
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert advice.facts["serving.lora_adapters"] == 12 and advice.facts["serving.max_loras_per_batch"] == 4
+    slots = strategy_of(advice, "lora_slots")
+    assert slots is not None and slots.params["max_loras"] == 12 and "S-LORA-SLOTS" in slots.because
+    assert script_flag(script, "--max-loras-per-batch") == "12" and script_flags(script).count("--max-loras-per-batch") == 1

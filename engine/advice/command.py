@@ -343,6 +343,8 @@ def _read_value(spec: Engine, read: Read, raw: str | None, given: dict[str, str 
     if read.constant is not None:
         return read.constant
     value: Any = raw if read.key is None else parsed.get(read.key)
+    if read.count:                             # SGLang's --lora-paths a=x b=y: how many
+        return len(shlex.split(raw or "")) or None
     if read.largest:                           # TGI's --cuda-graphs 1,2,4,8,16,32: the largest batch it captures
         sizes = [part.strip() for part in str(raw or "").split(",")]
         largest = max(int(part) for part in sizes) if sizes and all(p.isdigit() and len(p) <= 6 for p in sizes) else 0
