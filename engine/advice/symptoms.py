@@ -4,6 +4,7 @@ GPU's math that prefills take where the performance model gives it. Every format
 before the bottleneck (docs/advice-format.md#symptoms)."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,7 @@ class Symptom:
     after: float | None = None       # a missed objective's value after the whole plan (the model's ratio applied)
     after_basis: str | None = None   # the estimate whose before -> after ratio scales it
     unprojected: str = ""            # why the plan's move is not projected onto the measurement
+    traded_for: str = ""             # the missed objective the plan meets at this one's cost (its label)
 
     def text(self) -> str:
         """`TTFT p99 1,350 ms against a 1,000 ms objective (+35%)`, and where the plan moves it,
@@ -91,7 +93,10 @@ class Symptom:
         verdict = ("still meets it" if spent else "meets it") if self.after <= self.objective else (over if spent else f"still {over}")
         how = "" if self.source == ESTIMATED else f", as {self.after_basis} moves"
         lead = "; the plan spends its room: after the plan" if spent else "; after the plan"
-        return f"{lead} about {number(self.after)} {self.unit}{how}: {verdict}"
+        traded = (f"; the plan trades it for the {self.traded_for} objective: one replica of these GPUs meets one at "
+                  "the other's cost, and prefills on GPUs of their own (disaggregation) or more GPUs a replica are what can meet "
+                  "both") if self.traded_for else ""
+        return f"{lead} about {number(self.after)} {self.unit}{how}: {verdict}{traded}"
 
     def note(self) -> str:
         """Where it comes from: `measured: workload.ttft_p99_ms`, or the model's estimate."""
@@ -109,6 +114,8 @@ class Symptom:
             out.update(after_plan=self.after, after_plan_basis=self.after_basis, meets_after_plan=self.after <= (self.objective or 0))
         if self.unprojected:
             out.update(after_plan_not_projected=self.unprojected)
+        if self.traded_for:
+            out.update(traded_for=self.traded_for)
         if self.against is not None:
             out.update(against=self.against, against_fact=self.against_fact)
         return out
@@ -167,6 +174,24 @@ def _spent(facts: Mapping[str, Any], derived: Mapping[str, Any], path: str, valu
     if path in _SAME_STATISTIC and not _agrees(before, value) and not _mean_agrees(facts, derived, path):
         return None
     return max(float(value * after / before), _own_prefill_after(facts, derived, moves, path))
+
+
+def _trades(objectives: list[Symptom], moves: Mapping[str, tuple[Any, Any]]) -> list[Symptom]:
+    """The objectives missed today that the plan takes further from their objective while it brings
+    another missed one closer, marked with that one (set 20 d5: a chunk budget that meets the ITL
+    p99 objective on two H200s took a missed TTFT p99 one from 1,400 to 1,836 ms, unsaid)."""
+    def improved(s: Symptom) -> bool:
+        before, after = moves.get(s.after_basis or _SCALED_BY.get(s.fact, s.fact), (None, None))
+        return _positive(before) and _positive(after) and after < before
+    missed = [s for s in objectives if s.objective is not None and s.miss is not None and s.miss > 0]
+    out = []
+    for s in objectives:
+        if s in missed and s.after is not None and s.after > s.value:
+            other = next((o for o in missed if o.kind != s.kind and improved(o)), None)
+            if other is not None:
+                s = dataclasses.replace(s, traded_for=other.label)
+        out.append(s)
+    return out
 
 
 def _own_prefill_after(facts: Mapping[str, Any], derived: Mapping[str, Any], moves: Mapping[str, tuple[Any, Any]],
@@ -231,6 +256,7 @@ def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any], plan: Plan | 
         elif (spent := _spent(facts, derived, path, value, source, moves)) is not None:
             out.append(Symptom(kind, path, value, "ms", source, objective, objective_fact, value / objective - 1,
                                label=label, after=spent, after_basis=_SCALED_BY.get(path, path)))
+    out = _trades(out, moves)
     timeouts = _number(facts, "workload.queue_timeout_ratio")
     if timeouts is not None and timeouts > 0:
         out.append(Symptom("queue_timeouts", "workload.queue_timeout_ratio", timeouts, "ratio", MEASURED))
