@@ -707,9 +707,10 @@ def test_a_string_in_the_options_file_stays_one_inert_yaml_value(pack, tmp_path)
     "'odd name=/loras/a b' --max-loras-per-batch 3 --tp-size 1",
     "vllm serve Qwen/Qwen2.5-7B-Instruct --enable-lora --lora-modules sql=/loras/sql chat=/loras/chat --max-loras 2",
 ])
-def test_a_flag_kbopt_does_not_model_keeps_all_its_values(pack, text):
+def test_a_flag_of_several_values_keeps_all_of_them(pack, text):
     # Review set 9: SGLang's --lora-paths and vLLM's --lora-modules take several values (nargs); the
-    # second was read as a second model and a command that starts was refused.
+    # second was read as a second model and a command that starts was refused. Both are profile
+    # flags now (set 20: their count is serving.lora_adapters), and still carried word for word.
     from dataclasses import replace
 
     from kbopt.engine.advice.command import read_command
@@ -723,8 +724,16 @@ def test_a_flag_kbopt_does_not_model_keeps_all_its_values(pack, text):
     assert again.args == command.args
     flag = "--lora-paths" if command.engine == "sglang" else "--lora-modules"
     assert shlex.split(dict(command.args)[flag])[:2] == ["sql=/loras/sql", "chat=/loras/chat"]
+    assert dict(command.facts)["serving.lora_adapters"] == (3 if command.engine == "sglang" else 2)
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_a_flag_of_several_values_given_none_is_named():
+    from kbopt.engine.advice.command import read_command
+    from kbopt.errors import KboptError
+    with pytest.raises(KboptError, match="--lora-paths needs a value"):
+        read_command("python -m sglang.launch_server --model-path m --lora-paths --max-loras-per-batch 4")
 
 
 @pytest.mark.parametrize(("command", "facts"), [

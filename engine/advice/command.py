@@ -132,7 +132,7 @@ def read_command(text: str, version: str | None = None) -> Command:
                 raise KboptError(f"--launch: {name} is a switch and takes no value (got {inline!r})")
             args.append((name, None))
         else:
-            if not eq and i >= len(rest):
+            if not eq and (i >= len(rest) or (flag.several and rest[i].startswith("-"))):
                 raise KboptError(f"--launch: {name} needs a value ({flag.type})")
             value = inline if eq else rest[i]
             i += 0 if eq else 1
