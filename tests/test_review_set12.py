@@ -59,12 +59,14 @@ def test_d7_no_batch_cap_raise_tgi_ignores_while_it_chunks(pack):
 def test_d6_a_ttft_p99_is_not_projected_under_the_long_prompts_own_prefill(pack):
     # Llama-3.1-8B on an A100 with 24k-token RAG prompts (p99 60k): the model's TTFT p99 read 116 s
     # where 12 s is measured, and its ratio projected 683 ms after the plan, under a mean prompt's
-    # prefill. It reads 31.5 s now (the busiest window's mean wait, not 4.6 times it), within 3x, and
+    # prefill. It reads 31.5 s now (the busiest window's mean wait, not 4.6 times it), within 3x; a
+    # model that reads today's value high claims no margin from it (its own after-value stands), and
     # the projection is at least the p99 prompt's own prefill after the plan: 2.5 x the mean's.
     advice, _ = review_deployment(pack, DATA, "d6")
     ttft = next(s for s in advice.symptoms if s.kind == "ttft")
     prefill_after = next(g.after for g in advice.plan.expected if g.metric == "prefill_ms")
-    assert ttft.after == pytest.approx(prefill_after * 60000 / 24000) and ttft.after > ttft.objective
+    model_after = next(g.after for g in advice.plan.expected if g.metric == "ttft_p99_expected_ms")
+    assert ttft.after == pytest.approx(max(model_after, prefill_after * 60000 / 24000)) and ttft.after > ttft.objective
 
 
 def test_d5_mtp_is_not_vetoed_for_a_p99_the_model_reads_four_times_low(pack):

@@ -3,6 +3,7 @@ launch command and NOTES.md's hand arithmetic), and what the advice must now rea
 it found."""
 from __future__ import annotations
 
+import pytest
 from conftest import review_deployment, script_flag, script_flags, strategy_of
 
 DATA = "review18"
@@ -39,7 +40,10 @@ def test_d2_a_chunk_budget_harmful_alone_waits_in_the_script_for_the_int8_checkp
 def test_d6_int8_w8a8_for_a_missed_ttft_and_a_chunk_budget_per_output_token_under_eagle3(pack):
     # Llama-3.1-8B bf16 on an A100, TTFT p99 450 ms against 300 and prefills 21% of the math: FP8
     # runs weight-only through Marlin there (the same bytes as INT8, prefill at the 16-bit rate), so
-    # INT8 W8A8 is the 8-bit scheme (twice the prefill math rate); the plan meets the TTFT objective.
+    # INT8 W8A8 is the 8-bit scheme (twice the prefill math rate). The model reads today's p99 high, so
+    # the plan's p99 is its own after-value, about 430 ms, not the measurement scaled down (285 ms): the
+    # reviewer's p99 prompt alone takes 0.39 s of BF16 prefill, about 0.2 s in INT8, before its chunk
+    # steps and the queue's tail.
     # Beside the EAGLE-3 head the script turns on (2.53 tokens a verify step), the chunk budget is
     # sized per output token: about 600 tokens, where the plain step left 224 (the reviewer's ~600).
     advice, script = review_deployment(pack, DATA, "d6")
@@ -47,7 +51,8 @@ def test_d6_int8_w8a8_for_a_missed_ttft_and_a_chunk_budget_per_output_token_unde
     assert quantization.key == "quantization[int8]" and quantization.params["mode"] == "w8a8"
     assert "S-QUANT-INT8-W8A8-PREFILL" in quantization.recommended_by
     ttft = next(s for s in advice.symptoms if s.kind == "ttft")
-    assert ttft.after is not None and ttft.after < 300
+    before = next(g for g in advice.plan.expected if g.metric == "ttft_p99_expected_ms")
+    assert before.before > ttft.value and ttft.after == pytest.approx(before.after) and ttft.after < ttft.value
     budget = int(script_flag(script, "--max-num-batched-tokens"))
     assert 500 <= budget <= 700 and '"method": "eagle3"' in script
 
