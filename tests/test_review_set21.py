@@ -1,0 +1,28 @@
+"""Expert review set 21: six deployments a reviewer wrote (tests/data/review21, with today's launch
+commands and hand arithmetic in NOTES.md), and what the advice must now read for the defects it found."""
+from __future__ import annotations
+
+from conftest import review_deployment, strategy_of
+
+DATA = "review21"
+
+
+def test_d1_attention_dp_ranks_keep_every_kv_head_of_their_own_requests(pack):
+    # Qwen3-235B-A22B FP8 (4 KV heads) on 8 H100s with TensorRT-LLM attention DP: each rank keeps all
+    # 4 heads of its own requests (resource_manager.py: tp_size 1 under attention DP), so a token costs
+    # 94 x 2 x 4 x 128 x 2 B = 192,512 B on one GPU, 24,064 averaged over the 8: the pool 1.64M tokens,
+    # 268 requests at GUARANTEED_NO_EVICT's 6,096 reserved, where one replicated head read half of both.
+    advice, _ = review_deployment(pack, DATA, "d1")
+    assert advice.derived["derived.kv_bytes_per_token_per_gpu"] == 94 * 2 * 4 * 128 * 2 / 8
+    assert 1_600_000 < advice.estimates["kv_pool_tokens"].value < 1_700_000
+
+
+def test_trtllm_max_utilization_reads_the_cap_per_rank_and_a_queue_by_its_wait(pack):
+    # d1: 248 running against --max_batch_size 64 a rank over 8 ranks (512): the cap does not bind,
+    # the admission's reservation does. d2: 3.6 waiting are 1.5 s of a 1.65 s TTFT (Little's law):
+    # few requests, but the queue is what the client waits on. Both get MAX_UTILIZATION.
+    for name in ("d1", "d2"):
+        advice, script = review_deployment(pack, DATA, name)
+        policy = strategy_of(advice, "admission_policy")
+        assert policy is not None and policy.params["policy"] == "max_utilization", name
+        assert "capacity_scheduler_policy: MAX_UTILIZATION" in script, name
