@@ -2,6 +2,7 @@
 commands and hand arithmetic in NOTES.md), and what the advice must now read for the defects it found."""
 from __future__ import annotations
 
+import pytest
 from conftest import review_deployment, strategy_of
 
 DATA = "review21"
@@ -26,3 +27,19 @@ def test_trtllm_max_utilization_reads_the_cap_per_rank_and_a_queue_by_its_wait(p
         policy = strategy_of(advice, "admission_policy")
         assert policy is not None and policy.params["policy"] == "max_utilization", name
         assert "capacity_scheduler_policy: MAX_UTILIZATION" in script, name
+
+
+def test_d4_gpt_oss_hybrid_kv_pool_counts_a_block_as_one_group_of_layers(pack):
+    # gpt-oss-120b on an H100 under vLLM 0.11 with 10,740 blocks of 16: the hybrid manager groups 18
+    # sliding-window and 18 full layers, each block one page of a group (kv_cache_utils.py@0.11.0:977),
+    # so the pool is 10,740 x 16 x 36,864 B = 5.9 GiB, about 50 sequences of 3,300 tokens (the reviewer's
+    # 49.7), not 11.8 GiB and 92. An FP8 cache doubles the blocks in the same memory.
+    advice, _ = review_deployment(pack, DATA, "d4")
+    assert advice.derived["derived.kv_pool_gib_per_gpu"] == 10740 * 16 * 36864 / 2**30
+    assert 44 <= advice.derived["derived.kv_pool_sequences"] <= 52
+    fp8 = strategy_of(advice, "kv_cache_quantization")
+    seqs = next(g for g in fp8.expected if g.metric == "kv_pool_sequences")
+    assert seqs.after == pytest.approx(2 * seqs.before, abs=1)
+    # 131,072 tokens need about 69,700 of the pool (the window on sliding layers): vLLM starts
+    assert advice.derived["derived.max_len_kv_tokens"] < advice.derived["derived.kv_pool_tokens"]
+    assert not any(w.rule == "W-POOL-BELOW-MAX-MODEL-LEN" for w in advice.warnings)

@@ -171,14 +171,17 @@ def leaves_no_room(moved: Iterable[tuple[str, Any, Any]], lookup: Lookup) -> str
     one (review set 15 d4: INT8 over AWQ weights was action 1 with 944 tokens of pool). Empty where
     it fits."""
     longest = _number(lookup, "serving.max_model_len") or _number(lookup, "workload.seq_len_max")
+    # what that sequence holds of the pool: on vLLM a sliding-window layer keeps its window only
+    # (M-MAX-LEN-KV-TOKENS; set 21 d4: gpt-oss at 131,072 tokens needs about 69,800)
+    needed = _number(lookup, "derived.max_len_kv_tokens") or longest
     for name, before, after in moved:
         if name != "kv_pool_tokens" or not isinstance(after, int | float) or not isinstance(before, int | float):
             continue
         if after <= 0 < before:
             return f"it leaves no KV cache: the KV pool goes {number(before)} -> {number(after)} tokens"
-        if longest is not None and after < longest <= before:
+        if longest is not None and needed is not None and after < needed <= before:
             return (f"its KV pool goes {number(before)} -> {number(after)} tokens, under one sequence of the "
-                    f"{number(longest)} tokens the deployment serves: vLLM refuses to start "
+                    f"{number(longest)} tokens the deployment serves ({number(needed)} of the pool): vLLM refuses to start "
                     "(v1/core/kv_cache_utils.py@0.12.0:685-716, check_enough_kv_cache_memory), SGLang caps every request at the pool "
                     "(managers/tp_worker.py@0.5.0rc2:141-144), TGI's router refuses --max-total-tokens above the "
                     "batch's total (backends/v3/src/main.rs@v3.3.0:191-192)")
