@@ -43,3 +43,13 @@ def test_d4_gpt_oss_hybrid_kv_pool_counts_a_block_as_one_group_of_layers(pack):
     # 131,072 tokens need about 69,700 of the pool (the window on sliding layers): vLLM starts
     assert advice.derived["derived.max_len_kv_tokens"] < advice.derived["derived.kv_pool_tokens"]
     assert not any(w.rule == "W-POOL-BELOW-MAX-MODEL-LEN" for w in advice.warnings)
+
+
+def test_d3_mtp_chained_three_steps_is_modelled_with_three_drafts(pack):
+    # DeepSeek-R1 on 8 H200s under SGLang with --speculative-num-steps 3: each verify step carries
+    # four positions and yields the measured 2.4 tokens, impossible at one draft (the model read one,
+    # an ITL of 14.9 ms where 21 is measured, and asked for the acceptance the facts give).
+    advice, _ = review_deployment(pack, DATA, "d3")
+    assert advice.derived["derived.spec_draft_tokens"] == 3
+    assert not any(w.rule == "W-SPEC-ITL-ABOVE-MODEL" for w in advice.warnings)
+    assert 15 < advice.estimates["itl_expected_ms"].value < 21
