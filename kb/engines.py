@@ -249,6 +249,16 @@ class ImpliedCap:
 
 
 @dataclass(frozen=True)
+class SectionOverride:
+    """An options-file section that replaces the one the command line builds, with the command-line
+    setting that goes into it (TensorRT-LLM: a YAML kv_cache_config drops --kv_cache_free_gpu_memory_fraction)."""
+    section: str                       # kv_cache_config
+    flag: str                          # --kv_cache_free_gpu_memory_fraction
+    key: str                           # kv_cache_config.free_gpu_memory_fraction
+    source: str
+
+
+@dataclass(frozen=True)
 class PromptLimit:
     """A prompt longer than the step's token budget is refused unless chunked prefill is on
     (TensorRT-LLM's PyTorch backend): a script whose budget is under the workload's long prompts
@@ -297,6 +307,7 @@ class Engine:
     # facts any server of the engine has, stated by a launch command of it whatever the facts file
     # says (every covered engine batches continuously: a facts file's "static" is not this server)
     states: tuple[tuple[str, Any], ...] = ()
+    section_overrides: tuple[SectionOverride, ...] = ()
 
     @property
     def latest(self) -> Version:
@@ -508,7 +519,8 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                     PromptLimit(**raw["prompt_limit"]) if raw.get("prompt_limit") else None,
                     Checkpoints(**{**raw["checkpoints"], "unread": tuple(raw["checkpoints"].get("unread") or ())})
                     if raw.get("checkpoints") else Checkpoints(),
-                    tuple(sorted((raw.get("states") or {}).items())))
+                    tuple(sorted((raw.get("states") or {}).items())),
+                    tuple(SectionOverride(**item) for item in raw.get("section_overrides") or ()))
     if not set(engine.vendors) <= set(VENDORS):
         raise ValueError(f"{where}: vendors {list(engine.vendors)} are not among {list(VENDORS)}")
     entries = tuple(_entry(engine_id, item, where) for item in raw.get("settings") or ())
@@ -523,7 +535,8 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                  + ([totals.switch, totals.size, *totals.flags] if totals else [])
                  + [name for bound in engine.bounds for name in (bound.flag, bound.at_most)]
                  + [name for cap in engine.implied_caps for name in (cap.flag, cap.when)]
-                 + ([engine.prompt_limit.budget, engine.prompt_limit.chunking] if engine.prompt_limit else [])):
+                 + ([engine.prompt_limit.budget, engine.prompt_limit.chunking] if engine.prompt_limit else [])
+                 + [name for o in engine.section_overrides for name in (o.flag, o.key)]):
         if name not in known:
             raise ValueError(f"{where}: {name} is set but not in the profile's flags")
     return engine, entries

@@ -53,3 +53,27 @@ def test_d3_mtp_chained_three_steps_is_modelled_with_three_drafts(pack):
     assert advice.derived["derived.spec_draft_tokens"] == 3
     assert not any(w.rule == "W-SPEC-ITL-ABOVE-MODEL" for w in advice.warnings)
     assert 15 < advice.estimates["itl_expected_ms"].value < 21
+
+
+def test_d2_an_options_file_kv_cache_config_carries_the_commands_memory_fraction(pack):
+    # trtllm-serve merges the options file over the arguments it builds at the top level, so a YAML
+    # kv_cache_config replaces the one --kv_cache_free_gpu_memory_fraction built: the fraction the
+    # command gives goes into the section the script writes (here 0.9; a 0.8 would have become 0.9).
+    from pathlib import Path
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.command import read_command
+    from kbopt.engine.advice.launch import build_launch
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    from kbopt.reports.emit import render_launch
+    data = Path(__file__).resolve().parent / "data" / DATA
+    for fraction in ("0.9", "0.8"):
+        text = (data / "d2.launch").read_text().replace("--kv_cache_free_gpu_memory_fraction 0.9",
+                                                         f"--kv_cache_free_gpu_memory_fraction {fraction}")
+        command = read_command(text.replace("d2-extra.yaml", str(data / "d2-extra.yaml")))
+        advice = advise(load_facts(next(data.glob("d2-*.json")), command.overrides()), pack, available_evaluators()[0])
+        script = render_launch(build_launch(advice, "trtllm", command), advice.bottleneck)
+        yaml = script.split("<<'YAML'", 1)[1].split("\nYAML\n", 1)[0]
+        section = yaml.split("kv_cache_config:", 1)[1].split("\n\n", 1)[0]
+        assert f"  free_gpu_memory_fraction: {fraction}" in section, fraction

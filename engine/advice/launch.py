@@ -440,6 +440,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     _as_rank_totals(spec, args, facts, notes)
     _implied_caps(spec, args, facts, advice.derived, notes)
     _prompts_within_budget(spec, args, facts, notes)
+    _into_replaced_sections(spec, args, notes)
     if engine == "trtllm" and (command is None or command.engine != engine):
         # stated, where kbopt writes the command: the settings are the PyTorch backend's (today's command keeps its own)
         args.setdefault("--backend", Arg("--backend", "cli", "pytorch", None, "kbopt: the PyTorch backend these settings are for"))
@@ -694,6 +695,20 @@ def _prompts_within_budget(spec: Engine, args: dict[str, Arg], facts: Mapping[st
            f"{math.ceil(longest / budget)} steps")
     args[limit.chunking] = Arg(limit.chunking, "yaml", "true", None, "kbopt: the workload's prompts fit no step", why=why)
     notes.append(f"{limit.chunking}: true: {why}")
+
+
+def _into_replaced_sections(spec: Engine, args: dict[str, Arg], notes: list[str]) -> None:
+    """A command-line setting that an options-file section the script writes would drop goes into
+    that section too, at its value (kb/engines: section_overrides)."""
+    for override in spec.section_overrides:
+        flag = args.get(override.flag)
+        written = any(a.kind == "yaml" and name.startswith(override.section + ".") for name, a in args.items())
+        if flag is None or not written or override.key in args:
+            continue
+        why = (f"the options file's {override.section} replaces the one {override.flag} builds ({override.source}): "
+               f"written into it at {flag.value}")
+        args[override.key] = Arg(override.key, "yaml", flag.value, flag.today, flag.rule, set_today=flag.set_today, why=why)
+        notes.append(f"{override.key}: {flag.value}: {why}")
 
 
 def _first_flag(spec: Engine) -> str:
