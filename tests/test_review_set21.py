@@ -77,3 +77,16 @@ def test_d2_an_options_file_kv_cache_config_carries_the_commands_memory_fraction
         yaml = script.split("<<'YAML'", 1)[1].split("\nYAML\n", 1)[0]
         section = yaml.split("kv_cache_config:", 1)[1].split("\n\n", 1)[0]
         assert f"  free_gpu_memory_fraction: {fraction}" in section, fraction
+
+
+def test_d6_tgi_on_ada_runs_fp8_w8a8_where_prefill_decides_the_first_token(pack):
+    # Qwen2.5-7B on an L40S under TGI 3.3, TTFT p99 560 ms against 350 and prefills 30% of the math:
+    # Marlin W8A16 (TGI's default on 8.x) keeps prefill at the 16-bit rate and the chunk budget then
+    # took the TTFT p99 to about 680 ms; USE_CUTLASS_W8A8=1 runs it at the FP8 rate
+    # (layers/fp8.py@v3.3.0:44-72), and the plan brings the TTFT p99 down instead.
+    advice, script = review_deployment(pack, DATA, "d6")
+    fp8 = strategy_of(advice, "quantization")
+    assert fp8.params["mode"] == "w8a8" and fp8.params["cutlass_w8a8"] is True
+    assert "export USE_CUTLASS_W8A8=1" in script and "--quantize fp8" in script
+    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
+    assert ttft.after is not None and ttft.after < ttft.value
