@@ -729,11 +729,15 @@ def test_a_flag_of_several_values_keeps_all_of_them(pack, text):
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
-def test_a_flag_of_several_values_given_none_is_named():
+def test_a_flag_of_several_values_given_none_is_named_and_its_words_are_counted_as_given():
     from kbopt.engine.advice.command import read_command
     from kbopt.errors import KboptError
     with pytest.raises(KboptError, match="--lora-paths needs a value"):
         read_command("python -m sglang.launch_server --model-path m --lora-paths --max-loras-per-batch 4")
+    # one quoted word is one adapter, whatever it holds (a stray quote once ended in a traceback)
+    start = "python -m sglang.launch_server --model-path m --lora-paths"
+    for tail, adapters in (("=\"a'b\"", 1), (" 'odd name=/a b'", 1), (" a=1 'b c=2' d=3", 3)):
+        assert dict(read_command(start + tail).facts)["serving.lora_adapters"] == adapters, tail
 
 
 @pytest.mark.parametrize(("command", "facts"), [

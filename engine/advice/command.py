@@ -158,7 +158,7 @@ def read_command(text: str, version: str | None = None) -> Command:
     if repeated:
         raise KboptError(f"--launch: {repeated[0]} is given more than once ({spec.title} keeps one of them silently): "
                          "give each flag once, with the value the server should run with")
-    facts = _facts(spec, args, model)
+    facts = _facts(spec, args, model, several)
     return Command(spec.id, model, tuple(args), tuple(env), frozenset(modelled), tuple(facts), frozenset(yaml_keys),
                    frozenset(several), _left_at_defaults(spec, args, dict(facts)))
 
@@ -299,7 +299,8 @@ def _engine(words: list[str]) -> tuple[Engine, list[str]]:
                      f"(a command starts with one of: {starts})")
 
 
-def _facts(spec: Engine, args: list[tuple[str, str | None]], model: str | None) -> list[tuple[str, Any]]:
+def _facts(spec: Engine, args: list[tuple[str, str | None]], model: str | None,
+           several: set[str] | frozenset[str] = frozenset()) -> list[tuple[str, Any]]:
     """The facts the modelled flags state, through the profile's deployment entries read backwards."""
     out: dict[str, Any] = {"workload.engine": spec.id, **dict(spec.states)}
     if model is not None:
@@ -314,7 +315,7 @@ def _facts(spec: Engine, args: list[tuple[str, str | None]], model: str | None) 
             out.setdefault(carry.fact, fact)
     for read in spec.reads:
         if read.flag in given and (read.without is None or read.without not in given):
-            value = _read_value(spec, read, given[read.flag], given)
+            value = _read_value(spec, read, given[read.flag], given, read.flag in several)
             if value is not None:
                 out.setdefault(read.fact, value)
     totals = spec.rank_totals
@@ -326,7 +327,7 @@ def _facts(spec: Engine, args: list[tuple[str, str | None]], model: str | None) 
     return sorted(out.items())
 
 
-def _read_value(spec: Engine, read: Read, raw: str | None, given: dict[str, str | None]) -> Any:
+def _read_value(spec: Engine, read: Read, raw: str | None, given: dict[str, str | None], joined: bool = False) -> Any:
     """A profile's `reads` entry's fact from the flag's text; None: the flag does not state it."""
     parsed: Any = None
     if read.key is not None or any(not key.startswith("-") for key, _ in read.where):
@@ -343,8 +344,8 @@ def _read_value(spec: Engine, read: Read, raw: str | None, given: dict[str, str 
     if read.constant is not None:
         return read.constant
     value: Any = raw if read.key is None else parsed.get(read.key)
-    if read.count:                             # SGLang's --lora-paths a=x b=y: how many
-        return len(shlex.split(raw or "")) or None
+    if read.count:                             # SGLang's --lora-paths a=x b=y: how many (one word, quoted or not, is one)
+        return (len(shlex.split(raw or "")) if joined else 1) if raw else None
     if read.largest:                           # TGI's --cuda-graphs 1,2,4,8,16,32: the largest batch it captures
         sizes = [part.strip() for part in str(raw or "").split(",")]
         largest = max(int(part) for part in sizes) if sizes and all(p.isdigit() and len(p) <= 6 for p in sizes) else 0

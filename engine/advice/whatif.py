@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from kbopt.engine.advice.estimates import DERIVED, Confidence, Estimate, Model, input_confidence, trace, weakest
 from kbopt.engine.evaluators.reference import rerun_of
 from kbopt.engine.lang.logic import Missing, value_of
-from kbopt.engine.lang.nodes import Value
+from kbopt.engine.lang.nodes import Call, Fact, Value
 from kbopt.engine.lang.parse import parse_value
 from kbopt.engine.lang.text import fmt
 from kbopt.engine.pack.rule import Pack
@@ -233,6 +233,14 @@ class WhatIf:
             return parse_value(raw[1:], self.pack.kb.vocabulary, parameters)
         return self.pack.memo(f"effect:{raw}", parse)
 
+    def _keeps_today(self, path: str, raw: Any) -> bool:
+        """Whether an effect only keeps the fact's value where it is known: `= coalesce(path, ...)`."""
+        if not (isinstance(raw, str) and raw.startswith("=")):
+            return False
+        node = self._expression(raw)
+        return isinstance(node, Call) and node.fn == "coalesce" and bool(node.args) \
+            and isinstance(node.args[0], Fact) and node.args[0].path == path
+
     def run(self, effects: tuple[tuple[str, Any], ...], owner: str) -> Outcome:
         # The same effects move the model the same way: a plan of one strategy is its what-if.
         try:
@@ -310,7 +318,7 @@ class WhatIf:
         if effects and partners:
             merged = dict(effects)
             for path, value in partners:
-                if path not in merged or _keeps_today(path, merged[path]):
+                if path not in merged or self._keeps_today(path, merged[path]):
                     merged[path] = value
             effects = tuple(merged.items())
         return self.run(effects, key) if effects else None
@@ -326,7 +334,7 @@ class WhatIf:
             if effects:
                 applied.append(key)
                 for path, value in effects:
-                    if path not in merged or _keeps_today(path, merged[path]):
+                    if path not in merged or self._keeps_today(path, merged[path]):
                         merged[path] = value
                 if any(path == "serving.replicas" for path, _ in effects):
                     # the other changes hold the arrivals at today's; more replicas split them, whatever
@@ -374,11 +382,6 @@ def bound(effects: tuple[tuple[str, Any], ...], params: Mapping[str, Any]) -> tu
             raw = _PLACEHOLDER.sub(functools.partial(_placeholder_value, values), raw)
         out.append((path, raw))
     return tuple(out)
-
-
-def _keeps_today(path: str, raw: Any) -> bool:
-    """Whether an effect only keeps the fact's value where it is known: `= coalesce(path, ...)`."""
-    return isinstance(raw, str) and raw.replace(" ", "").startswith(f"=coalesce({path},")
 
 
 def _placeholder_value(values: Mapping[str, Any], match: re.Match[str]) -> str:

@@ -145,12 +145,14 @@ class _RuleBuilder:
         derived_here = [c.path for c in then if isinstance(c, Derive)]
         for i, c in enumerate(then):
             if isinstance(c, Derive):
-                # (one read where an alternative stands in, as in coalesce(), sees it as absent)
-                later = [p for p in _required(c.value) if p in derived_here and p not in set_before]
-                if later:
-                    self.check(partial(self.fail, ("then", i, "derive", c.path), f"{c.path} reads {later[0]}, "
-                                       "which this rule derives after it", "derive it first: a rule's values are computed in order"))
-                needed += [path for path in _required(c.value) if path not in set_before]
+                # a read with an alternative (a coalesce() argument) sees a later one as absent; one without cannot
+                required = [path for path in _required(c.value) if path not in set_before]
+                later = next((path for path in required if path in derived_here), None)
+                if later is not None:
+                    what = "itself" if later == c.path else f"{later}, which this rule derives after it"
+                    self.check(partial(self.fail, ("then", i, "derive", c.path), f"{c.path} reads {what}",
+                                       "derive it first: a rule's values are computed in order"))
+                needed += required
                 set_before.add(c.path)
         if self.problems:
             return None
