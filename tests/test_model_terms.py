@@ -22,6 +22,8 @@ def _close(found, hand, within=0.05):
 
 LLAMA3_8B = {"params_billion": 8.03, "num_layers": 32, "num_kv_heads": 8, "head_dim": 128, "num_attention_heads": 32,
              "hidden_size": 4096, "vocab_size": 128256}
+# a prompt token's matrix products: the embedding is a lookup and the lm_head scores the last token only
+LLAMA3_8B_PREFILL_PARAMS = 8.03e9 - 2 * 128256 * 4096
 LLAMA3_70B = {"params_billion": 70.6, "num_layers": 80, "num_kv_heads": 8, "head_dim": 128, "num_attention_heads": 64,
               "hidden_size": 8192, "vocab_size": 128256}
 
@@ -110,7 +112,7 @@ def test_prefill_shares_the_steps_of_continuous_batching(pack):
                 "model": {**LLAMA3_8B, "weight_dtype": "bf16"},
                 "workload": {"requests_running_mean": 32, "prompt_len_mean": 2048, "output_len_mean": 256}}
     d = _derived(pack, document)
-    flops = 2 * 8.03e9 * 2048 + 2 * 32 * 32 * 128 * 2048**2
+    flops = 2 * LLAMA3_8B_PREFILL_PARAMS * 2048 + 2 * 32 * 32 * 128 * 2048**2
     prefill = flops / (989e12 * 0.55) * 1000          # compute_efficiency 0.55 of the H100's 989 TFLOP/s
     _close(d["derived.prefill_compute_ms"], prefill, 1e-6)
     _close(d["derived.itl_expected_ms"], d["derived.decode_step_expected_ms"] + 32 * prefill / 256, 1e-9)
@@ -156,7 +158,7 @@ def test_fp8_math_reaches_a_smaller_share_of_its_peak_than_16_bit(pack):
     # (best-case matmuls reach 80.3% of the BF16 peak and 73.4% of the FP8 one: 0.55 x 73.4 / 80.3).
     # Attention over the BF16 KV cache runs at the 16-bit rate under FP8 weights: half the FP8 one.
     workload = {"prompt_len_mean": 2048, "requests_running_mean": 1, "output_len_mean": 128}
-    linear, attention = 2 * 8.03e9 * 2048, 2 * 32 * 32 * 128 * 2048**2
+    linear, attention = 2 * LLAMA3_8B_PREFILL_PARAMS * 2048, 2 * 32 * 32 * 128 * 2048**2
     flops = linear + attention
     hardware = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1}
     bf16 = _derived(pack, {"hardware": hardware, "model": {**LLAMA3_8B, "weight_dtype": "bf16"}, "workload": workload})
@@ -170,7 +172,7 @@ def test_attention_runs_at_the_fp8_rate_only_over_an_fp8_cache_on_hopper(pack):
     # FlashAttention 3 quantizes the queries over an FP8 KV cache (vLLM's quantized-KV docs): the
     # prefill's attention then runs at the FP8 rate on an H100; on an L4 the cache is read back to 16 bits.
     workload = {"prompt_len_mean": 2048, "requests_running_mean": 1, "output_len_mean": 128, "engine": "vllm"}
-    linear, attention = 2 * 8.03e9 * 2048, 2 * 32 * 32 * 128 * 2048**2
+    linear, attention = 2 * LLAMA3_8B_PREFILL_PARAMS * 2048, 2 * 32 * 32 * 128 * 2048**2
     model = {**LLAMA3_8B, "weight_dtype": "fp8", "kv_cache_dtype": "fp8"}
     h100 = _derived(pack, {"hardware": {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_count": 1}, "model": model, "workload": workload})
     l4 = _derived(pack, {"hardware": {"gpu_name": "NVIDIA L4", "gpu_count": 1}, "model": model, "workload": workload})
@@ -246,12 +248,12 @@ def test_the_itl_tail_is_a_step_stalled_by_a_full_prefill_chunk(pack):
     # attention over the context before it, 2·L·heads·head_dim·C·(2P - C) (set 10)
     def chunk_math(c: float, p: float = 2048) -> float:
         attention = 2 * LLAMA3_8B["num_layers"] * LLAMA3_8B["num_attention_heads"] * LLAMA3_8B["head_dim"]
-        return c * (2 * LLAMA3_8B["params_billion"] * 1e9 + attention * (2 * p - c))
+        return c * (2 * LLAMA3_8B_PREFILL_PARAMS + attention * (2 * p - c))
     per_flop = d["derived.prefill_compute_ms"] / chunk_math(2048)       # the whole prompt is its own last chunk
     _close(d["derived.prefill_stall_ms"], chunk_math(2032) * per_flop, 1e-9)
     _close(d["derived.prefill_step_share"], 16 * 2048 / (256 * 2032), 1e-9)
     _close(d["derived.itl_p99_expected_ms"], d["derived.decode_step_expected_ms"] + d["derived.prefill_stall_ms"], 1e-9)
-    assert d["derived.itl_p99_expected_ms"] > 5 * d["derived.itl_expected_ms"]        # the tail, not the mean
+    assert d["derived.itl_p99_expected_ms"] > 4 * d["derived.itl_expected_ms"]        # the tail, not the mean
     # a 256-token budget cuts the stall to 240 tokens' math
     small = _derived(pack, {**document, "serving": {"max_num_batched_tokens": 256}})
     _close(small["derived.prefill_stall_ms"], chunk_math(240) * per_flop, 1e-9)

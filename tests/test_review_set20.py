@@ -83,8 +83,13 @@ def test_d3_a_mixed_chunk_budget_the_fp8_plan_makes_room_for_is_advised(pack):
     chunked = strategy_of(advice, "chunked_prefill")
     assert chunked is not None and 128 <= chunked.params["max_num_batched_tokens"] <= 256
     assert "R-SGLANG-MIXED-CHUNK-MEETS-NOTHING" not in {r.because[0] for r in advice.rejected}
+    # the model reads today's p99 at 243 ms where 380 is measured (0.64, past the 1.5x the symptoms
+    # project by): the budget is sized to the objective scaled by that 1.5x, so the plan's p99 in the
+    # model's terms meets 40 ms, and the symptom shows the model's move without projecting it
+    plan_p99 = next(g for g in advice.plan.expected if g.metric == "itl_p99_expected_ms")
+    assert plan_p99.after <= 60 * 0.6667
     itl = next(s for s in advice.symptoms if s.kind == "itl")
-    assert itl.after is not None and itl.after <= 60
+    assert itl.after is None and "not projected" in itl.text()
     assert "--enable-mixed-chunk" in script_flags(script)
     assert script_flag(script, "--chunked-prefill-size") == str(chunked.params["max_num_batched_tokens"])
 

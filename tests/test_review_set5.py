@@ -2,7 +2,7 @@
 and what the advice must read for them."""
 from __future__ import annotations
 
-from conftest import review_deployment, script_flags
+from conftest import review_deployment, script_flag, script_flags
 
 
 def _deployment(pack, name: str):
@@ -28,9 +28,13 @@ def test_d10_sglang_speculating_without_a_cap_runs_48_and_the_cap_is_raised_firs
 
 
 def test_d12_tgi_keeps_the_chunk_budget_that_meets_the_itl_objective_and_drops_speculation(pack):
-    # TGI 3.3 on an A10G: a 256-token prefill budget meets the 150 ms ITL p99 (about 106 + 35 ms);
+    # TGI 3.3 on an A10G: a prefill budget of about 300 tokens meets the 150 ms ITL p99 (288: 147 ms
+    # after the plan, the chunk's math counted over the decoder's parameters, not the embeddings);
     # --speculate would turn chunking off, so it is rejected, and today's limits stay in the script.
     advice, script = _deployment(pack, "d12")
     assert any(r.id == "speculative_decoding" and "R-TGI-SPECULATE-NO-CHUNKING" in r.because for r in advice.rejected)
-    assert "--max-batch-prefill-tokens 256" in script and "--speculate" not in script.split("exec")[0].split("args=(")[1]
+    assert 256 <= int(script_flag(script, "--max-batch-prefill-tokens") or 0) <= 320
+    itl = next(s for s in advice.symptoms if s.kind == "itl")
+    assert itl.after is not None and itl.after <= 150
+    assert "--speculate" not in script.split("exec")[0].split("args=(")[1]
     assert "--max-input-tokens 6144" in script
