@@ -33,6 +33,15 @@ class Candidate:
     rules: list[str] = field(default_factory=list)
     params: dict[str, tuple[Any, str]] = field(default_factory=dict)   # name -> (expression, rule id)
     gain: str | None = None
+    # Where a variant serves the objectives better than one the rules weigh higher (both alone, on
+    # today's deployment), it outranks that one by `lift`, and `preferred` says why.
+    lift: float = 0.0
+    preferred: str = ""
+
+    @property
+    def rank(self) -> float:
+        """The weight the resolution maximizes: the rules' weight, lifted for the objectives."""
+        return self.weight + self.lift
 
 
 EdgeKind = Literal["excludes", "requires", "mitigates", "vetoes"]
@@ -182,17 +191,19 @@ def resolve(graph: ConflictGraph, candidates: dict[str, Candidate]) -> Resolutio
                     changed = True
                     break
     # 3. The best compatible set among the rest.
-    alive = sorted((k for k in candidates if k not in left), key=lambda k: (-candidates[k].weight, k))
+    alive = sorted((k for k in candidates if k not in left), key=lambda k: (-candidates[k].rank, k))
     exclusions = _excluded_pairs(graph)
     chosen = _best_set(graph, alive, candidates, exclusions)
     for key in alive:
         if key in chosen:
             continue
-        winners = sorted((w for w in chosen if frozenset((key, w)) in exclusions), key=lambda w: (-candidates[w].weight, w))
+        winners = sorted((w for w in chosen if frozenset((key, w)) in exclusions), key=lambda w: (-candidates[w].rank, w))
         if winners:
             winner = winners[0]
             because = tuple(candidates[winner].rules)
-            reason = (f"excluded by {winner}, which the rules weigh higher "
+            reason = (f"excluded by {winner}, which {candidates[winner].preferred}" if candidates[winner].preferred
+                      and candidates[winner].weight <= candidates[key].weight else
+                      f"excluded by {winner}, which the rules weigh higher "
                       f"({candidates[winner].weight:g} vs {candidates[key].weight:g})"
                       if candidates[winner].weight > candidates[key].weight else
                       f"excluded by {winner}, chosen as part of a set of higher total weight")
@@ -201,7 +212,7 @@ def resolve(graph: ConflictGraph, candidates: dict[str, Candidate]) -> Resolutio
             because = tuple(edge.because[0] for edge in _edges(graph, key, "requires"))
             reason = f"it requires {', '.join(unmet)}, which the best compatible set leaves out"
         left[key] = Left(key, because, reason)
-    order = sorted(chosen, key=lambda k: (-candidates[k].weight, k))
+    order = sorted(chosen, key=lambda k: (-candidates[k].rank, k))
     return Resolution(tuple(order), tuple(left[k] for k in sorted(left)), graph)
 
 
@@ -241,7 +252,7 @@ class _Search:
                  exclusions: set[frozenset[str]]) -> None:
         self.graph, self.order, self.candidates, self.exclusions = graph, order, candidates, exclusions
         self.best: tuple[float, set[str]] = (-1.0, set())
-        self.remaining_weight = [sum(candidates[k].weight for k in order[i:]) for i in range(len(order) + 1)]
+        self.remaining_weight = [sum(candidates[k].rank for k in order[i:]) for i in range(len(order) + 1)]
 
     def run(self, index: int, current: set[str], weight: float) -> None:
         if weight + self.remaining_weight[index] <= self.best[0]:
@@ -253,6 +264,6 @@ class _Search:
         key = self.order[index]
         if all(frozenset((key, c)) not in self.exclusions for c in current):
             current.add(key)
-            self.run(index + 1, current, weight + self.candidates[key].weight)
+            self.run(index + 1, current, weight + self.candidates[key].rank)
             current.remove(key)
         self.run(index + 1, current, weight)
