@@ -693,6 +693,20 @@ def test_two_vllm_scrapes_give_lengths_cache_hits_itl_and_token_rates():
     assert one["workload.prompt_len_mean"] == pytest.approx(20500 / 110) and "workload.prompt_tokens_per_s" not in one
 
 
+def test_a_host_kv_tiers_hits_count_beside_the_gpus():
+    # vLLM counts a KV connector's hits (an OffloadingConnector's host tier) apart, over the same
+    # looked-up tokens: 6,000 GPU hits and 10,000 from the tier of 20,000 tokens are 80% served, not 30%.
+    tier = "# TYPE vllm:external_prefix_cache_hits counter\nvllm:external_prefix_cache_hits_total{engine=\"0\"} $ext\n"
+    def scrape(ext: int, **counts: int) -> str:
+        from string import Template
+        return Template(VLLM_LOADED + tier).substitute(counts, ext=ext)
+    first = parse(scrape(0, p100=10, pall=10, psum=500, gall=10, gsum=200, isum=4, hits=0), "a", at=100.0)
+    second = parse(scrape(10000, p100=100, pall=110, psum=20500, gall=110, gsum=5200, isum=104, hits=6000), "b", at=110.0)
+    collected = facts_from_scrapes(first, second)
+    assert _facts(collected)["workload.prefix_cache_hit_ratio"] == pytest.approx(16000 / 20000)
+    assert "external_prefix_cache_hits" in collected.facts["workload.prefix_cache_hit_ratio"][1].metric
+
+
 def test_exporter_junk_is_left_out_with_an_inert_note():
     text = ('# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="1e999",cache_dtype="\x1b[31mx",'
             'gpu_memory_utilization="NaN",num_gpu_blocks="-5",enable_prefix_caching="yes"} 1.0\n'

@@ -70,8 +70,9 @@ def test_settings_per_version_and_outside_a_flags_range():
     assert "enable_fusion" in old[0].text
     new = settings_for(targets({"workload.engine": "vllm"})[0], "op_fusion", "op_fusion", {}, {}, {})
     assert "fuse_norm_quant" in new[0].text
-    offload = settings_for(targets(facts)[0], "kv_offload", "kv_offload", {"host_cache_gib": 64}, facts, {})
-    assert offload[0].kind == "note" and "KV connector" in offload[0].text
+    offload = settings_for(targets({**facts, "serving.engine_version": "0.10.2"})[0], "kv_offload", "kv_offload",
+                           {"host_cache_gib": 64, "host_blocks": 8192}, facts, {})
+    assert offload[0].kind == "note" and "LMCache" in offload[0].text
     # A version older than any entry: the setting is left out with a note naming its range.
     too_old = Target("trtllm", (0, 20, 0), True, True)
     lines = settings_for(too_old, "debug_mode", "debug_mode", {}, {}, {})

@@ -227,8 +227,10 @@ def test_refused_settings_never_reach_the_script():
     assert vllm.problems((0, 12, 0), [("--speculative-config", '{"method": "draft_model"}')])
     assert not vllm.problems((0, 12, 0), [("--speculative-config", '{"method": "ngram"}')])
     assert vllm.problems((0, 12, 0), [("--kv-offloading-size", "64")])
-    assert not vllm.problems((0, 12, 0), [("--kv-offloading-size", "64"), ("--kv-offloading-backend", "native")])
-    assert vllm.problems((0, 11, 0), [("--kv-offloading-size", "64"), ("--kv-offloading-backend", "native")])
+    assert not vllm.problems((0, 12, 0), [("--kv-offloading-size", "64"), ("--kv-offloading-backend", "lmcache")])
+    # native leaves the OffloadingConnector 0 CPU blocks, and it raises at start (config/vllm.py@0.12.0:476-488)
+    assert vllm.problems((0, 12, 0), [("--kv-offloading-size", "64"), ("--kv-offloading-backend", "native")])
+    assert vllm.problems((0, 11, 0), [("--kv-offloading-size", "64"), ("--kv-offloading-backend", "lmcache")])
     assert vllm.problems((0, 12, 0), [("--enable-chunked-prefill", None)])
     assert vllm.problems((0, 12, 0), [("--max-num-batched-tokens", "256"), ("--max-num-seqs", "1024")])
     assert not vllm.problems((0, 12, 0), [("--max-num-batched-tokens", "256"), ("--max-num-seqs", "256")])
@@ -249,8 +251,9 @@ def test_strategy_settings_that_the_engine_refuses_are_not_written(pack):
     spec = settings_for(target, "speculative_decoding", "speculative_decoding",
                         {"method": "draft_model", "num_speculative_tokens": 3}, facts, {})
     assert [s.kind for s in spec] == ["note"]
-    offload = settings_for(target, "kv_offload", "kv_offload", {"host_cache_gib": 16}, facts, {})
-    assert offload[0].text == "--kv-offloading-size 64 --kv-offloading-backend native"   # 16 GiB x TP4
+    offload = settings_for(target, "kv_offload", "kv_offload", {"host_cache_gib": 16, "host_blocks": 8192}, facts, {})
+    assert offload[0].name == "--kv-transfer-config" and json.loads(offload[0].value.strip("'")) == {
+        "kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"num_cpu_blocks": 8192}}
     small = settings_for(targets({"workload.engine": "sglang"})[0], "kv_offload", "kv_offload", {"host_cache_gib": 8},
                          {}, {"derived.kv_pool_gib_per_gpu": 40.0})
     assert not any(s.name == "--hicache-ratio" for s in small) and any("above 1.0" in s.text for s in small)
@@ -327,7 +330,7 @@ def test_a_setting_the_engine_refuses_is_left_out_with_its_reason():
     spec = engine_catalog().engines["vllm"]
     args = [Arg("--tensor-parallel-size", "cli", "4", "4", "today", set_today=True),
             Arg("--max-num-partial-prefills", "cli", "2", None, "R-ONE (chunked_prefill)"),
-            Arg("--kv-offloading-backend", "cli", "native", None, "R-TWO (kv_offload)"),
+            Arg("--kv-offloading-backend", "cli", "lmcache", None, "R-TWO (kv_offload)"),
             Arg("--kv-offloading-size", "cli", "64", None, "R-TWO (kv_offload)")]
     kept, dropped = _checked(spec, Target("vllm", (0, 11, 0), True, True), args)
     assert [a.name for a in kept] == ["--tensor-parallel-size"]

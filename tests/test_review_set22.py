@@ -48,3 +48,41 @@ def test_d6_fp8_on_the_4090s_outranks_an_int4_checkpoint_that_serves_the_ttft_ob
     assert script_flag(script, "--quantization") == "fp8"
     int4 = next(r for r in advice.rejected if r.id == "quantization" and r.params.get("scheme") == "int4")
     assert "serves the objectives better alone" in int4.reason
+
+
+def test_d2_the_decode_instance_of_a_disaggregated_pair_prefills_nothing(pack):
+    # SGLang --disaggregation-mode decode: the peer prefills every prompt, so no prefill share in the
+    # step (ITL 18.8 ms measured; the model read 25.1 with half its math in phantom prefills), no
+    # chunk budget or prefix cache to advise there, and a KV dtype is not changed on one side: the
+    # transfer copies bytes at the prefill's per-token size and checks no dtype (corrupt KV).
+    advice, script = review_deployment(pack, DATA, "d2")
+    assert advice.facts["serving.disaggregation_role"] == "decode"
+    assert advice.derived["derived.prefill_load"] == 0
+    assert abs(advice.estimates["itl_expected_ms"].value / 18.8 - 1) < 0.1
+    assert strategy_of(advice, "chunked_prefill") is None and strategy_of(advice, "prefix_caching") is None
+    rejected = {r.id: r.reason for r in advice.rejected}
+    assert "checks no dtype" in rejected["kv_cache_quantization"] and "chunk" in rejected["chunked_prefill"]
+    assert script_flag(script, "--kv-cache-dtype") is None and script_flag(script, "--chunked-prefill-size") is None
+    assert any(w.rule == "W-DISAGG-DECODE-TTFT" for w in advice.warnings)
+
+
+def test_d3_a_host_kv_tier_in_place_is_kept_as_it_runs(pack):
+    # vLLM 0.12 with an OffloadingConnector of 12,800 blocks of 64 tokens (200 GiB) in --kv-transfer-config:
+    # the tier is in place, so it is kept; --kv-offloading-backend native, which leaves the connector
+    # 0 blocks and raises at start, is never written, nor a smaller tier.
+    advice, script = review_deployment(pack, DATA, "d3")
+    offload = strategy_of(advice, "kv_offload")
+    assert offload is not None and offload.status == "keep"
+    assert "--kv-offloading-backend" not in script and '"num_cpu_blocks":12800' in script
+    assert "# unchanged; today: --launch" in next(line for line in script.splitlines() if "--kv-transfer-config" in line)
+
+
+def test_d4_sglangs_online_fp8_is_in_the_plan_its_script_applies(pack):
+    # Qwen2.5-72B BF16 on 4 H20s: --quantization fp8 is applied by the script itself (SGLang quantizes
+    # as it loads), so the chunk budget it prints is sized at FP8's math, about 224-245 tokens (the
+    # reviewer's (80 - 10) ms / 0.285 ms), not today's 16-bit 128.
+    advice, script = review_deployment(pack, DATA, "d4")
+    chunked = strategy_of(advice, "chunked_prefill")
+    assert script_flag(script, "--quantization") == "fp8"
+    printed = int(script_flag(script, "--chunked-prefill-size") or 0)
+    assert 192 <= printed <= 256 and printed == chunked.params["max_num_batched_tokens"]

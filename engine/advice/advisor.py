@@ -9,6 +9,7 @@ from typing import Any
 from kbopt.engine.advice.caps import CAP_PARAMS, ITL_CAPS, sized_cap
 from kbopt.engine.advice.estimates import Model
 from kbopt.engine.advice.explain import FinalFacts
+from kbopt.engine.advice.launch import quantizes_as_it_loads
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
 from kbopt.engine.advice.objectives import (
     Objective,
@@ -302,7 +303,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     # checkpoint it cannot, with the cap sized on today's BF16 pool; d6: a chunk budget sized
     # without the EAGLE-3 verify steps the script turns on; d1: one sized for two replicas).
     as_scripted = None
-    outside = [key for key in planned if key not in kept and _outside_a_script(candidates[key], catalog)]
+    outside = [key for key in planned if key not in kept and _outside_a_script(candidates[key], catalog, final.lookup, final.inputs)]
     if outside and whatif is not None and len(outside) < len(planned):
         with_all, planned = planned, [key for key in planned if key not in outside]
         as_scripted = plan_of()
@@ -528,10 +529,17 @@ def _adds_gpus(candidate: Candidate, catalog: Mapping[str, Strategy]) -> bool:
     return any(path == "serving.replicas" for path, _ in catalog[candidate.strategy].effects_of(candidate.variant))
 
 
-def _outside_a_script(candidate: Candidate, catalog: Mapping[str, Strategy]) -> bool:
+def _outside_a_script(candidate: Candidate, catalog: Mapping[str, Strategy], lookup: Lookup, facts: Mapping[str, Any]) -> bool:
     """Whether one server's launch script cannot apply the change by itself: more GPUs, or weights
-    that may need another checkpoint (launch.py says which engine quantizes as it loads)."""
-    return candidate.strategy == "quantization" or _adds_gpus(candidate, catalog)
+    that need another checkpoint, unless the deployed engine quantizes today's as it loads (set 22
+    d4: SGLang's online FP8 was left out of the plan its script applies, and the chunk budget printed
+    beside --quantization fp8 was sized for 16-bit math)."""
+    if _adds_gpus(candidate, catalog):
+        return True
+    if candidate.strategy != "quantization":
+        return False
+    params = _params(candidate, lookup, catalog[candidate.strategy])[0]
+    return not quantizes_as_it_loads(str(facts.get("workload.engine")), candidate.variant, params, facts)
 
 
 def _alone(judged: tuple[tuple[tuple[Objective, str], ...], str, tuple[str, ...]], gains: tuple[Gain, ...]) -> str:
@@ -582,7 +590,7 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
     # The fewest it needs, those that take new GPUs or a new checkpoint given up first: a script
     # applies it as soon as what it needs is applied (set 16 d6: the prefix cache the plan turns on
     # suffices for its chunk budget; a second replica is not needed for it).
-    for other in sorted(needed, key=lambda o: (not _outside_a_script(o, catalog), o.weight)):
+    for other in sorted(needed, key=lambda o: (not _outside_a_script(o, catalog, whatif.baseline.lookup, whatif.inputs), o.weight)):
         rest = [o for o in needed if o.key != other.key]
         if rest and harmless_beside(rest):
             needed = rest

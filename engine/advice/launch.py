@@ -161,6 +161,15 @@ HOW_TO = {
 }
 
 
+def quantizes_as_it_loads(engine: str, variant: str | None, params: Mapping[str, Any], facts: Mapping[str, Any]) -> bool:
+    """Whether `engine` makes this quantization of today's checkpoint itself as it loads (online FP8
+    from 16 bits, TGI's EETQ and SGLang's torchao INT8 weight-only): one server's script applies it."""
+    return engine in ENGINES and _sixteen_bit_checkpoint(facts) and (
+        (variant == "fp8" and engine_catalog().engines[engine].checkpoints.online_fp8
+         and params.get("method") not in ("nvfp4", "fp8_checkpoint"))
+        or (variant == "int8" and params.get("mode") == "weight_only" and engine in ("sglang", "tgi")))
+
+
 def _needs_checkpoint(engine: str, strategy: StrategyAdvice, facts: Mapping[str, Any]) -> str | None:
     """How to make the checkpoint a quantization change needs, or None when the engine quantizes
     today's checkpoint itself (online FP8 from 16 bits, TGI's EETQ, SGLang's torchao INT8)."""
@@ -168,11 +177,7 @@ def _needs_checkpoint(engine: str, strategy: StrategyAdvice, facts: Mapping[str,
         return None
     variant = variant_of(strategy.key) or str(strategy.params.get("scheme") or "")
     params = strategy.params
-    online = _sixteen_bit_checkpoint(facts) and (
-        (variant == "fp8" and engine_catalog().engines[engine].checkpoints.online_fp8
-         and params.get("method") not in ("nvfp4", "fp8_checkpoint"))
-        or (variant == "int8" and params.get("mode") == "weight_only" and engine in ("sglang", "tgi")))
-    if online or variant in ("fp16", ""):
+    if quantizes_as_it_loads(engine, variant, params, facts) or variant in ("fp16", ""):
         return None
     kind = ("nvfp4" if variant == "nvfp4" or params.get("method") == "nvfp4"
             else "int8_weight_only" if variant == "int8" and params.get("mode") == "weight_only" else variant)

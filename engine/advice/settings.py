@@ -212,13 +212,14 @@ def differs_from_today(strategy: str, key: str, params: Mapping[str, Any], facts
 def sets_otherwise(strategy: str, key: str, before: Mapping[str, Any], after: Mapping[str, Any], facts: Mapping[str, Any],
                    derived: Mapping[str, Any], constants: Constants = ()) -> bool:
     """Whether the deployed engine's settings of a strategy read differently with `after`'s
-    parameters than with `before`'s (a parameter no setting prints moves nothing)."""
+    parameters than with `before`'s (a parameter no setting prints moves nothing, nor does one
+    whose facts say today's server runs it whatever the value: a host KV tier in place)."""
     deployed = facts.get("workload.engine")
     if deployed not in ENGINES:
         return False
     target = targets(facts, str(deployed), constants)[0]
     def texts(params: Mapping[str, Any]) -> list[str]:
-        return [s.text for s in settings_for(target, strategy, key, params, facts, derived)]
+        return [s.text for s in settings_for(target, strategy, key, params, facts, derived) if not s.unchanged]
     return texts(before) != texts(after)
 
 
@@ -270,6 +271,15 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
             size = facts.get(fact)
             ranks *= int(size) if _number(size) and size >= 1 else 1
         return {"value": round(raw * ranks, 1)}, ""
+    if entry.value == "offload_connector":
+        # vLLM's OffloadingConnector takes the host tier per rank in blocks of the GPU's block size
+        # (v1/kv_offload/cpu.py@0.11.0:25-29, spec.py:33-36); --kv-offloading-backend native, the
+        # size in GiB, leaves num_cpu_blocks 0 and the connector raises at start (config/vllm.py@0.12.0:476-488,
+        # @0.13.0:493-501), so the connector is named whole.
+        if not _number(raw) or raw < 1:
+            return None, "host_blocks: the KV bytes a token or the GPU pool is not known, so the host tier is not sized; not set"
+        return {"value": {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+                          "kv_connector_extra_config": {"num_cpu_blocks": int(raw)}}}, ""
     if entry.value == "host_bytes":
         return ({"value": int(raw * 2**30)}, "") if _number(raw) and raw > 0 else (None, "host_cache_gib is not a size: not set")
     if entry.value == "expert_size":

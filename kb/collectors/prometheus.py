@@ -77,6 +77,7 @@ READ_FAMILIES = frozenset({
     "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
     "vllm:prompt_tokens", "vllm:generation_tokens", "vllm:prefix_cache_hits", "vllm:prefix_cache_queries",
+    "vllm:external_prefix_cache_hits",
     "vllm:gpu_prefix_cache_hit_rate",
     "vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens",
     "sglang:spec_accept_length",
@@ -594,14 +595,19 @@ def _vllm_cache_config(source: str, rows: list[tuple[dict[str, str], float]], ou
             bad("enable_prefix_caching", prefix)
 
 
-def _hit_ratio(first: Scrape, second: Scrape | None, out: Collected, source: str, hits: str, queries: str) -> None:
-    """Share of looked-up prompt tokens found in the prefix cache, from two token counters."""
+def _hit_ratio(first: Scrape, second: Scrape | None, out: Collected, source: str, hits: str, queries: str,
+               external: str | None = None) -> None:
+    """Share of looked-up prompt tokens found in the prefix cache, from two token counters, with
+    the tokens a KV connector's tier (a host-memory offload) served beside the GPU's where it counts them."""
     found, asked = _delta(first, second, hits), _delta(first, second, queries)
+    more = _delta(first, second, external) if external else None
     if found is not None and asked and 0 <= found <= asked:
         _, _, when = _window(first, second, None)
-        out.put("workload.prefix_cache_hit_ratio", found / asked, Provenance(
-            source, "measured", metric=f"{hits} / {queries}", samples=int(asked),
-            note=f"prompt tokens found in the prefix cache / prompt tokens looked up, {when}"))
+        tier = more is not None and 0 < more <= asked - found
+        out.put("workload.prefix_cache_hit_ratio", (found + more if tier and more else found) / asked, Provenance(
+            source, "measured", metric=f"({hits} + {external}) / {queries}" if tier else f"{hits} / {queries}", samples=int(asked),
+            note=("prompt tokens found in the GPU's prefix cache or the KV connector's tier / prompt tokens looked up"
+                  if tier else "prompt tokens found in the prefix cache / prompt tokens looked up") + f", {when}"))
 
 
 def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
@@ -649,7 +655,11 @@ def _vllm(first: Scrape, second: Scrape | None, out: Collected) -> bool:
     _histogram_facts(first, second, out, "vllm", itl, "workload.itl_mean_ms", "workload.itl_p99_ms",
                      scale=1000 / (accept_length or 1),
                      per=f" / {accept_length:.3g} tokens a verify step (1 + accepted / drafts)" if accept_length else "")
-    _hit_ratio(first, second, out, "vllm", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
+    # A KV connector's hits (a host-memory tier: OffloadingConnector, LMCache) count apart, over the
+    # same looked-up tokens (v1/core/sched/scheduler.py@0.12.0:1474-1482, v1/metrics/loggers.py:493-510):
+    # with the GPU's alone a host tier's prompts read as computed (set 22 d3: 0.30 where 0.88 is served).
+    _hit_ratio(first, second, out, "vllm", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+               "vllm:external_prefix_cache_hits_total")
     if (second or first).values("vllm:gpu_prefix_cache_hit_rate"):        # V0 engines: a gauge of their own
         out.put("workload.prefix_cache_hit_ratio", _mean_gauge(first, second, "vllm:gpu_prefix_cache_hit_rate", ratio=True),
                 Provenance("vllm", "measured", metric="vllm:gpu_prefix_cache_hit_rate", samples=2 if second else 1))
