@@ -86,3 +86,13 @@ def test_d4_sglangs_online_fp8_is_in_the_plan_its_script_applies(pack):
     assert script_flag(script, "--quantization") == "fp8"
     printed = int(script_flag(script, "--chunked-prefill-size") or 0)
     assert 192 <= printed <= 256 and printed == chunked.params["max_num_batched_tokens"]
+
+
+def test_a_budget_todays_command_leaves_to_the_engine_is_read_at_the_engines_default(pack):
+    # TGI 3.3 without --max-batch-prefill-tokens prefills about a second of the card's 16-bit math a
+    # step (launcher/src/main.rs@v3.3.0:28-45, 2103-2141): Qwen2.5-7B on an L40S about 27,700 tokens,
+    # so today's prompts are not split, and the change says so rather than "(not set)".
+    advice, script = review_deployment(pack, "review21", "d6")
+    assert 26_000 < advice.derived["derived.prefill_budget_tokens"] < 29_000
+    line = next(line for line in script.splitlines() if line.startswith("#   --max-batch-prefill-tokens:"))
+    assert "(not set: the engine's default here, 27,718) ->" in line

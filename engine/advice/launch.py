@@ -50,6 +50,7 @@ class Arg:
     verbatim: bool = False             # from today's command, not in the profile: carried as given, unchecked
     words: bool = False                # the value is several shell-quoted words (SGLang --lora-paths a=x b=y)
     checkpoint_bound: bool = False     # today's checkpoint's quantization flag: set only while MODEL is that checkpoint
+    default: str | None = None         # what today's server runs where its command leaves the flag to the engine
 
     @property
     def status(self) -> str:
@@ -62,7 +63,9 @@ class Arg:
 
     @property
     def today_text(self) -> str:
-        return "(not set)" if not self.set_today else "(on)" if self.today is None else self.today
+        if not self.set_today:
+            return f"(not set: the engine's default here, {self.default})" if self.default else "(not set)"
+        return "(on)" if self.today is None else self.today
 
     @property
     def value_text(self) -> str:
@@ -446,6 +449,8 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     _implied_caps(spec, args, facts, advice.derived, notes)
     _prompts_within_budget(spec, args, facts, notes)
     _into_replaced_sections(spec, args, notes)
+    if engine == facts.get("workload.engine"):
+        _todays_defaults(spec, args, advice.derived)
     if engine == "trtllm" and (command is None or command.engine != engine):
         # stated, where kbopt writes the command: the settings are the PyTorch backend's (today's command keeps its own)
         args.setdefault("--backend", Arg("--backend", "cli", "pytorch", None, "kbopt: the PyTorch backend these settings are for"))
@@ -720,6 +725,21 @@ def _first_flag(spec: Engine) -> str:
     return spec.deployment[0].name if spec.deployment else spec.flags[0].name
 
 
+# The engine's own value where today's command leaves a setting to it, as the model reads it.
+DEFAULTS_READ = {"serving.max_num_batched_tokens": "derived.prefill_budget_tokens"}
+
+
+def _todays_defaults(spec: Engine, args: dict[str, Arg], derived: Mapping[str, Any]) -> None:
+    """A change to a setting today's command leaves to the engine says what that default is on this
+    deployment (TGI's prefill budget, about a second of the card's math: "(not set) -> 960" read as
+    if there were no budget today)."""
+    for entry in spec.deployment:
+        value = derived.get(DEFAULTS_READ.get(entry.fact, ""))
+        arg = args.get(entry.name)
+        if arg is not None and not arg.set_today and isinstance(value, int | float) and not isinstance(value, bool):
+            args[entry.name] = replace(arg, default=f"{value:,.0f}")
+
+
 def _checked(spec: Engine, target: Target, args: list[Arg]) -> tuple[list[Arg], list[str]]:
     """The args the engine takes at the target's version; each refused one left out, saying why,
     and today's value back in its place where today's server ran one (a prefill budget refused
@@ -778,6 +798,7 @@ def launch_dict(advice: Advice, command: Command | None = None) -> dict[str, Any
     return {"engine": engine, "version": version_text(launch.target.version),
             "settings": [{"setting": a.name, "kind": a.kind,
                           "today": (True if a.today is None else a.today) if a.set_today else None,
+                          **({"engine_default": a.default} if a.default and not a.set_today else {}),
                           "proposed": None if a.status == "removed" else True if a.value is None else a.value,
                           "status": a.status, "rule": a.rule, **({"why": a.why} if a.why else {}),
                           **({"only_with_todays_checkpoint": True} if a.checkpoint_bound else {})}

@@ -42,6 +42,7 @@ FAMILIES: tuple[tuple[str, Kind], ...] = (
     ("vllm:cache_config_info", "info"),
     ("vllm:prompt_tokens_total", "counter"), ("vllm:generation_tokens_total", "counter"),
     ("vllm:prefix_cache_hits_total", "counter"), ("vllm:prefix_cache_queries_total", "counter"),
+    ("vllm:external_prefix_cache_hits_total", "counter"),
     ("vllm:gpu_prefix_cache_hit_rate", "gauge"),
     ("vllm:spec_decode_num_drafts_total", "counter"), ("vllm:spec_decode_num_draft_tokens_total", "counter"),
     ("vllm:spec_decode_num_accepted_tokens_total", "counter"), ("sglang:spec_accept_length", "gauge"),
