@@ -96,3 +96,14 @@ def test_a_budget_todays_command_leaves_to_the_engine_is_read_at_the_engines_def
     assert 26_000 < advice.derived["derived.prefill_budget_tokens"] < 29_000
     line = next(line for line in script.splitlines() if line.startswith("#   --max-batch-prefill-tokens:"))
     assert "(not set: the engine's default here, 27,718) ->" in line
+
+
+def test_a_change_that_costs_two_missed_objectives_is_named_for_the_one_it_costs_most():
+    # Set 22 d6's chunk budget, resized after a plan: ITL p99 14.8 -> 19.4 ms (+31%, still under its
+    # 25 ms objective) and TTFT p99 1,029 -> 1,613 ms (+57%, past its 800): naming the ITL one first,
+    # the resize was judged harmless (its objective stays met) and the TTFT cost went unjudged.
+    from kbopt.engine.advice.objectives import Objective, harm
+    itl = Objective("itl_p99_expected_ms", "lower", "the ITL objective", True, slo=25.0)
+    ttft = Objective("ttft_p99_expected_ms", "lower", "the TTFT objective", True, slo=800.0)
+    found = harm([("itl_p99_expected_ms", 14.8, 19.37), ("ttft_p99_expected_ms", 1029.3, 1612.7)], (itl, ttft), 0.05)
+    assert found and found[0][0] is ttft

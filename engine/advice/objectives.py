@@ -132,7 +132,9 @@ def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...]
     relevant = [o for o in relieving if not o.relief_only]
     worse = [o for o in relevant if _worse(*moves[o.metric], o.better) >= threshold
              and (o.ceiling is None or moves[o.metric][1] * (o.scale or 1) > o.ceiling)]
-    missed = tuple((o, o.metric) for o in worse if o.missed)
+    # the one it costs most named first (set 22 d6: a chunk budget that cost the ITL p99 31%, still
+    # under its objective, and the TTFT p99 57%, past it, was named for the ITL and kept)
+    missed = tuple((o, o.metric) for o in sorted(worse, key=lambda o: -_worse(*moves[o.metric], o.better)) if o.missed)
     if missed:
         # a trade between missed objectives (a chunk budget that meets a missed ITL objective and
         # lengthens a missed first token) is the user's to weigh where it relieves one by more than
