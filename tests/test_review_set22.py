@@ -17,6 +17,9 @@ def test_d1_a_pipelined_replica_is_not_widened_past_its_gpus(pack):
     assert script_flag(script, "--tensor-parallel-size") == "8" and script_flag(script, "--pipeline-parallel-size") == "2"
     assert "needs 32 GPUs" not in script
     assert advice.derived["derived.replicas_possible"] == 2
+    # --nnodes 2 is read: a tensor-parallel group spans one node's 8 GPUs, never the InfiniBand between
+    assert advice.facts["serving.nodes"] == 2 and advice.derived["derived.tp_span_gpus"] == 8
+    assert "\n  --nnodes 2 " in script
     # no gain text with an unfilled placeholder anywhere
     assert not any("{" in (s.gain or "") for s in advice.strategies)
 
