@@ -788,8 +788,12 @@ def _harmless_resizing(plan: Plan | None, plan_of: Callable[[], Plan | None], pl
         # a budget sized to meet one objective may spend another's room: it is harm only where the
         # estimate (moved as the measurement would be) ends past that objective's SLO
         after_of = {name: after for name, _, after in moved}
-        found = tuple((o, m) for o, m in harm(moved, judged, threshold)
+        found = tuple((o.name, m) for o, m in harm(moved, judged, threshold)
                       if o.slo is not None and after_of[m] * (o.scale or 1) > o.slo)
+        # or where it buys nothing: every estimate it moves is worse (set 23 d2: a 64-token budget
+        # for long reasoning outputs, whose short prompts it had nothing to split, took the plan's
+        # TTFT and ITL p99 both further off, each still inside its objective)
+        found = found or tuple(("every estimate it moves", m) for m in worsens_everything(moved, threshold))[:1]
         if not found:
             continue
         objective, metric = found[0]
@@ -800,7 +804,7 @@ def _harmless_resizing(plan: Plan | None, plan_of: Callable[[], Plan | None], pl
         rule = candidates[key].params[next(iter(today))][1]
         notes.append(RuleNote(rule, "; ".join(f"{name}={fmt(value)} stays" for name, value in today.items())
                               + f": the value sized after the plan ({', '.join(f'{n}={fmt(v)}' for n, v in sized.items())}) "
-                              f"works against {objective.name}: {label(metric)} {number(before)} -> {number(after)} in the plan"))
+                              f"works against {objective}: {label(metric)} {number(before)} -> {number(after)} in the plan"))
         sized_by_key[key], before_plan[key] = [], {}
         if key in moved_in_place:
             moved_in_place.remove(key)

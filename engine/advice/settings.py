@@ -174,8 +174,10 @@ def _slot(target: Target, entries: list[Entry], params: Mapping[str, Any], facts
             problems.append(problem)
             continue
         return [_setting(target, entry, values, facts)]
+    if any(problems):
+        return [Setting(target.engine, "note", "", clean(next(p for p in problems if p)))]
     if problems:
-        return [Setting(target.engine, "note", "", clean(problems[0]))]
+        return []
     if out_of_range:
         entry = out_of_range[0]
         return [Setting(target.engine, "note", "", clean(
@@ -280,6 +282,10 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
             return None, "host_blocks: the KV bytes a token or the GPU pool is not known, so the host tier is not sized; not set"
         return {"value": {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
                           "kv_connector_extra_config": {"num_cpu_blocks": int(raw)}}}, ""
+    if entry.value == "nvfp4_moe":
+        # only for an NVFP4 MoE (an empty reason: nothing to say where it does not apply)
+        experts = facts.get("model.num_experts")
+        return ({}, "") if facts.get("serving.quantization") == "fp4" and _number(experts) and experts > 1 else (None, "")
     if entry.value == "host_bytes":
         return ({"value": int(raw * 2**30)}, "") if _number(raw) and raw > 0 else (None, "host_cache_gib is not a size: not set")
     if entry.value == "expert_size":
