@@ -857,6 +857,11 @@ def test_model_catalog_rows_pass_their_shape_through():
     assert (deepseek["model.kv_lora_rank"], deepseek["model.active_params_billion"]) == (512, 37)
     assert "model.num_kv_heads" not in deepseek
     assert _facts(model_facts("meta-llama/Llama-3.1-8B-Instruct"))["model.hidden_size"] == 4096
+    # every row gives its vocabulary, so a prefill's math leaves out the embedding and the lm_head (set 23 d6:
+    # Qwen2.5-0.5B's tied 0.136 billion of 0.49 read as prefill math, 37% too much)
+    small = _facts(model_facts("Qwen/Qwen2.5-0.5B-Instruct"))
+    assert (small["model.vocab_size"], small["model.tied_embeddings"]) == (151936, True)
+    assert all("vocab_size" in entry and "tied_embeddings" in entry for entry in model_catalog())
 
 
 def test_a_block_fp8_moe_config_gives_the_expert_width_and_the_block(run_cli, tmp_path):
@@ -865,9 +870,10 @@ def test_a_block_fp8_moe_config_gives_the_expert_width_and_the_block(run_cli, tm
     config.write_text(json.dumps({"model_type": "qwen3_moe", "num_hidden_layers": 94, "num_attention_heads": 64,
                                   "num_key_value_heads": 4, "head_dim": 128, "hidden_size": 4096, "intermediate_size": 12288,
                                   "moe_intermediate_size": 1536, "num_experts": 128, "num_experts_per_tok": 8,
-                                  "torch_dtype": "bfloat16",
+                                  "torch_dtype": "bfloat16", "vocab_size": 151936, "tie_word_embeddings": False,
                                   "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}))
     code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
     model = json.loads(out)["model"]
     assert code == 0 and model["moe_intermediate_size"] == 1536 and model["weight_block_size"] == 128
+    assert (model["vocab_size"], model["tied_embeddings"]) == (151936, False)
     assert model["weight_dtype"] == "fp8" and model["num_experts"] == 128

@@ -17,7 +17,7 @@ HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e
 # The model.* facts a catalog row may give (kb/models.yaml), each optional but the name.
 CATALOG_FIELDS = ("params_billion", "active_params_billion", "num_layers", "num_kv_heads", "head_dim", "weight_dtype",
                   "num_attention_heads", "hidden_size", "num_experts", "experts_per_token", "kv_lora_rank", "qk_rope_head_dim", "mtp_layers",
-                  "architecture", "vision", "moe_intermediate_size", "weight_block_size")
+                  "architecture", "vision", "moe_intermediate_size", "weight_block_size", "vocab_size", "tied_embeddings")
 
 
 @lru_cache(maxsize=1)
@@ -105,6 +105,12 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
         out.put("model.num_attention_heads", heads, source("num_attention_heads"))
     if hidden:
         out.put("model.hidden_size", hidden, source("hidden_size"))
+    # the embedding and lm_head: 16-bit in quantized checkpoints, and no prefill math (M-PREFILL-PARAMS)
+    vocab = _count(config, "vocab_size")
+    if vocab:
+        out.put("model.vocab_size", vocab, source("vocab_size"))
+    if isinstance(config.get("tie_word_embeddings"), bool):
+        out.put("model.tied_embeddings", config["tie_word_embeddings"], source("tie_word_embeddings"))
     experts = _count(config, "num_local_experts", "n_routed_experts", "num_experts")
     if experts:
         key = next(k for k in ("num_local_experts", "n_routed_experts", "num_experts") if config.get(k) is not None)
