@@ -65,3 +65,21 @@ def test_d2_long_reasoning_outputs_get_no_chunk_budget_that_only_costs(pack):
     assert advice.derived["derived.itl_p99_fit"] == 1
     chunked = strategy_of(advice, "chunked_prefill")
     assert chunked is None or chunked.status == "keep"
+
+
+def test_d5_a_host_bound_front_end_gets_api_servers_and_asynchronous_scheduling(pack):
+    # Qwen2.5-1.5B at 1,900 requests a second on an H100: a 900 ms first token where the engine's
+    # model reads 40 ms and its queue holds 1.5 requests (under a millisecond by Little's law): the
+    # wait is in the one API server process. The script was empty; vLLM 0.11 has --api-server-count
+    # (entrypoints/openai/cli_args.py@0.11.0:252) and --async-scheduling (engine/arg_utils.py@0.11.0:915).
+    advice, script = review_deployment(pack, DATA, "d5")
+    assert advice.derived["derived.ttft_outside_engine_ms"] > 800
+    assert strategy_of(advice, "api_servers").params == {"count": 4}
+    assert script_flag(script, "--api-server-count") == "4" and "\n  --async-scheduling " in script
+
+
+def test_asynchronous_scheduling_is_not_planned_beside_speculation(pack):
+    # vLLM 0.11 refuses --async-scheduling beside any speculative decoding, 0.12 beside all but EAGLE
+    # and MTP (engine/arg_utils.py@0.11.0:1289-1304, config/vllm.py@0.12.0:530-557)
+    from kbopt.kb.knowledge import builtin_knowledge
+    assert "speculative_decoding" in builtin_knowledge().strategies["async_scheduling"].excludes
