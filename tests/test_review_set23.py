@@ -83,3 +83,12 @@ def test_asynchronous_scheduling_is_not_planned_beside_speculation(pack):
     # and MTP (engine/arg_utils.py@0.11.0:1289-1304, config/vllm.py@0.12.0:530-557)
     from kbopt.kb.knowledge import builtin_knowledge
     assert "speculative_decoding" in builtin_knowledge().strategies["async_scheduling"].excludes
+
+
+def test_d6_telemetry_of_another_gpu_is_named(run_cli):
+    # kbopt collect on a real DCGM dump (0 MiB in use) and a real vLLM dump (101,625 blocks, 18.6 GiB
+    # of a 22.5 GiB L4), both from different tests: no GPU serving the engine shows that, and the
+    # utilization beside it is another GPU's.
+    code, out, err = run_cli("advise", "--facts", str(HERE / "d6-collected.json"), "--facts", str(HERE / "d6-hand.yaml"))
+    assert code == 0, err
+    assert "W-TELEMETRY-NOT-THIS-ENGINE" in out
