@@ -322,10 +322,12 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             rules_cap = int(params[name])
             params[name], why = sized_cap(rules_cap, plan, final.derived, final.inputs, c.strategy, ranks)
             # the cap a script on today's checkpoint takes (one that cannot apply the whole plan yet prints it)
-            today_cap, _ = sized_cap(rules_cap, as_scripted, final.derived, final.inputs, c.strategy, ranks)
+            today_cap, today_why = sized_cap(rules_cap, as_scripted, final.derived, final.inputs, c.strategy, ranks)
             if today_cap != params[name] and ranks == 1:
                 before_plan.setdefault(key, {}).setdefault(name, today_cap)
                 resized.append(key)
+                if today_why:     # what a script that cannot apply the whole plan prints, and why
+                    notes.append(RuleNote(c.params[name][1], f"{name}={today_cap} where the script applies only part of the plan: {today_why}"))
             if why:
                 sized_by_key[key].append((name, why))
                 notes.append(RuleNote(c.params[name][1], f"{name}={params[name]}: {why}"))

@@ -257,6 +257,12 @@ def _carry_args(carry: Carry, value: Any) -> list[Arg]:
     return [Arg(name, kind, text, text, rule, set_today=True) for kind, name, text in _parse(setting)]
 
 
+def _scripted_why(strategy: StrategyAdvice, name: str, value: Any) -> str:
+    """Why a cap a script that applies part of the plan prints is what it is (the advisor's note)."""
+    head = f"{name}={value} where the script applies only part of the plan: "
+    return next((f"; {clean(note.text.removeprefix(head))}" for note in strategy.caveats if note.text.startswith(head)), "")
+
+
 def _rule(strategy: StrategyAdvice) -> str:
     rules = strategy.recommended_by or strategy.because
     return clean(f"{rules[0] if rules else 'kbopt'} ({strategy.key or strategy.id})")
@@ -414,7 +420,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
             waits = " and ".join(([f"MODEL set to the {' and '.join(pending)} checkpoint"] if pending else [])
                                  + ([f"the plan's {replicas:g} replicas"] if replicas else []))
             notes.extend(f"{name} {clean(str(today))}: sized for what this script applies; with {waits} it is "
-                         f"{clean(str(strategy.params.get(name)))} ({rule})"
+                         f"{clean(str(strategy.params.get(name)))} ({rule})" + _scripted_why(strategy, name, today)
                          for name, today in strategy.before_plan if today != strategy.params.get(name))
         for setting in settings_for(target, strategy.id, strategy.key, params, facts, advice.derived):
             for name in setting.removes:
@@ -436,7 +442,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                     continue
                 today = args[name].today if name in args else None
                 arg = Arg(name, kind, value, today, rule, setting.needs if index == 0 else (), set_today=name in args)
-                if name == cap_name:      # sized after the whole plan by the advisor (caps.py): the same number
+                if name == cap_name and params is strategy.params:   # sized after the whole plan (caps.py): its why
                     arg = Arg(arg.name, arg.kind, arg.value, arg.today, arg.rule, arg.needs, _cap_why(strategy), arg.set_today)
                 args[name], set_by[name] = arg, rule
     _heads_split_evenly(spec, args, facts, notes)
@@ -445,7 +451,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     if cap_name is not None and cap_name in args:
         _check_pool_fits(advice)
     _within_bounds(spec, args, facts, advice.derived, notes)
-    _as_rank_totals(spec, args, facts, notes)
+    _as_rank_totals(spec, args, facts, notes, {name for name, _ in command.args} if command is not None and command.engine == engine else set())
     _implied_caps(spec, args, facts, advice.derived, notes)
     _prompts_within_budget(spec, args, facts, notes)
     _into_replaced_sections(spec, args, notes)
@@ -645,10 +651,12 @@ def _within_bounds(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any],
         notes.append(f"{bound.flag} {budget}: {why}")
 
 
-def _as_rank_totals(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], notes: list[str]) -> None:
+def _as_rank_totals(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any], notes: list[str],
+                    from_command: set[str]) -> None:
     """Per-GPU caps written as the totals the engine divides among its data-parallel attention
     ranks (SGLang's --max-running-requests), where the launch turns that attention on. A value
-    from today's command is its own total already."""
+    from today's command (`from_command`: its flags) is its own total already, today's too (set 24
+    d3: --max-running-requests 1024 over 8 ranks read as 8,192 today)."""
     totals = spec.rank_totals
     size = args.get(totals.size) if totals is not None else None
     if totals is None or totals.switch not in args or size is None or not str(size.value).isdigit() or int(str(size.value)) < 2:
@@ -661,7 +669,8 @@ def _as_rank_totals(spec: Engine, args: dict[str, Arg], facts: Mapping[str, Any]
         if arg is None or arg.rule.startswith("today: --launch") or not str(arg.value).isdigit():
             continue
         per_gpu = int(str(arg.value))
-        today = str(int(arg.today) * today_ranks) if arg.today is not None and arg.today.isdigit() else arg.today
+        today = (str(int(arg.today) * today_ranks) if arg.today is not None and arg.today.isdigit() and flag not in from_command
+                 else arg.today)
         args[flag] = replace(arg, value=str(per_gpu * ranks), today=today)
         notes.append(f"{flag} {per_gpu * ranks}: {per_gpu} per GPU x {ranks} data-parallel attention ranks; "
                      f"{spec.title} divides it among them ({totals.source})")

@@ -282,6 +282,11 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
             return None, "host_blocks: the KV bytes a token or the GPU pool is not known, so the host tier is not sized; not set"
         return {"value": {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
                           "kv_connector_extra_config": {"num_cpu_blocks": int(raw)}}}, ""
+    if entry.value == "cpu_loras":
+        # only where today's command holds fewer adapters in host memory than the new slots (the
+        # engine's default is the slots themselves): otherwise nothing to write
+        today = facts.get("serving.max_cpu_loras")
+        return ({"value": int(raw)}, "") if _number(raw) and _number(today) and today < raw else (None, "")
     if entry.value == "nvfp4_moe":
         # only for an NVFP4 MoE (an empty reason: nothing to say where it does not apply)
         experts = facts.get("model.num_experts")

@@ -1,0 +1,48 @@
+"""Expert review set 24: five deployments a reviewer wrote (vLLM with LoRA adapters, TensorRT-LLM 1.1
+with long prompts, SGLang data-parallel attention on Qwen3, TGI on an A100, vLLM 0.10.2 with AWQ on
+an A10G; tests/data/review24, with today's launch commands and hand arithmetic in NOTES.md), and what
+the advice must now read for the defects it found."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import review_deployment, script_flag, strategy_of
+
+DATA = "review24"
+
+
+def test_d1b_more_lora_slots_bring_the_host_cache_of_adapters_with_them(pack):
+    # today: --max-loras 2 --max-cpu-loras 4 with 6 adapters; the slots go to 6, and vLLM refuses
+    # --max-cpu-loras below --max-loras at start (config/lora.py@0.12.0:80-88): it comes up to 6.
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.advice.command import read_command
+    from kbopt.engine.advice.launch import build_launch
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    from kbopt.reports.emit import render_launch
+    data = Path(__file__).resolve().parent / "data" / DATA
+    command = read_command((data / "d1b.launch").read_text().strip())
+    advice = advise(load_facts(next(data.glob("d1-*.json")), list(command.overrides())), pack, available_evaluators()[0])
+    script = render_launch(build_launch(advice, "vllm", command), advice.bottleneck)
+    slots = int(script_flag(script, "--max-loras") or 0)
+    assert slots >= 6 and int(script_flag(script, "--max-cpu-loras") or 0) >= slots
+
+
+def test_d5_a_script_without_the_plans_replicas_caps_the_batch_for_the_load_it_serves(pack):
+    # vLLM on one A10G: the plan adds 3 replicas and an ITL cap of 4-5; the script starts one server,
+    # which at that cap serves 255 of the 260 tokens a second that arrive (400 at the peaks). It keeps
+    # a cap that serves the peaks on one replica, and says the plan's cap needs the replicas.
+    advice, script = review_deployment(pack, DATA, "d5")
+    cap = strategy_of(advice, "batch_cap")
+    printed = int(script_flag(script, "--max-num-seqs") or 0)
+    assert printed > cap.params["max_num_seqs"] and printed >= 8
+    assert "sized for what this script applies; with the plan's 3 replicas it is" in script
+    assert "at the peaks on this replica" in script
+
+
+def test_d3_todays_total_under_data_parallel_attention_is_shown_as_given(pack):
+    # --max-running-requests 1024 over 8 attention ranks is SGLang's total (128 a rank); the change to
+    # 2,640 (330 a rank) is a raise, not a cut from 8,192.
+    _, script = review_deployment(pack, DATA, "d3")
+    line = next(line for line in script.splitlines() if line.startswith("#   --max-running-requests:"))
+    assert line.startswith("#   --max-running-requests: 1024 -> ")
