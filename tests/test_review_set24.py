@@ -62,3 +62,14 @@ def test_d5_an_awq_checkpoint_forced_onto_the_slow_kernel_gets_marlin(pack):
     assert script_flag(script, "--quantization") == "awq_marlin"
     actions = [s.key for s in advice.strategies if s.status == "change"]
     assert actions.index("marlin_kernels") < actions.index("scale_out")
+
+
+def test_d4_a_budget_leaves_the_running_decodes_and_a_chunk(pack):
+    # TGI's v3 router takes the running batch's tokens out of --max-batch-prefill-tokens before a
+    # prompt's chunk (backends/v3/src/backend.rs@v3.3.0:175-180), as vLLM and SGLang do: the smallest
+    # budget worth printing is the decodes and 64 prompt tokens, and the one printed is at least that.
+    advice, script = review_deployment(pack, DATA, "d4")
+    derived = advice.derived
+    assert derived["derived.chunk_budget_min"] >= int(derived["derived.running_batch"]) + 64
+    printed = script_flag(script, "--max-batch-prefill-tokens")
+    assert printed is None or int(printed) >= derived["derived.chunk_budget_min"]
