@@ -877,3 +877,48 @@ def test_a_block_fp8_moe_config_gives_the_expert_width_and_the_block(run_cli, tm
     assert code == 0 and model["moe_intermediate_size"] == 1536 and model["weight_block_size"] == 128
     assert (model["vocab_size"], model["tied_embeddings"]) == (151936, False)
     assert model["weight_dtype"] == "fp8" and model["num_experts"] == 128
+
+
+_LLAMA_8B_SHAPE = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                   "head_dim": 128, "hidden_size": 4096, "torch_dtype": "bfloat16", "vocab_size": 128256}
+
+
+def _group(bits: int, kind: str, activations: bool) -> dict[str, object]:
+    scheme = {"num_bits": bits, "type": kind, "symmetric": True, "strategy": "channel"}
+    return {"targets": ["Linear"], "weights": scheme, "input_activations": dict(scheme, dynamic=True) if activations else None}
+
+
+@pytest.mark.parametrize(("groups", "dtype", "runs_as"), [
+    ({"group_0": _group(8, "float", True)}, "fp8", None),                   # RedHatAI *-FP8-dynamic
+    ({"group_0": _group(4, "int", False)}, "int4", None),                   # *-quantized.w4a16
+    ({"group_0": _group(8, "int", True)}, "int8", "int8_w8a8"),             # *-quantized.w8a8
+    ({"group_0": _group(8, "int", False)}, "int8", "int8_weight_only"),
+    ({"group_0": _group(4, "float", True)}, "fp4", "fp4"),                  # *-NVFP4 (W4A4)
+])
+def test_a_compressed_tensors_checkpoint_is_sized_in_its_own_weights(run_cli, tmp_path, groups, dtype, runs_as):
+    # llm-compressor's checkpoints keep torch_dtype bfloat16 (the activations'): read as 16-bit weights,
+    # an 8B FP8 model was sized at twice its memory and its KV pool short by 7.5 GiB
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**_LLAMA_8B_SHAPE, "quantization_config": {
+        "quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": groups,
+        "ignore": ["lm_head"], "kv_cache_scheme": None}}))
+    code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
+    document = json.loads(out)
+    assert code == 0 and document["model"]["weight_dtype"] == dtype
+    assert document.get("serving", {}).get("quantization") == runs_as
+
+
+def test_a_modelopt_checkpoint_reads_hf_quant_config_and_notes_its_kv_scales(run_cli, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(_LLAMA_8B_SHAPE))
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}}))
+    code, out, err = run_cli("collect", "--no-nvml", "--model", str(config))
+    document = json.loads(out)
+    assert code == 0 and document["model"]["weight_dtype"] == "fp4" and document["serving"]["quantization"] == "fp4"
+    # the KV dtype is the engine's setting: the checkpoint's FP8 scales are said, not assumed in use
+    assert "kv_cache_dtype" not in document["model"] and "FP8 (kv_cache_quant_algo) KV-cache scales" in out + err
+    # an unknown scheme is not read as 16-bit weights in silence
+    config.write_text(json.dumps({**_LLAMA_8B_SHAPE, "quantization_config": {"quant_method": "bitsandbytes\x1b[31m"}}))
+    code, out, err = run_cli("collect", "--no-nvml", "--model", str(config))
+    assert code == 0 and "a quantization scheme this reader does not know" in out + err and "\x1b" not in out + err

@@ -77,17 +77,72 @@ def _count(config: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
-def _quantized_dtype(quantization: object) -> str | None:
-    """The weights' dtype a config.json's quantization_config says: FP8, or AWQ/GPTQ's bits."""
+# ModelOpt's quant_algo (config.json quantization_config, or hf_quant_config.json beside it) -> the
+# weights' dtype and how they run (modelopt/torch/export/model_config.py QUANTIZATION_* names)
+_MODELOPT = {"FP8": ("fp8", None), "FP8_PB_WO": ("fp8", None), "FP8_PER_CHANNEL_PER_TOKEN": ("fp8", None),
+             "NVFP4": ("fp4", "fp4"), "W4A16_AWQ": ("int4", "int4_awq"), "INT4_AWQ": ("int4", "int4_awq"),
+             "W4A8_AWQ": ("int4", None), "W8A8_SQ_PER_CHANNEL": ("int8", "int8_w8a8"), "INT8_SQ": ("int8", "int8_w8a8"),
+             "W8A16": ("int8", "int8_weight_only")}
+
+
+def _quantization(quantization: object) -> tuple[str | None, str | None]:
+    """(model.weight_dtype, serving.quantization or None) from a quantization_config or
+    hf_quant_config.json's `quantization`; (None, None) for a scheme this reader does not know."""
     if not isinstance(quantization, dict):
-        return None
+        return None, None
     method, bits = quantization.get("quant_method"), quantization.get("bits")
     if method == "fp8":
-        return "fp8"
+        return "fp8", None
     if method == "mxfp4":       # gpt-oss: 4-bit float weights (serving.quantization mxfp4 says how they run)
-        return "fp4"
+        return "fp4", "mxfp4"
     if method in ("awq", "gptq") and bits in (4, 8):
-        return "int4" if bits == 4 else "int8"
+        return ("int4" if bits == 4 else "int8"), None
+    algo = quantization.get("quant_algo")
+    if method in ("modelopt", None) and isinstance(algo, str):
+        return _MODELOPT.get(algo.upper(), (None, None))
+    if method == "compressed-tensors":
+        return _compressed_tensors(quantization.get("config_groups"))
+    return None, None
+
+
+def _compressed_tensors(groups: object) -> tuple[str | None, str | None]:
+    """A compressed-tensors checkpoint's Linear weights (each group's `weights`: num_bits and type;
+    `input_activations` set when the matmuls run in that format too): one scheme for every group,
+    else unknown (a mixed checkpoint is sized by hand)."""
+    if not isinstance(groups, dict) or not groups:
+        return None, None
+    schemes = set()
+    for group in groups.values():
+        weights = group.get("weights") if isinstance(group, dict) else None
+        if not isinstance(weights, dict):
+            return None, None
+        activations = group.get("input_activations")
+        schemes.add((weights.get("num_bits"), weights.get("type"), isinstance(activations, dict)))
+    if len(schemes) != 1:
+        return None, None
+    bits, kind, with_activations = schemes.pop()
+    if (bits, kind) == (8, "float"):
+        return "fp8", None
+    if (bits, kind) == (8, "int"):
+        return "int8", "int8_w8a8" if with_activations else "int8_weight_only"
+    if (bits, kind) == (4, "int"):
+        return "int4", None
+    if (bits, kind) == (4, "float"):       # NVFP4 (format nvfp4-pack-quantized); W4A4 where activations are FP4 too
+        return "fp4", "fp4" if with_activations else None
+    return None, None
+
+
+def _kv_scheme(quantization: object) -> str | None:
+    """The KV-cache format a checkpoint carries scales for (compressed-tensors kv_cache_scheme,
+    ModelOpt kv_cache_quant_algo), as a note: the engines use it only where told to (the KV dtype
+    is a serving setting, model.kv_cache_dtype)."""
+    if not isinstance(quantization, dict):
+        return None
+    scheme, algo = quantization.get("kv_cache_scheme"), quantization.get("kv_cache_quant_algo")
+    if isinstance(scheme, dict) and scheme.get("num_bits") == 8:
+        return f"8-bit {'float' if scheme.get('type') == 'float' else 'integer'} (kv_cache_scheme)"
+    if isinstance(algo, str) and algo.upper() in ("FP8", "INT8", "NVFP4"):
+        return f"{algo.upper()} (kv_cache_quant_algo)"
     return None
 
 
@@ -147,15 +202,18 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
                                                        "num_attention_heads (no GQA)"))
         out.put("model.head_dim", head_dim, source("head_dim" if config.get("head_dim") else "hidden_size/num_attention_heads"))
     dtype = HF_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or ""))
-    quantized = _quantized_dtype(config.get("quantization_config"))
-    if quantized:       # torch_dtype is then the activations' (DeepSeek-V3: bfloat16 beside FP8 weights)
-        out.put("model.weight_dtype", quantized, source("quantization_config"))
-        block = (config.get("quantization_config") or {}).get("weight_block_size")
+    # ModelOpt's older exports keep the scheme in hf_quant_config.json beside config.json
+    quantization, where = config.get("quantization_config"), "quantization_config"
+    if not isinstance(quantization, dict):
+        quantization, where = _hf_quant_config(path), "hf_quant_config.json"
+    quantized, runs_as = _quantization(quantization)
+    if quantized and isinstance(quantization, dict):   # torch_dtype is then the activations' (DeepSeek-V3: bfloat16 beside FP8 weights)
+        out.put("model.weight_dtype", quantized, source(where))
+        block = quantization.get("weight_block_size")
         if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 100000 for b in block):
             out.put("model.weight_block_size", block[0], source("quantization_config.weight_block_size"))
-        method = (config.get("quantization_config") or {}).get("quant_method")
-        if method == "mxfp4":       # weights only: the activations do not run on FP4 tensor cores
-            out.put("serving.quantization", "mxfp4", source("quantization_config"))
+        if runs_as:         # mxfp4: weights only, the activations do not run on FP4 tensor cores
+            out.put("serving.quantization", runs_as, source(where))
     elif dtype:
         out.put("model.weight_dtype", dtype, source("torch_dtype"))
     name = config.get("_name_or_path") or (config.get("architectures") or [None])[0]
@@ -177,8 +235,25 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
         else:
             out.notes.append(f"{path.name}: an MoE config without the sizes to count its active parameters; "
                              "give model.active_params_billion")
+    kv = _kv_scheme(quantization)
+    if kv:
+        out.notes.append(f"{path.name}: the checkpoint carries {kv} KV-cache scales; the engine stores the KV cache in "
+                         "them only where its KV dtype is set so (model.kv_cache_dtype: give it if it is)")
+    elif isinstance(quantization, dict) and not quantized:
+        out.notes.append(f"{path.name}: a quantization scheme this reader does not know (quant_method "
+                         f"{str(quantization.get('quant_method'))[:40]!r}): give model.weight_dtype")
     out.notes.append(f"{path.name}: a config.json has no parameter count; give model.params_billion for memory sizing")
     return out
+
+
+def _hf_quant_config(path: Path) -> dict[str, Any] | None:
+    """The `quantization` section of a ModelOpt hf_quant_config.json beside the config, if any."""
+    try:
+        data = json.loads(path.with_name("hf_quant_config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    section = data.get("quantization") if isinstance(data, dict) else None
+    return section if isinstance(section, dict) else None
 
 
 def _size(config: dict[str, Any], key: str, default: int | None = None) -> int | None:
