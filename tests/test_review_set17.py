@@ -149,12 +149,16 @@ def test_d5_eagle3_is_advised_where_its_stalled_verify_step_is_shared_by_the_tok
     advice, script = review_deployment(pack, DATA, "d5")
     spec = strategy_of(advice, "speculative_decoding")
     assert spec is not None and spec.key == "speculative_decoding[eagle3]" and spec.status == "change"
+    # Set 25 F2: the verify step routes 4 positions of each sequence through the experts, which
+    # touch about 2.2x the weights a decode step of 4 tokens reads (M-SPEC-MOE-READ, with the expert
+    # overlap of consecutive tokens Cohere measured): the mean gains about 30%, not 2x, and the
+    # stalled verify step is no shorter per token than the plain stalled step.
     gains = {g.metric: g for g in spec.expected}
-    assert gains["itl_expected_ms"].after < 0.5 * gains["itl_expected_ms"].before
-    assert 7.0 < gains["itl_p99_expected_ms"].after < 8.0 < gains["itl_p99_expected_ms"].before
+    assert gains["itl_expected_ms"].after < 0.75 * gains["itl_expected_ms"].before
+    assert gains["itl_p99_expected_ms"].after < 1.05 * gains["itl_p99_expected_ms"].before
     # the chunk gaps a streaming benchmark times are stated: the verify step, not the time per token
     gaps = next(c for c in spec.caveats if c.rule == "C-SPEC-CHUNK-GAPS")
-    assert "10.3 ms apart" in gaps.text
+    assert "16.6 ms apart" in gaps.text
     assert '"decoding_type": "Eagle"' in script and "nvidia/gpt-oss-120b-Eagle3" in script
 
 

@@ -98,9 +98,12 @@ def test_d5_trtllm_chunking_that_would_split_no_prompt_is_not_advised(pack):
 
 def test_d3_mtp_on_sglang_pays_the_host_time_its_overlap_scheduler_no_longer_hides(pack):
     # DeepSeek-V3 FP8 on 8 H200s: the reviewer's hand arithmetic gave 21-22 ms with MTP (overlap
-    # scheduler off under EAGLE/NEXTN, server_args.py@0.5.0rc2:591-596), where kbopt said 19 ms.
+    # scheduler off under EAGLE/NEXTN, server_args.py@0.5.0rc2:591-596), where kbopt said 19 ms; its
+    # verify step also reads the experts its 4 positions a sequence touch (set 25 F2, M-SPEC-MOE-READ),
+    # which that arithmetic left out: about a ms more.
     advice, _ = _deployment(pack, "d3")
-    assert 19.8 <= advice.derived["derived.spec_itl_ms"] <= 22.5
+    assert 20.5 <= advice.derived["derived.spec_itl_ms"] <= 24.0
+    assert advice.derived["derived.spec_weight_read_scale"] > 1.05
     mtp = Path(__file__).resolve().parent.parent / "rules" / "scheduling" / "s-speculative-mtp.yaml"
     assert "--speculative-num-steps 3" in mtp.read_text()
 

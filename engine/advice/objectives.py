@@ -3,6 +3,7 @@ against them: a change the model says worsens a missed objective, or worsens the
 improves none, is rejected with its numbers, as a negligible one is."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,6 +34,9 @@ class Objective:
     # relative move still counts as relief, never as harm (set 16 d8: FP8 weights vetoed on an ITL
     # p99 cost while the 5x pool drains a queue that holds a missed TTFT objective 10x over).
     relief_only: bool = False
+    # constraints.objective_first names this objective: a trade between missed objectives may
+    # take the other further past its SLO to meet this one
+    first: bool = False
 
 
 # An SLO, the estimates it is judged by, and the facts that show it missed (measured first).
@@ -69,14 +73,32 @@ def _reads_today(lookup: Lookup, metric: str) -> bool:
     return 1 / AGREEMENT <= modelled / measured <= AGREEMENT
 
 
+def _first_objective(lookup: Lookup) -> str | None:
+    """The SLO a trade between two missed latency objectives may serve at the other's cost: the one
+    constraints.objective_first names, else the one missed by the larger factor (the worse miss is
+    met first; the lesser one is not taken further past its SLO to meet it)."""
+    status, named = lookup("constraints.objective_first")
+    if status == KNOWN and isinstance(named, str):
+        return f"constraints.{named}_slo_ms"
+    misses = []
+    for slo_fact, _, _, evidence in _SLOS:
+        slo = _number(lookup, slo_fact)
+        seen = next((v for path in evidence if (v := _number(lookup, path)) is not None), None)
+        if slo and slo > 0 and seen is not None and seen > slo:
+            misses.append((seen / slo, slo_fact))
+    return max(misses)[1] if misses else None
+
+
 def objectives(lookup: Lookup) -> tuple[Objective, ...]:
     """The objectives of today's facts, SLOs first: each with the estimates it is judged by (those
     that read today's measurement, where one is given)."""
     out: list[Objective] = []
+    first = _first_objective(lookup)
     for slo_fact, name, metrics, evidence in _SLOS:
         slo = _number(lookup, slo_fact)
         if slo is None or slo <= 0:
             continue
+        start = len(out)
         seen = next((v for path in evidence if (v := _number(lookup, path)) is not None), None)
         # An SLO is a tail objective (its symptom reads the measured p99 first): where the model's
         # p99 describes today, the objective is judged by it alone, and a mean that a trade moves
@@ -100,6 +122,8 @@ def objectives(lookup: Lookup) -> tuple[Objective, ...]:
                 out.append(Objective(metric, "lower", name, missed, slo, measured / modelled, slo))
             elif missed:
                 out.append(Objective(metric, "lower", name, missed, slo=slo, relief_only=True))
+        if slo_fact == first:
+            out[start:] = [dataclasses.replace(o, first=True) for o in out[start:]]
     status, stated = lookup("constraints.objective")
     # an SLO already states what the latency objective asks of its statistic, in numbers
     by_slo = {metric for slo_fact, _, metrics, _ in _SLOS if (_number(lookup, slo_fact) or 0) > 0 for metric in metrics}
@@ -137,11 +161,15 @@ def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...]
     missed = tuple((o, o.metric) for o in sorted(worse, key=lambda o: -_worse(*moves[o.metric], o.better)) if o.missed)
     if missed:
         # a trade between missed objectives (a chunk budget that meets a missed ITL objective and
-        # lengthens a missed first token) is the user's to weigh where it relieves one by more than
-        # it costs the other; it is harm where it costs more than it relieves
+        # lengthens a missed first token) is taken only toward the objective that comes first
+        # (constraints.objective_first, else the one missed by the larger factor), where it relieves
+        # that one by more than it costs the other; toward the other it is harm (set 25 d4: a
+        # 704-token budget met a RAG deployment's ITL p99, missed 1.8x, and took its TTFT p99, missed
+        # 2.2x, from 6.5 s to about 7.8 s)
         cost = max(_worse(*moves[o.metric], o.better) for o, _ in missed)
         costly = {o.name for o, _ in missed}
-        relief = max((-_worse(*moves[o.metric], o.better) for o in relieving if o.missed and o.name not in costly), default=0.0)
+        relief = max((-_worse(*moves[o.metric], o.better) for o in relieving
+                      if o.missed and o.first and o.name not in costly), default=0.0)
         return missed[:1] if relief <= cost else ()
     better = [o for o in relieving if -_worse(*moves[o.metric], o.better) >= threshold] + [
         m for m in ("service_tokens_per_s", "decode_tokens_per_s") if m in moves and relative_change(*moves[m]) >= threshold]
@@ -196,7 +224,7 @@ def harm_reason(found: tuple[tuple[Objective, str], ...], gains: Iterable[Gain])
     named = [(objective, by_metric[metric]) for objective, metric in found]
     if named[0][0].missed:
         objective, gain = named[0]
-        return f"harmful: it works against {objective.name}, missed today: {gain.text()}", gain
+        return f"harmful: it works against {objective.name}, missed today: {gain.text()}{_trade_offered(objective, by_metric)}", gain
     return "harmful: it works against " + "; ".join(f"{o.name}: {g.text()}" for o, g in named), named[0][1]
 
 
@@ -241,3 +269,15 @@ def not_worth_their_gpus(full: Plan, lean: Plan, full_symptoms: Iterable[Symptom
     return (f"not worth its GPUs: {number(full.replicas)} replicas serve {number(ratio)}{TIMES} the tokens a second of the "
             f"plan's other changes on today's GPUs ({number(ratio / full.gpus_factor)}{TIMES} per GPU), and meet no objective "
             "those leave missed")
+
+
+def _trade_offered(costly: Objective, by_metric: dict[str, Gain]) -> str:
+    """Where the change relieves the other latency objective, the trade it offers and the fact
+    that takes it (constraints.objective_first)."""
+    other, first = ("itl", "itl") if costly.metric.startswith("ttft") else ("ttft", "ttft")
+    relieved = next((g for metric in (f"{other}_p99_expected_ms", f"{other}_expected_ms")
+                     if (g := by_metric.get(metric)) is not None and g.change < 0), None)
+    if relieved is None:
+        return ""
+    return (f"; it would buy {relieved.text()}: a trade of one missed objective for another, taken only with "
+            f"constraints.objective_first: {first}")

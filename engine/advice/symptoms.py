@@ -180,13 +180,18 @@ def _trades(objectives: list[Symptom], moves: Mapping[str, tuple[Any, Any]]) -> 
     """The objectives missed today that the plan takes further from their objective while it brings
     another missed one closer, marked with that one (set 20 d5: a chunk budget that meets the ITL
     p99 objective on two H200s took a missed TTFT p99 one from 1,400 to 1,836 ms, unsaid)."""
-    def improved(s: Symptom) -> bool:
+    def move(s: Symptom) -> float:
         before, after = moves.get(s.after_basis or _SCALED_BY.get(s.fact, s.fact), (None, None))
-        return _positive(before) and _positive(after) and after < before
+        return float(after / before - 1) if _positive(before) and _positive(after) else 0.0
+
+    def improved(s: Symptom) -> bool:
+        return move(s) < 0
     missed = [s for s in objectives if s.objective is not None and s.miss is not None and s.miss > 0]
     out = []
     for s in objectives:
-        if s in missed and s.after is not None and s.after > s.value:
+        # worsened by the plan's own move: a projection above today's measurement where the model
+        # reads today high (its after-value kept, no margin claimed) is no trade (set 25 d4)
+        if s in missed and s.after is not None and s.after > s.value and move(s) > 0:
             other = next((o for o in missed if o.kind != s.kind and improved(o)), None)
             if other is not None:
                 s = dataclasses.replace(s, traded_for=other.label)

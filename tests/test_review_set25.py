@@ -1,0 +1,66 @@
+"""Expert review set 25: six deployments a reviewer wrote (vLLM 0.13 with Qwen2.5-VL on an L40S,
+SGLang 0.5.1 with DeepSeek-V3 and MTP on 8 H200s, TensorRT-LLM 1.0 offline on an L40S, vLLM 0.11 with
+Mixtral for 24k-token RAG on 2 A100s, TGI 3.3 with Llama-70B AWQ on 2 L40S, vLLM 0.12 with JSON-schema
+output on an H100; tests/data/review25, with today's launch commands and hand arithmetic in NOTES.md),
+and what the advice must now read for the defects it found."""
+from __future__ import annotations
+
+import json
+
+from conftest import review_deployment, strategy_of
+
+from kbopt.engine.advice.advisor import advise
+from kbopt.engine.evaluators import available_evaluators
+from kbopt.kb.facts import load_facts
+
+DATA = "review25"
+
+
+def test_d2_a_moe_verify_step_reads_the_experts_its_positions_touch(pack):
+    # DeepSeek-V3 with MTP at 32 running: 4 positions a sequence route through the experts, which
+    # touch 98% of them independently (64% for a decode step's 32 tokens), about 1.43x a decode step's
+    # reads with the overlap of consecutive tokens (Cohere); the verify step was priced at 1x, and the
+    # time per token read 10.6 ms where 16 is measured (the reviewer's arithmetic: about 12.8).
+    advice, _ = review_deployment(pack, DATA, "d2")
+    assert 1.35 <= advice.derived["derived.spec_weight_read_scale"] <= 1.55
+    assert 12.5 <= advice.derived["derived.itl_expected_ms"] <= 15.0
+
+
+def test_d2_no_chunk_size_is_offered_where_sglang_runs_a_prompts_chunks_back_to_back(pack):
+    # The reviewer's --chunked-prefill-size 2048 rests on one chunk a stall. SGLang 0.5's scheduler
+    # runs a prefill batch whenever one can be formed, a chunked request's next chunk included, before
+    # any decode (managers/scheduler.py, get_next_batch_to_run: "Run prefill first if possible"), so
+    # unmixed chunks of one prompt stall the decodes whole: a smaller size alone moves no ITL tail.
+    advice, script = review_deployment(pack, DATA, "d2")
+    assert "--chunked-prefill-size" not in script
+    chunked = strategy_of(advice, "chunked_prefill")
+    assert chunked is None or chunked.status != "change"
+
+
+def test_d4_a_chunk_budget_does_not_take_the_worse_missed_ttft_further_to_meet_the_itl(pack):
+    # Mixtral RAG, 24k-token prompts: TTFT p99 6.5 s against 3 s (2.2x over), ITL p99 180 ms against
+    # 100 (1.8x). A 704-token budget met the ITL p99 and took the TTFT p99 to about 7.8 s; the worse
+    # miss comes first, so the budget stays the engine's and the trade is offered, with the fact that
+    # takes it. FP8 weights and FP8 KV, which shorten both, stay.
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert "--max-num-batched-tokens" not in script and "--quantization fp8" in script
+    rejected = next(r for r in advice.rejected if r.id == "chunked_prefill")
+    assert "works against the TTFT objective" in rejected.reason and "constraints.objective_first: itl" in rejected.reason
+    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
+    assert ttft.after is not None and ttft.after < ttft.value and not ttft.traded_for
+    itl = next(s for s in advice.symptoms if s.kind == "itl")
+    assert not itl.traded_for
+
+
+def test_d4_the_user_may_put_the_itl_objective_first(pack, tmp_path):
+    from pathlib import Path
+    source = next((Path(__file__).resolve().parent / "data" / DATA).glob("d4-*.json"))
+    document = json.loads(source.read_text())
+    document["constraints"]["objective_first"] = "itl"
+    facts = tmp_path / "d4.json"
+    facts.write_text(json.dumps(document))
+    advice = advise(load_facts(facts), pack, available_evaluators()[0])
+    chunked = strategy_of(advice, "chunked_prefill")
+    assert chunked is not None and chunked.status == "change" and chunked.params["max_num_batched_tokens"] < 2048
+    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
+    assert ttft.traded_for == "ITL p99"
