@@ -64,3 +64,20 @@ def test_d4_the_user_may_put_the_itl_objective_first(pack, tmp_path):
     assert chunked is not None and chunked.status == "change" and chunked.params["max_num_batched_tokens"] < 2048
     ttft = next(s for s in advice.symptoms if s.kind == "ttft")
     assert ttft.traded_for == "ITL p99"
+
+
+def test_d4_a_host_tier_for_rag_prefixes_whose_eviction_the_gauge_hides(pack):
+    # 11 running 24k-token documents hold 61% of the pool while vLLM's gauge reads 60%: it counts the
+    # cached blocks no running request uses as free (v1/core/block_pool.py@0.11.0:385-404), so the
+    # trigger at 80% never saw the prefixes being evicted. vLLM 0.11 has the OffloadingConnector.
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert advice.derived["derived.kv_live_share"] >= 0.5 and advice.derived["derived.kv_load_ratio"] < 0.8
+    assert strategy_of(advice, "kv_offload") is not None
+    assert '"kv_connector": "OffloadingConnector"' in script
+
+
+def test_d2_a_measured_accept_length_is_not_asked_for_again(pack):
+    # sglang:spec_accept_length 2.6 is in the facts: the gap to the measured 16 ms is the verify step's
+    advice, _ = review_deployment(pack, DATA, "d2")
+    warned = {w.rule for w in advice.warnings}
+    assert "W-SPEC-ITL-ABOVE-MODEL" not in warned
