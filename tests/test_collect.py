@@ -922,3 +922,20 @@ def test_a_modelopt_checkpoint_reads_hf_quant_config_and_notes_its_kv_scales(run
     config.write_text(json.dumps({**_LLAMA_8B_SHAPE, "quantization_config": {"quant_method": "bitsandbytes\x1b[31m"}}))
     code, out, err = run_cli("collect", "--no-nvml", "--model", str(config))
     assert code == 0 and "a quantization scheme this reader does not know" in out + err and "\x1b" not in out + err
+
+
+@pytest.mark.parametrize("vision", [
+    # Qwen2.5-VL-7B-Instruct's vision_config (its report: a 675M-parameter ViT)
+    {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "hidden_act": "silu", "out_hidden_size": 3584,
+     "spatial_merge_size": 2, "num_heads": 16},
+    # Qwen2-VL-7B-Instruct's: embed_dim is the ViT's width, hidden_size the language model's
+    {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "hidden_act": "quick_gelu", "hidden_size": 3584,
+     "spatial_merge_size": 2, "num_heads": 16},
+])
+def test_a_vision_config_gives_the_encoders_size_and_its_patches_a_token(run_cli, tmp_path, vision):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**_LLAMA_8B_SHAPE, "model_type": "qwen2_5_vl", "vision_config": vision}))
+    code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
+    model = json.loads(out)["model"]
+    assert code == 0 and model["vision"] is True and model["vision_patches_per_token"] == 4
+    assert model["vision_params_billion"] == pytest.approx(0.675, abs=0.005)

@@ -81,3 +81,26 @@ def test_d2_a_measured_accept_length_is_not_asked_for_again(pack):
     advice, _ = review_deployment(pack, DATA, "d2")
     warned = {w.rule for w in advice.warnings}
     assert "W-SPEC-ITL-ABOVE-MODEL" not in warned
+
+
+def test_d1_a_vision_models_images_are_in_its_stalls_and_its_decode_reads_leave_the_encoder_out(pack, tmp_path):
+    # Qwen2.5-VL-7B on an L40S: vLLM runs an image's encoder whole in the step whose chunk reaches it
+    # (v1/core/encoder_cache_manager.py@0.13.0:342-347), so a 1,196-token image (4,784 patches of a
+    # 0.67B ViT) adds about 32 ms at the 16-bit rate to that step, and a token budget does not bound
+    # it; a decode step reads the language model alone (the reviewer's floor: 17.6 ms, kbopt's 19.2).
+    from pathlib import Path
+    advice, _ = review_deployment(pack, DATA, "d1")
+    assert "W-VISION-IMAGES-UNKNOWN" in {w.rule for w in advice.warnings}
+    budget_blind = strategy_of(advice, "chunked_prefill").params["max_num_batched_tokens"]
+    source = next((Path(__file__).resolve().parent / "data" / DATA).glob("d1-*.json"))
+    document = json.loads(source.read_text())
+    document["model"]["vision_params_billion"] = 0.67
+    document["workload"]["image_tokens_mean"] = 1196
+    facts = tmp_path / "d1.json"
+    facts.write_text(json.dumps(document))
+    advice = advise(load_facts(facts), pack, available_evaluators()[0])
+    assert 25 <= advice.derived["derived.vision_encoder_ms"] <= 40
+    assert 16.5 <= advice.derived["derived.decode_step_floor_ms"] <= 18.5
+    assert "W-VISION-IMAGES-UNKNOWN" not in {w.rule for w in advice.warnings}
+    chunked = strategy_of(advice, "chunked_prefill")
+    assert chunked is None or chunked.params["max_num_batched_tokens"] < budget_blind

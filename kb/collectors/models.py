@@ -17,7 +17,8 @@ HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e
 # The model.* facts a catalog row may give (kb/models.yaml), each optional but the name.
 CATALOG_FIELDS = ("params_billion", "active_params_billion", "num_layers", "num_kv_heads", "head_dim", "weight_dtype",
                   "num_attention_heads", "hidden_size", "num_experts", "experts_per_token", "kv_lora_rank", "qk_rope_head_dim", "mtp_layers",
-                  "architecture", "vision", "moe_intermediate_size", "weight_block_size", "vocab_size", "tied_embeddings")
+                  "architecture", "vision", "vision_params_billion", "vision_patches_per_token",
+                  "moe_intermediate_size", "weight_block_size", "vocab_size", "tied_embeddings")
 
 
 @lru_cache(maxsize=1)
@@ -60,7 +61,41 @@ def _from_config(path: Path) -> Collected:
     if isinstance(architecture, str) and _MODEL_TYPE.fullmatch(architecture):
         out.put("model.architecture", architecture, Provenance(f"config:{path.name}", "measured", metric="model_type"))
     out.put("model.vision", vision, Provenance(f"config:{path.name}", "measured", metric="vision_config"))
+    if vision:
+        encoder = vision_encoder(config["vision_config"])
+        if encoder is not None:
+            params, patches = encoder
+            out.put("model.vision_params_billion", params / 1e9, Provenance(
+                f"config:{path.name}", "derived", metric="vision_config: depth x (attention 4 w^2 + MLP) + patch merger",
+                note="kb/collectors/models.py, vision_encoder: the ViT's linear layers (a gated MLP where hidden_act is silu)"))
+            if patches:
+                out.put("model.vision_patches_per_token", patches, Provenance(
+                    f"config:{path.name}", "measured", metric="vision_config.spatial_merge_size squared"))
     return out
+
+
+def vision_encoder(vision: dict[str, Any]) -> tuple[float, int | None] | None:
+    """The vision encoder's parameters and the patches it merges into one image token, from a
+    vision_config (Qwen2-VL's embed_dim/mlp_ratio, Qwen2.5-VL's and SigLIP's hidden/intermediate
+    sizes); None where its shape is not stated."""
+    depth = _size(vision, "depth") or _size(vision, "num_hidden_layers")
+    width = _size(vision, "embed_dim") or _size(vision, "hidden_size")
+    ratio = vision.get("mlp_ratio")
+    inner = _size(vision, "intermediate_size") or (
+        int(width * ratio) if width and isinstance(ratio, int | float) and not isinstance(ratio, bool) and 0 < ratio <= 64 else None)
+    if not depth or not width or not inner:
+        return None
+    gated = vision.get("hidden_act") in ("silu", "swiglu")
+    params = depth * (4 * width * width + (3 if gated else 2) * width * inner)
+    merge = _size(vision, "spatial_merge_size")
+    # Qwen2-VL names the language model's width hidden_size beside its own embed_dim; Qwen2.5-VL out_hidden_size
+    out = _size(vision, "out_hidden_size") or (_size(vision, "hidden_size") if vision.get("embed_dim") else None)
+    if merge and out:
+        merged = width * merge * merge
+        params += merged * merged + merged * out          # the patch merger's two projections
+    if params > 1e14 or (merge and merge > 32):     # past any encoder (vocabulary: 10^5 billion): not a shape to size by
+        return None
+    return float(params), (merge * merge if merge else None)
 
 
 _MODEL_TYPE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")     # transformers' model_type spelling; anything else is left out
