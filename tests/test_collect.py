@@ -939,3 +939,14 @@ def test_a_vision_config_gives_the_encoders_size_and_its_patches_a_token(run_cli
     model = json.loads(out)["model"]
     assert code == 0 and model["vision"] is True and model["vision_patches_per_token"] == 4
     assert model["vision_params_billion"] == pytest.approx(0.675, abs=0.005)
+
+
+def test_the_hosts_memory_is_read_from_meminfo_and_nothing_else(tmp_path):
+    from kbopt.kb.collectors.nvml import host_memory_gib
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       2113309724 kB\nMemFree:        1000 kB\n")
+    assert host_memory_gib(str(meminfo)) == pytest.approx(2113309724 / 2**20)
+    for garbage in ("MemTotal: lots kB\n", "MemTotal: 12 MB\n", "\x00\xff", ""):
+        meminfo.write_bytes(garbage.encode("latin-1"))
+        assert host_memory_gib(str(meminfo)) is None
+    assert host_memory_gib(str(tmp_path / "absent")) is None

@@ -166,6 +166,10 @@ def _static_facts(nvml: Nvml, handle: object, count: int, out: Collected) -> Non
         out.put("hardware.gpu_count", 1, measured("nvmlDeviceGetCount"))
     memory = nvml.nvmlDeviceGetMemoryInfo(handle)
     out.put("hardware.memory_total_gib", memory.total / 2**30, measured("nvmlDeviceGetMemoryInfo.total"))
+    host = host_memory_gib()
+    if host is not None and count >= 1:
+        out.put("hardware.host_memory_gib_per_gpu", host / count, Provenance(
+            "host", "measured", metric="/proc/meminfo MemTotal / nvmlDeviceGetCount"))
     mig = _optional(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle), "MIG mode", out)
     if mig:
         out.put("hardware.mig_enabled", bool(mig[0]), measured("nvmlDeviceGetMigMode"))
@@ -259,3 +263,17 @@ def load_pynvml() -> Nvml:
         raise KboptError(f"the pynvml module (package nvidia-ml-py) is not installed: {NO_NVML_HINT}") from None
     module: Nvml = pynvml   # pynvml is untyped: this is where it is taken to be the Nvml protocol
     return module
+
+
+def host_memory_gib(meminfo: str = "/proc/meminfo") -> float | None:
+    """This host's memory (MemTotal), or None where it cannot be read (not Linux)."""
+    try:
+        with open(meminfo, encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                name, _, rest = line.partition(":")
+                if name == "MemTotal":
+                    words = rest.split()
+                    return int(words[0]) / 2**20 if words and words[0].isdigit() and words[1:2] == ["kB"] else None
+    except OSError:
+        return None
+    return None

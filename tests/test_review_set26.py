@@ -1,0 +1,35 @@
+"""Expert review set 26: four deployments a reviewer wrote (vLLM 0.12 with Qwen3-30B-A3B and EAGLE-3 on
+an H100, vLLM 0.11 with Llama-3.1-70B FP8 on 8 MI300X, TensorRT-LLM 1.1 with Llama-3.3-70B NVFP4 on 4
+B200s, vLLM 0.13 with Gemma 3 27B on 2 H100s; tests/data/review26, with today's launch commands and
+hand arithmetic in NOTES.md), and what the advice must now read for the defects it found."""
+from __future__ import annotations
+
+import json
+
+from conftest import review_deployment, script_flag
+
+DATA = "review26"
+
+
+def test_d3_a_host_kv_tier_is_capped_by_what_a_rank_may_pin(pack, tmp_path):
+    # twice a B200's 141 GiB pool was written as kv_cache_config.host_cache_size for each of 4 ranks:
+    # 1.1 TiB of pinned host memory, unchecked. Without the host's memory it is an assumed 64 GiB a
+    # GPU; with it, half of what the host has a GPU.
+    advice, script = review_deployment(pack, DATA, "d3")
+    assert int(script_flag(script, "host_cache_size") or 0) <= 64 * 2**30
+    assert any("every rank of a host pins its own" in c.text for s in advice.strategies if s.id == "kv_offload" for c in s.caveats)
+
+
+def test_the_host_budget_follows_the_hosts_memory(pack, tmp_path):
+    from pathlib import Path
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    source = next((Path(__file__).resolve().parent / "data" / DATA).glob("d3-*.json"))
+    document = json.loads(source.read_text())
+    document["hardware"]["host_memory_gib_per_gpu"] = 512
+    path = tmp_path / "d3.json"
+    path.write_text(json.dumps(document))
+    advice = advise(load_facts(path), pack, available_evaluators()[0])
+    assert advice.derived["derived.host_kv_budget_gib_per_gpu"] == 256
