@@ -67,8 +67,12 @@ def test_d7_an_itl_cap_never_serves_fewer_requests_than_arrive(pack):
     cap = int(script_flag(script, "--max-num-seqs") or 0)
     itl = next((g.after for g in advice.plan.expected if g.metric == "itl_expected_ms"), None) if advice.plan else None
     assert itl is not None and cap * 1000 / (300 * itl) >= 1.4
-    assert "the queue would grow" in script and "sized for what this script applies; with the plan's" in script
-    assert "at the peaks on this replica" in script
+    # (the chunk budget that met the ITL p99 at the cost of the TTFT, missed 3.9x against the ITL's
+    # 1.75x, is no longer taken (set 25): the one server keeps today's cap of 64; a lower cap for one
+    # replica says why it serves the arrivals)
+    if cap < 64:
+        assert "the queue would grow" in script and "sized for what this script applies; with the plan's" in script
+        assert "at the peaks on this replica" in script
 
 
 def test_a_unique_prefix_is_read_as_the_option_argparse_takes_it_for(run_cli):

@@ -91,9 +91,13 @@ def test_d1_a_vision_models_images_are_in_its_stalls_and_its_decode_reads_leave_
     from pathlib import Path
     advice, _ = review_deployment(pack, DATA, "d1")
     assert "W-VISION-IMAGES-UNKNOWN" in {w.rule for w in advice.warnings}
-    budget_blind = strategy_of(advice, "chunked_prefill").params["max_num_batched_tokens"]
     source = next((Path(__file__).resolve().parent / "data" / DATA).glob("d1-*.json"))
     document = json.loads(source.read_text())
+    # the TTFT p99 is missed by more (2.5x against 2.3x): a budget for the ITL p99 only where it comes first
+    document["constraints"]["objective_first"] = "itl"
+    blind = tmp_path / "blind.json"
+    blind.write_text(json.dumps(document))
+    budget_blind = strategy_of(advise(load_facts(blind), pack, available_evaluators()[0]), "chunked_prefill").params["max_num_batched_tokens"]
     document["model"]["vision_params_billion"] = 0.67
     document["workload"]["image_tokens_mean"] = 1196
     facts = tmp_path / "d1.json"

@@ -93,9 +93,10 @@ class Symptom:
         verdict = ("still meets it" if spent else "meets it") if self.after <= self.objective else (over if spent else f"still {over}")
         how = "" if self.source == ESTIMATED else f", as {self.after_basis} moves"
         lead = "; the plan spends its room: after the plan" if spent else "; after the plan"
-        traded = (f"; the plan trades it for the {self.traded_for} objective: one replica of these GPUs meets one at "
-                  "the other's cost, and prefills on GPUs of their own (disaggregation) or more GPUs a replica are what can meet "
-                  "both") if self.traded_for else ""
+        traded = (f"; the plan trades it for the {self.traded_for} objective (missed by more, or named in "
+                  f"constraints.objective_first; constraints.objective_first: {self.kind} keeps this one instead): one replica of "
+                  "these GPUs meets one at the other's cost, and prefills on GPUs of their own (disaggregation) or more GPUs a "
+                  "replica are what can meet both") if self.traded_for else ""
         return f"{lead} about {number(self.after)} {self.unit}{how}: {verdict}{traded}"
 
     def note(self) -> str:

@@ -1,0 +1,46 @@
+"""Expert review set 27: four deployments a reviewer wrote to see whether the emitted scripts start
+(TensorRT-LLM 1.0 with an extra-options YAML on 4 H100s, TGI 3.3 on an MI300X, SGLang 0.5.1 with
+DeepSeek-V3 under DP attention and EP on 8 H200s, vLLM 0.10.2 with pipeline parallelism over 2 nodes
+of A100s; tests/data/review27, with today's launch commands and hand arithmetic in NOTES.md), and
+what the advice must now read for the defects it found."""
+from __future__ import annotations
+
+from conftest import review_deployment, script_flags
+
+DATA = "review27"
+
+
+def test_d2_tgi_fp8_drops_todays_dtype_which_every_shard_refuses_beside_quantize(pack):
+    # TGI's shards raise "Only 1 can be set between `dtype` and `quantize`" for any --quantize but
+    # bitsandbytes (server/text_generation_server/cli.py@v3.3.0:110-118), and the launcher passes both
+    _, script = review_deployment(pack, DATA, "d2")
+    ran = script_flags(script)
+    assert "--quantize fp8" in ran and "--dtype" not in ran
+    assert "--dtype: bfloat16 -> (removed)" in script
+
+
+def test_d1_the_worse_missed_itl_may_take_the_first_token_and_says_how_to_keep_it(pack):
+    # ITL p99 60 ms against 30 (2.0x) and TTFT p99 1,900 against 1,000 (1.9x): the ITL comes first,
+    # the chunk budget is the trade toward it, and the facts can put the first token first instead
+    _, script = review_deployment(pack, DATA, "d1")
+    assert "--max_num_tokens" in script_flags(script)
+
+
+def test_d1_with_the_first_token_first_the_budget_is_not_cut(pack, tmp_path):
+    import json
+    from pathlib import Path
+
+    from conftest import strategy_of
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    source = next((Path(__file__).resolve().parent / "data" / DATA).glob("d1-*.json"))
+    document = json.loads(source.read_text())
+    document["constraints"]["objective_first"] = "ttft"
+    facts = tmp_path / "d1.json"
+    facts.write_text(json.dumps(document))
+    advice = advise(load_facts(facts), pack, available_evaluators()[0])
+    chunked = strategy_of(advice, "chunked_prefill")
+    assert chunked is None or chunked.params.get("max_num_batched_tokens", 8192) >= 2048
+    assert any(r.id == "chunked_prefill" and "constraints.objective_first: itl" in r.reason for r in advice.rejected)
