@@ -41,6 +41,24 @@ def review_deployment(pack, folder: str, name: str):
     return advice, script
 
 
+def changed_deployment(pack, folder: str, name: str, tmp_path, **changes):
+    """The advice on an expert review's facts (tests/data/<folder>/<name>-*.json) with some facts
+    changed (`section__fact=value`, e.g. constraints__objective_first="itl"), without its launch command."""
+    import json
+    from pathlib import Path
+
+    from kbopt.engine.advice.advisor import advise
+    from kbopt.engine.evaluators import available_evaluators
+    from kbopt.kb.facts import load_facts
+    document = json.loads(next((Path(__file__).resolve().parent / "data" / folder).glob(f"{name}-*.json")).read_text())
+    for key, value in changes.items():
+        section, fact = key.split("__", 1)
+        document.setdefault(section, {})[fact] = value
+    path = tmp_path / f"{name}-{len(list(tmp_path.iterdir()))}.json"
+    path.write_text(json.dumps(document))
+    return advise(load_facts(path), pack, available_evaluators()[0])
+
+
 def script_flags(script: str) -> str:
     """A launch script without its comment lines: what the shell runs."""
     return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))

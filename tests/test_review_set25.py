@@ -5,13 +5,7 @@ output on an H100; tests/data/review25, with today's launch commands and hand ar
 and what the advice must now read for the defects it found."""
 from __future__ import annotations
 
-import json
-
-from conftest import review_deployment, strategy_of
-
-from kbopt.engine.advice.advisor import advise
-from kbopt.engine.evaluators import available_evaluators
-from kbopt.kb.facts import load_facts
+from conftest import changed_deployment, review_deployment, strategy_of
 
 DATA = "review25"
 
@@ -53,13 +47,7 @@ def test_d4_a_chunk_budget_does_not_take_the_worse_missed_ttft_further_to_meet_t
 
 
 def test_d4_the_user_may_put_the_itl_objective_first(pack, tmp_path):
-    from pathlib import Path
-    source = next((Path(__file__).resolve().parent / "data" / DATA).glob("d4-*.json"))
-    document = json.loads(source.read_text())
-    document["constraints"]["objective_first"] = "itl"
-    facts = tmp_path / "d4.json"
-    facts.write_text(json.dumps(document))
-    advice = advise(load_facts(facts), pack, available_evaluators()[0])
+    advice = changed_deployment(pack, DATA, "d4", tmp_path, constraints__objective_first="itl")
     chunked = strategy_of(advice, "chunked_prefill")
     assert chunked is not None and chunked.status == "change" and chunked.params["max_num_batched_tokens"] < 2048
     ttft = next(s for s in advice.symptoms if s.kind == "ttft")
@@ -88,21 +76,13 @@ def test_d1_a_vision_models_images_are_in_its_stalls_and_its_decode_reads_leave_
     # (v1/core/encoder_cache_manager.py@0.13.0:342-347), so a 1,196-token image (4,784 patches of a
     # 0.67B ViT) adds about 32 ms at the 16-bit rate to that step, and a token budget does not bound
     # it; a decode step reads the language model alone (the reviewer's floor: 17.6 ms, kbopt's 19.2).
-    from pathlib import Path
     advice, _ = review_deployment(pack, DATA, "d1")
     assert "W-VISION-IMAGES-UNKNOWN" in {w.rule for w in advice.warnings}
-    source = next((Path(__file__).resolve().parent / "data" / DATA).glob("d1-*.json"))
-    document = json.loads(source.read_text())
     # the TTFT p99 is missed by more (2.5x against 2.3x): a budget for the ITL p99 only where it comes first
-    document["constraints"]["objective_first"] = "itl"
-    blind = tmp_path / "blind.json"
-    blind.write_text(json.dumps(document))
-    budget_blind = strategy_of(advise(load_facts(blind), pack, available_evaluators()[0]), "chunked_prefill").params["max_num_batched_tokens"]
-    document["model"]["vision_params_billion"] = 0.67
-    document["workload"]["image_tokens_mean"] = 1196
-    facts = tmp_path / "d1.json"
-    facts.write_text(json.dumps(document))
-    advice = advise(load_facts(facts), pack, available_evaluators()[0])
+    blind = changed_deployment(pack, DATA, "d1", tmp_path, constraints__objective_first="itl")
+    budget_blind = strategy_of(blind, "chunked_prefill").params["max_num_batched_tokens"]
+    advice = changed_deployment(pack, DATA, "d1", tmp_path, constraints__objective_first="itl",
+                                model__vision_params_billion=0.67, workload__image_tokens_mean=1196)
     assert 25 <= advice.derived["derived.vision_encoder_ms"] <= 40
     assert 16.5 <= advice.derived["derived.decode_step_floor_ms"] <= 18.5
     assert "W-VISION-IMAGES-UNKNOWN" not in {w.rule for w in advice.warnings}

@@ -4,9 +4,7 @@ B200s, vLLM 0.13 with Gemma 3 27B on 2 H100s; tests/data/review26, with today's 
 hand arithmetic in NOTES.md), and what the advice must now read for the defects it found."""
 from __future__ import annotations
 
-import json
-
-from conftest import review_deployment, script_flag
+from conftest import changed_deployment, review_deployment, script_flag
 
 DATA = "review26"
 
@@ -21,15 +19,5 @@ def test_d3_a_host_kv_tier_is_capped_by_what_a_rank_may_pin(pack, tmp_path):
 
 
 def test_the_host_budget_follows_the_hosts_memory(pack, tmp_path):
-    from pathlib import Path
-
-    from kbopt.engine.advice.advisor import advise
-    from kbopt.engine.evaluators import available_evaluators
-    from kbopt.kb.facts import load_facts
-    source = next((Path(__file__).resolve().parent / "data" / DATA).glob("d3-*.json"))
-    document = json.loads(source.read_text())
-    document["hardware"]["host_memory_gib_per_gpu"] = 512
-    path = tmp_path / "d3.json"
-    path.write_text(json.dumps(document))
-    advice = advise(load_facts(path), pack, available_evaluators()[0])
+    advice = changed_deployment(pack, DATA, "d3", tmp_path, hardware__host_memory_gib_per_gpu=512)
     assert advice.derived["derived.host_kv_budget_gib_per_gpu"] == 256

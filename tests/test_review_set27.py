@@ -5,7 +5,7 @@ of A100s; tests/data/review27, with today's launch commands and hand arithmetic 
 what the advice must now read for the defects it found."""
 from __future__ import annotations
 
-from conftest import review_deployment, script_flags
+from conftest import changed_deployment, review_deployment, script_flags, strategy_of
 
 DATA = "review27"
 
@@ -27,20 +27,7 @@ def test_d1_the_worse_missed_itl_may_take_the_first_token_and_says_how_to_keep_i
 
 
 def test_d1_with_the_first_token_first_the_budget_is_not_cut(pack, tmp_path):
-    import json
-    from pathlib import Path
-
-    from conftest import strategy_of
-
-    from kbopt.engine.advice.advisor import advise
-    from kbopt.engine.evaluators import available_evaluators
-    from kbopt.kb.facts import load_facts
-    source = next((Path(__file__).resolve().parent / "data" / DATA).glob("d1-*.json"))
-    document = json.loads(source.read_text())
-    document["constraints"]["objective_first"] = "ttft"
-    facts = tmp_path / "d1.json"
-    facts.write_text(json.dumps(document))
-    advice = advise(load_facts(facts), pack, available_evaluators()[0])
+    advice = changed_deployment(pack, DATA, "d1", tmp_path, constraints__objective_first="ttft")
     chunked = strategy_of(advice, "chunked_prefill")
     assert chunked is None or chunked.params.get("max_num_batched_tokens", 8192) >= 2048
     assert any(r.id == "chunked_prefill" and "constraints.objective_first: itl" in r.reason for r in advice.rejected)
