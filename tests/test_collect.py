@@ -950,3 +950,34 @@ def test_the_hosts_memory_is_read_from_meminfo_and_nothing_else(tmp_path):
         meminfo.write_bytes(garbage.encode("latin-1"))
         assert host_memory_gib(str(meminfo)) is None
     assert host_memory_gib(str(tmp_path / "absent")) is None
+
+
+def test_a_gemma3_config_gives_its_sliding_layers_and_its_encoders_patches_a_token(run_cli, tmp_path):
+    # Gemma 3 27B: 52 of 62 layers keep a 1,024-token window (every 6th is global); without them the
+    # pool was sized at every layer's full context (set 26: 100 sequences where 150 fit). SigLIP runs
+    # (896 / 14)^2 = 4,096 patches an image, pooled to 256 tokens: 16 a token.
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "gemma3", "mm_tokens_per_image": 256,
+        "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 62, "num_attention_heads": 32,
+                        "num_key_value_heads": 16, "head_dim": 128, "hidden_size": 5376, "sliding_window": 1024,
+                        "sliding_window_pattern": 6, "vocab_size": 262208, "torch_dtype": "bfloat16"},
+        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
+                          "num_hidden_layers": 27, "image_size": 896, "patch_size": 14, "hidden_act": "gelu_pytorch_tanh"}}))
+    code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
+    model = json.loads(out)["model"]
+    assert code == 0 and (model["sliding_window"], model["sliding_window_layers"]) == (1024, 52)
+    assert model["vision_patches_per_token"] == 16 and model["vision_params_billion"] == pytest.approx(0.411, abs=0.01)
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ({"layer_types": ["sliding_attention", "full_attention"] * 16, "sliding_window": 128}, (128, 16)),   # gpt-oss
+    ({"sliding_window": 4096, "use_sliding_window": False}, None),                                       # Qwen2.5
+    ({"sliding_window": 4096, "model_type": "mistral"}, (4096, 32)),                                     # Mistral-7B-v0.1
+])
+def test_a_sliding_window_is_read_only_with_the_layers_it_applies_to(run_cli, tmp_path, extra, expected):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**_LLAMA_8B_SHAPE, **extra}))
+    code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
+    model = json.loads(out)["model"]
+    assert code == 0 and (None if "sliding_window" not in model else (model["sliding_window"], model["sliding_window_layers"])) == expected

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ def _from_config(path: Path) -> Collected:
         out.put("model.architecture", architecture, Provenance(f"config:{path.name}", "measured", metric="model_type"))
     out.put("model.vision", vision, Provenance(f"config:{path.name}", "measured", metric="vision_config"))
     if vision:
-        encoder = vision_encoder(config["vision_config"])
+        encoder = vision_encoder(config["vision_config"], _size(config, "mm_tokens_per_image"))
         if encoder is not None:
             params, patches = encoder
             out.put("model.vision_params_billion", params / 1e9, Provenance(
@@ -74,10 +75,11 @@ def _from_config(path: Path) -> Collected:
     return out
 
 
-def vision_encoder(vision: dict[str, Any]) -> tuple[float, int | None] | None:
+def vision_encoder(vision: dict[str, Any], tokens_per_image: int | None = None) -> tuple[float, int | None] | None:
     """The vision encoder's parameters and the patches it merges into one image token, from a
     vision_config (Qwen2-VL's embed_dim/mlp_ratio, Qwen2.5-VL's and SigLIP's hidden/intermediate
-    sizes); None where its shape is not stated."""
+    sizes; the patches a token from spatial_merge_size, or an image's patches over the tokens the
+    config gives it, mm_tokens_per_image: Gemma 3's 4,096 over 256); None where its shape is not stated."""
     depth = _size(vision, "depth") or _size(vision, "num_hidden_layers")
     width = _size(vision, "embed_dim") or _size(vision, "hidden_size")
     ratio = vision.get("mlp_ratio")
@@ -95,7 +97,12 @@ def vision_encoder(vision: dict[str, Any]) -> tuple[float, int | None] | None:
         params += merged * merged + merged * out          # the patch merger's two projections
     if params > 1e14 or (merge and merge > 32):     # past any encoder (vocabulary: 10^5 billion): not a shape to size by
         return None
-    return float(params), (merge * merge if merge else None)
+    patches = merge * merge if merge else None
+    image, patch = _size(vision, "image_size"), _size(vision, "patch_size")
+    if patches is None and image and patch and tokens_per_image and image % patch == 0:
+        per_image = (image // patch) ** 2
+        patches = per_image // tokens_per_image if per_image % tokens_per_image == 0 and per_image <= 1024 * tokens_per_image else None
+    return float(params), patches
 
 
 _MODEL_TYPE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")     # transformers' model_type spelling; anything else is left out
@@ -191,6 +198,7 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
     kv_lora_rank = _count(config, "kv_lora_rank")
     if layers:
         out.put("model.num_layers", layers, source("num_hidden_layers"))
+        _sliding_window(config, layers, out, source)
     if heads:
         out.put("model.num_attention_heads", heads, source("num_attention_heads"))
     if hidden:
@@ -279,6 +287,30 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
                          f"{str(quantization.get('quant_method'))[:40]!r}): give model.weight_dtype")
     out.notes.append(f"{path.name}: a config.json has no parameter count; give model.params_billion for memory sizing")
     return out
+
+
+def _sliding_window(config: dict[str, Any], layers: int, out: Collected, source: Callable[[str], Provenance]) -> None:
+    """The attention window and how many layers keep only it: layer_types (gpt-oss, newer Gemma 3 and
+    Qwen configs), else Gemma 3's sliding_window_pattern (every pattern-th layer global), Gemma 2's
+    alternation, Mistral's every layer; a window named with use_sliding_window false is not used."""
+    window = _count(config, "sliding_window")
+    if not window or config.get("use_sliding_window") is False:
+        return
+    types, pattern, kind = config.get("layer_types"), _count(config, "sliding_window_pattern"), config.get("model_type")
+    if isinstance(types, list) and len(types) == layers and all(isinstance(t, str) for t in types):
+        sliding, field = sum(t == "sliding_attention" for t in types), "layer_types"
+    elif pattern:
+        sliding, field = layers - layers // pattern, "sliding_window_pattern"
+    elif kind == "gemma2":
+        sliding, field = layers // 2, "model_type gemma2 (sliding and global layers alternate)"
+    elif kind in ("mistral", "mixtral"):
+        sliding, field = layers, f"model_type {kind} (every layer)"
+    else:
+        out.notes.append(f"config.json: a sliding_window of {window} tokens without the layers it applies to "
+                         "(layer_types): give model.sliding_window_layers")
+        return
+    out.put("model.sliding_window", window, source("sliding_window"))
+    out.put("model.sliding_window_layers", sliding, source(field))
 
 
 def _hf_quant_config(path: Path) -> dict[str, Any] | None:
