@@ -31,3 +31,13 @@ def test_d1_with_the_first_token_first_the_budget_is_not_cut(pack, tmp_path):
     chunked = strategy_of(advice, "chunked_prefill")
     assert chunked is None or chunked.params.get("max_num_batched_tokens", 8192) >= 2048
     assert any(r.id == "chunked_prefill" and "constraints.objective_first: itl" in r.reason for r in advice.rejected)
+
+
+def test_d4_a_pipelined_replicas_prefill_load_counts_every_stage(pack):
+    # PP2 x TP4 on two A100 nodes: each request's prefill passes both stages in turn, while the stages
+    # work on different requests at once: 8 GPUs of math, 44% busy by hand (read 83% on TP4 alone,
+    # which named the bottleneck compute and kept FP8 weight-only, which halves the decode reads, out)
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert 0.35 <= advice.derived["derived.prefill_load"] <= 0.5
+    assert advice.bottleneck == "memory_bandwidth"
+    assert "--quantization fp8" in script_flags(script)
