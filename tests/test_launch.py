@@ -170,9 +170,9 @@ def _advice(pack, **overrides):
 
 def test_an_unknown_version_uses_the_nearest_with_a_warning_and_one_below_the_floor_is_refused(pack):
     from kbopt.errors import KboptError
-    script = render_launch(build_launch(advice := _advice(pack, **{"serving.engine_version": "0.13.1"}), "vllm"),
+    script = render_launch(build_launch(advice := _advice(pack, **{"serving.engine_version": "0.14.1"}), "vllm"),
                            advice.bottleneck)
-    assert "# warning: vLLM (V1 engine) 0.13.1 is not covered: written for 0.12.0" in script
+    assert "# warning: vLLM (V1 engine) 0.14.1 is not covered: written for 0.13.0" in script
     with pytest.raises(KboptError, match=r"serving.engine_version 0.8.0 is below .* \(0.10.0"):
         build_launch(_advice(pack, **{"serving.engine_version": "0.8.0"}), "vllm")
     with pytest.raises(KboptError, match="not an engine"):

@@ -21,3 +21,10 @@ def test_d3_a_host_kv_tier_is_capped_by_what_a_rank_may_pin(pack, tmp_path):
 def test_the_host_budget_follows_the_hosts_memory(pack, tmp_path):
     advice = changed_deployment(pack, DATA, "d3", tmp_path, hardware__host_memory_gib_per_gpu=512)
     assert advice.derived["derived.host_kv_budget_gib_per_gpu"] == 256
+
+
+def test_d4_vllm_0_13_is_a_covered_version(pack):
+    # the flags kbopt writes were checked against the v0.13.0 wheel (tests/data/engine_flags/vllm-0.13.0.txt):
+    # a 0.13.0 deployment is no longer written "as 0.12.0's"
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert "vLLM (V1 engine) 0.13.0" in script.splitlines()[1] and "not covered" not in script
