@@ -981,3 +981,25 @@ def test_a_sliding_window_is_read_only_with_the_layers_it_applies_to(run_cli, tm
     code, out, _ = run_cli("collect", "--no-nvml", "--model", str(config))
     model = json.loads(out)["model"]
     assert code == 0 and (None if "sliding_window" not in model else (model["sliding_window"], model["sliding_window_layers"])) == expected
+
+
+@pytest.mark.parametrize(("name", "published"), [
+    ("llama31_70b_config.json", 70.6), ("qwen3_4b_config.json", 4.0), ("mixtral_8x7b_config.json", 46.7),
+    ("deepseek_v3_config.json", 671)])
+def test_a_full_config_gives_the_parameter_count_its_model_card_publishes(run_cli, name, published):
+    # set 26: a complete config.json was read with no params_billion, so nothing was sized by memory
+    code, out, _ = run_cli("collect", "--no-nvml", "--model", str(CONFIGS / name))
+    assert code == 0 and json.loads(out)["model"]["params_billion"] == pytest.approx(published, rel=0.02)
+
+
+def test_a_config_without_its_name_is_named_by_its_hub_folder_or_its_folder(run_cli, tmp_path):
+    config = json.loads((CONFIGS / "qwen3_4b_config.json").read_text())
+    del config["_name_or_path"]
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen3-4B" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(config))
+    code, out, _ = run_cli("collect", "--no-nvml", "--model", str(snapshot / "config.json"))
+    assert code == 0 and json.loads(out)["model"]["name"] == "Qwen/Qwen3-4B"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    code, out, _ = run_cli("collect", "--no-nvml", "--model", str(tmp_path / "config.json"))
+    assert code == 0 and json.loads(out)["model"]["name"] == str(tmp_path.resolve())

@@ -26,5 +26,5 @@ def test_the_host_budget_follows_the_hosts_memory(pack, tmp_path):
 def test_d4_vllm_0_13_is_a_covered_version(pack):
     # the flags kbopt writes were checked against the v0.13.0 wheel (tests/data/engine_flags/vllm-0.13.0.txt):
     # a 0.13.0 deployment is no longer written "as 0.12.0's"
-    advice, script = review_deployment(pack, DATA, "d4")
+    _, script = review_deployment(pack, DATA, "d4")
     assert "vLLM (V1 engine) 0.13.0" in script.splitlines()[1] and "not covered" not in script

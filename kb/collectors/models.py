@@ -66,6 +66,9 @@ def _from_config(path: Path) -> Collected:
         encoder = vision_encoder(config["vision_config"], _size(config, "mm_tokens_per_image"))
         if encoder is not None:
             params, patches = encoder
+            decoder = out.facts.get("model.params_billion")
+            if decoder is not None:         # the checkpoint holds the encoder beside the decoder
+                out.facts["model.params_billion"] = (round(decoder[0] + params / 1e9, 6), decoder[1])
             out.put("model.vision_params_billion", params / 1e9, Provenance(
                 f"config:{path.name}", "derived", metric="vision_config: depth x (attention 4 w^2 + MLP) + patch merger",
                 note="kb/collectors/models.py, vision_encoder: the ViT's linear layers (a gated MLP where hidden_act is silu)"))
@@ -259,25 +262,25 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
             out.put("serving.quantization", runs_as, source(where))
     elif dtype:
         out.put("model.weight_dtype", dtype, source("torch_dtype"))
-    name = config.get("_name_or_path") or (config.get("architectures") or [None])[0]
-    if name:
-        out.put("model.name", str(name), source("_name_or_path"))
+    name = config.get("_name_or_path")
+    if isinstance(name, str) and name:
+        out.put("model.name", name, source("_name_or_path"))
+    else:       # what the engine loads: the Hugging Face id a hub cache folder names, else the folder itself
+        folder = path.resolve().parent
+        hub = next((part for part in folder.parts if part.startswith("models--") and part.count("--") >= 2), None)
+        out.put("model.name", hub.removeprefix("models--").replace("--", "/", 1) if hub else str(folder), Provenance(
+            f"config:{path.name}", "derived", metric="the hub cache folder's model id" if hub else "the config's folder"))
     attention = attention_params(config)
     if attention is not None and layers:
         out.put("model.attention_params_billion", layers * attention / 1e9, Provenance(
             f"config:{path.name}", "derived", metric="shape: layers x (q, k, v, o projections)",
             note="kb/collectors/models.py, attention_params: what data-parallel attention replicates on every GPU"))
     if experts:
-        active = moe_active_params(config)
-        if active is not None:
-            out.put("model.active_params_billion", active / 1e9, Provenance(
-                f"config:{path.name}", "derived", metric="shape: shared + experts_per_token x per-expert parameters",
-                note="an estimate from the config's shape (kb/collectors/models.py, moe_active_params): embeddings, "
-                     "attention, dense and shared MLPs, routers, and num_experts_per_tok gated experts a layer; "
-                     "norms and biases left out"))
-        else:
-            out.notes.append(f"{path.name}: an MoE config without the sizes to count its active parameters; "
-                             "give model.active_params_billion")
+        _estimated(out, path, "model.active_params_billion", moe_active_params(config),
+                   "shape: shared + experts_per_token x per-expert parameters",
+                   "moe_active_params): embeddings, attention, dense and shared MLPs, routers, and num_experts_per_tok "
+                   "gated experts a layer; norms and biases left out",
+                   "an MoE config without the sizes to count its active parameters; give model.active_params_billion")
     kv = _kv_scheme(quantization)
     if kv:
         out.notes.append(f"{path.name}: the checkpoint carries {kv} KV-cache scales; the engine stores the KV cache in "
@@ -285,8 +288,22 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
     elif isinstance(quantization, dict) and not quantized:
         out.notes.append(f"{path.name}: a quantization scheme this reader does not know (quant_method "
                          f"{str(quantization.get('quant_method'))[:40]!r}): give model.weight_dtype")
-    out.notes.append(f"{path.name}: a config.json has no parameter count; give model.params_billion for memory sizing")
+    _estimated(out, path, "model.params_billion", model_params(config),
+               "shape: embeddings + layers x (attention + MLP or every expert)",
+               "model_params; a vision encoder is added where the config has one): norms and biases left out; a "
+               "checkpoint's own count (its model card, safetensors metadata) is better",
+               "a config.json has no parameter count and its shape does not give one here; give model.params_billion "
+               "for memory sizing")
     return out
+
+
+def _estimated(out: Collected, path: Path, fact: str, count: float | None, metric: str, how: str, missing: str) -> None:
+    """A parameter count estimated from the config's shape, in billions, or a note saying what to give."""
+    if count is not None and count <= 1e14:
+        out.put(fact, count / 1e9, Provenance(f"config:{path.name}", "derived", metric=metric,
+                                              note=f"an estimate from the config's shape (kb/collectors/models.py, {how}"))
+    else:
+        out.notes.append(f"{path.name}: {missing}")
 
 
 def _sliding_window(config: dict[str, Any], layers: int, out: Collected, source: Callable[[str], Provenance]) -> None:
@@ -372,9 +389,40 @@ def moe_active_params(config: dict[str, Any]) -> float | None:
     expert_size = get("moe_intermediate_size") or get("intermediate_size")
     if not (hidden and layers and heads and vocab and experts and routed and expert_size):
         return None
+    return _decoder_params(config, routed)
+
+
+def model_params(config: dict[str, Any]) -> float | None:
+    """Every parameter of the checkpoint's decoder, from config.json: as moe_active_params with every
+    routed expert counted, or for a dense model embeddings + layers x (attention + a gated MLP's
+    3 x hidden x intermediate_size); None where a size is missing or the MLP is not a gated one
+    (hidden_act silu, or Gemma's gelu_pytorch_tanh)."""
+    experts = _size(config, "num_local_experts") or _size(config, "n_routed_experts") or _size(config, "num_experts")
+    if experts and experts > 1:
+        return moe_active_params({**config, "num_experts_per_tok": experts}) if _size(config, "num_experts_per_tok") else None
+    act = config.get("hidden_act") or config.get("hidden_activation")
+    if act not in ("silu", "swish", "gelu_pytorch_tanh") and not (act is None and config.get("model_type") in _GATED):
+        return None
+    return _decoder_params(config, 0)
+
+
+# model types whose MLP is gated (gate, up, down), their configs' default activation where none is named
+_GATED = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "granite", "olmo2", "cohere"})
+
+
+def _decoder_params(config: dict[str, Any], routed: int) -> float | None:
+    def get(key: str, default: int | None = None) -> int | None:
+        return _size(config, key, default)
+    hidden, layers, vocab = get("hidden_size"), get("num_hidden_layers"), get("vocab_size")
+    experts = get("num_local_experts") or get("n_routed_experts") or get("num_experts") or 0
+    expert_size = get("moe_intermediate_size") or get("intermediate_size")
+    if not (hidden and layers and vocab and expert_size):
+        return None
     attention = attention_params(config)
     if attention is None:
         return None
+    if not experts:             # a dense decoder: every layer's MLP
+        return float(vocab * hidden * (1 if config.get("tie_word_embeddings") else 2) + layers * (attention + 3 * hidden * expert_size))
     dense_layers = min(layers, get("first_k_dense_replace", 0) or 0)
     dense_mlp = 3 * hidden * (get("intermediate_size") or 0)
     shared = 3 * hidden * ((get("n_shared_experts", 0) or 0) * expert_size + (get("shared_expert_intermediate_size", 0) or 0))
