@@ -41,3 +41,12 @@ def test_d4_a_pipelined_replicas_prefill_load_counts_every_stage(pack):
     assert 0.35 <= advice.derived["derived.prefill_load"] <= 0.5
     assert advice.bottleneck == "memory_bandwidth"
     assert "--quantization fp8" in script_flags(script)
+
+
+def test_d4_a_flag_the_version_lacks_sets_no_fact_aside(run_cli):
+    # vLLM 0.10.2 spans nodes through Ray, with no --nnodes (the profile has it from 0.12.0): the
+    # facts' serving.nodes = 2 was set aside as if vLLM ran a default
+    from pathlib import Path
+    data = Path(__file__).resolve().parent / "data" / DATA
+    code, _, err = run_cli("advise", "--facts", str(next(data.glob("d4-*.json"))), "--launch", f"@{data / 'd4.launch'}")
+    assert code == 0 and "--nnodes" not in err

@@ -18,7 +18,7 @@ from typing import Any
 
 from kbopt.engine.advice.settings import clean
 from kbopt.errors import KboptError
-from kbopt.kb.engines import ENGINES, Carry, Engine, Read, parse_version, version_text
+from kbopt.kb.engines import ENGINES, Carry, Engine, Read, Version, parse_version, version_text
 from kbopt.kb.knowledge import engine_catalog
 
 MAX_COMMAND = 100_000        # characters: a launch command, not a file of anything
@@ -160,7 +160,7 @@ def read_command(text: str, version: str | None = None) -> Command:
                          "give each flag once, with the value the server should run with")
     facts = _facts(spec, args, model, several)
     return Command(spec.id, model, tuple(args), tuple(env), frozenset(modelled), tuple(facts), frozenset(yaml_keys),
-                   frozenset(several), _left_at_defaults(spec, args, dict(facts)))
+                   frozenset(several), _left_at_defaults(spec, args, dict(facts), at))
 
 
 # Facts a flag states that its absence does not settle: vLLM and SGLang read a checkpoint's own
@@ -171,12 +171,18 @@ _NOT_BY_ABSENCE = frozenset({"serving.quantization", "serving.kv_block_size", "s
                              "serving.served_model_name"})
 
 
-def _left_at_defaults(spec: Engine, args: list[tuple[str, str | None]], stated: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+def _left_at_defaults(spec: Engine, args: list[tuple[str, str | None]], stated: dict[str, Any], at: Version
+                      ) -> tuple[tuple[str, str], ...]:
     """The serving facts the profile's flags state that the command does not give: the engine's
-    defaults hold for them, and a facts file's values for them are not what runs."""
+    defaults hold for them, and a facts file's values for them are not what runs. A flag the
+    engine does not have at the command's version settles nothing (vLLM before 0.12 spans nodes
+    through Ray, with no --nnodes: set 27 d4)."""
     given = {name for name, _ in args}
     out: dict[str, str] = {}
     for fact, flag in [*((carry.fact, carry.name) for carry in spec.deployment), *((read.fact, read.flag) for read in spec.reads)]:
+        known = spec.by_name.get(flag)
+        if known is not None and not known.holds_at(at):
+            continue
         if fact.startswith("serving.") and fact not in _NOT_BY_ABSENCE and fact not in stated and flag not in given:
             out.setdefault(fact, flag)
     return tuple(sorted(out.items()))
