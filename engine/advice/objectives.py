@@ -282,10 +282,10 @@ def not_worth_their_gpus(full: Plan, lean: Plan, full_symptoms: Iterable[Symptom
 def _trade_offered(costly: Objective, by_metric: dict[str, Gain]) -> str:
     """Where the change relieves the other latency objective, the trade it offers and the fact
     that takes it (constraints.objective_first)."""
-    other, first = ("itl", "itl") if costly.metric.startswith("ttft") else ("ttft", "ttft")
+    other = "itl" if costly.metric.startswith("ttft") else "ttft"
     relieved = next((g for metric in (f"{other}_p99_expected_ms", f"{other}_expected_ms")
                      if (g := by_metric.get(metric)) is not None and g.change < 0), None)
     if relieved is None:
         return ""
     return (f"; it would buy {relieved.text()}: a trade of one missed objective for another, taken only with "
-            f"constraints.objective_first: {first}")
+            f"constraints.objective_first: {other}")
