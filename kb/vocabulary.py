@@ -12,6 +12,7 @@ from kbopt.kb.packaged import package_dir
 FACT_TYPES = ("ratio", "number", "integer", "bool", "string", "enum", "version", "list")
 QUALITIES = ("measured", "proxy", "derived", "user", "catalog")
 QUALITY_PREFIX = "quality."
+DERIVED_SECTION = "derived."      # facts the rules compute (`derived.<name>`), never given in a facts file
 NUMERIC_TYPES = ("ratio", "number", "integer", "version")
 
 
@@ -63,6 +64,11 @@ class Vocabulary:
 
     def get(self, path: str) -> FactSpec | None:
         return self.facts.get(path)
+
+    @staticmethod
+    def is_derived(path: str) -> bool:
+        """Whether `path` names a derived fact, declared or not (a rule may read one no vocabulary has)."""
+        return path.startswith(DERIVED_SECTION)
 
     def with_pack_facts(self, declared: Mapping[str, FactSpec]) -> Vocabulary:
         """This vocabulary and the derived facts packs declare (each `derived.<pack>.<name>`)."""

@@ -19,18 +19,17 @@ from typing import Any, Literal, NamedTuple, assert_never
 
 from kbopt.engine.evaluators.closures import compile_condition, compile_value, plain_value
 from kbopt.engine.evaluators.derivation import Derivation
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Lookup, Missing, evaluate, value_of
+from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, evaluate, not_held, value_of
 from kbopt.engine.lang.nodes import Arith, Call, Const, Fact, IfElse, ListOf, Value, facts_of, unique_facts
 from kbopt.engine.lang.operators import FUNCTIONS
 from kbopt.engine.pack.rule import Derive, Pack
 from kbopt.kb.catalog import ErrorBand
-from kbopt.kb.vocabulary import QUALITY_PREFIX
+from kbopt.kb.vocabulary import DERIVED_SECTION, QUALITY_PREFIX, Vocabulary
 
 Confidence = Literal["low", "medium", "high"]
 LEVELS: tuple[Confidence, ...] = ("low", "medium", "high")    # weakest first: min() by index
 DEFAULT_PARAMETER = "default_"                                 # a parameter assumed for a missing fact
 CONFIGURATION = ("model", "hardware", "serving", "constraints")  # sections a user states, not measures
-DERIVED = "derived."
 
 
 def weakest(levels: list[Confidence]) -> Confidence:
@@ -245,7 +244,7 @@ class Estimate(NamedTuple):
 
     @property
     def path(self) -> str:
-        return DERIVED + self.name
+        return DERIVED_SECTION + self.name
 
     def to_dict(self) -> dict[str, Any]:
         return {"value": self.value, "unit": self.unit, "rule": self.rule,
@@ -264,7 +263,7 @@ def model_lookup(inputs: Mapping[str, Any], derived: Mapping[str, tuple[Any, str
             return KNOWN, inputs[path]
         if path in derived:
             return KNOWN, derived[path][0]
-        return (ABSENT, None) if path.startswith(DERIVED) else (MISSING, None)
+        return not_held(path)
     return lookup
 
 
@@ -332,7 +331,7 @@ class Model:
         low, medium = bool(guessed), bool(assumed)
         defaults = [*assumed, *guessed]
         for fact in t.read:
-            if fact.startswith(DERIVED):
+            if Vocabulary.is_derived(fact):
                 level, behind = self.confidence(fact)
                 defaults.extend(behind)
             elif fact in self.levels:
@@ -360,7 +359,7 @@ class Model:
         for path in self.pack.kb.vocabulary.estimate_paths:
             if path not in self.derivation.derived:
                 continue
-            name = path.removeprefix(DERIVED)
+            name = path.removeprefix(DERIVED_SECTION)
             if name in earlier and self._borrows(path) is not None:
                 out[name] = earlier[name]
                 continue
@@ -369,8 +368,8 @@ class Model:
             rule = self.rule_of(path)
             # the band measures the built-in rules: a custom pack's rule for the same fact has none
             band = self.pack.kb.error_band(path) if self.pack.by_id()[rule].pack == "builtin" else None
-            out[path.removeprefix(DERIVED)] = Estimate(
-                name=path.removeprefix(DERIVED), value=self.derivation.derived[path][0], unit=spec.unit,
+            out[path.removeprefix(DERIVED_SECTION)] = Estimate(
+                name=path.removeprefix(DERIVED_SECTION), value=self.derivation.derived[path][0], unit=spec.unit,
                 rule=rule, confidence=level, inputs=dict(self.trace_of(path).read), defaults=defaults, band=band)
         self._estimates = out
         return out

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any, NamedTuple, assert_never
 
-from kbopt.engine.evaluators.closures import DERIVED_PREFIX, compile_condition
+from kbopt.engine.evaluators.closures import compile_condition
 from kbopt.engine.evaluators.derivation import Derivation
 from kbopt.engine.evaluators.reference import schedule_order
 from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, undecided_ways
@@ -15,6 +15,7 @@ from kbopt.engine.lang.text import render
 from kbopt.engine.pack.graph import strongly_connected
 from kbopt.engine.pack.kept import Kept
 from kbopt.engine.pack.rule import Pack, Rule
+from kbopt.kb.vocabulary import Vocabulary
 
 
 class Check(NamedTuple):
@@ -39,7 +40,7 @@ def own_of(undecided: list[str]) -> Own:
     missing: list[str] = []
     unknown: list[str] = []
     for path in undecided:
-        (unknown if path.startswith(DERIVED_PREFIX) else missing).append(path)
+        (unknown if Vocabulary.is_derived(path) else missing).append(path)
     return frozenset(missing), tuple(dict.fromkeys(unknown))
 
 
@@ -110,7 +111,7 @@ def final_lookup(known: dict[str, Any], status: dict[str, str]) -> Lookup:
     def lookup(path: str) -> tuple[str, Any]:
         if path in known:
             return KNOWN, known[path]
-        if path.startswith("derived."):
+        if Vocabulary.is_derived(path):
             return status.get(path, ABSENT), None
         return MISSING, None
     return lookup
@@ -215,7 +216,7 @@ class FinalFacts:
             for way in self._ways[item.rule]:
                 facts: set[str] = set()
                 for path in way:
-                    if path.startswith("derived."):
+                    if Vocabulary.is_derived(path):
                         facts.update(*(missing_of.get(p, ()) for p in self._waited_on(path)))
                     else:
                         facts.add(path)

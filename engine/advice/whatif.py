@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from kbopt.engine.advice.estimates import DERIVED, Confidence, Estimate, Model, input_confidence, trace, weakest
+from kbopt.engine.advice.estimates import Confidence, Estimate, Model, input_confidence, trace, weakest
 from kbopt.engine.evaluators.reference import rerun_of
 from kbopt.engine.lang.logic import Missing, value_of
 from kbopt.engine.lang.nodes import Call, Fact, Value
@@ -25,7 +25,7 @@ from kbopt.engine.lang.text import fmt
 from kbopt.engine.pack.rule import Pack
 from kbopt.errors import EvaluationError, KboptError
 from kbopt.kb.catalog import Strategy
-from kbopt.kb.vocabulary import QUALITY_PREFIX
+from kbopt.kb.vocabulary import DERIVED_SECTION, QUALITY_PREFIX, Vocabulary
 
 MINUS, TIMES = "\u2212", "\u00d7"   # typeset minus and times signs (ruff flags them written out)
 FORGET = None          # an effect's value that forgets a measurement the change makes stale
@@ -277,12 +277,12 @@ class WhatIf:
         estimates = [path for path in self.pack.kb.vocabulary.estimate_paths if path in derivation.derived]
 
         def reach() -> tuple[str, ...]:
-            return tuple(path.removeprefix(DERIVED) for path in estimates
+            return tuple(path.removeprefix(DERIVED_SECTION) for path in estimates
                          if path in after.recomputed and not changed.isdisjoint(after.depends_anew(path)))
         # Each estimate known before whose value moved, which tells a negligible change; the
         # Gains, with the rules behind each and its confidence, are made when first asked.
         moved = [(path, was, now) for path in estimates
-                 if (was := self.before.get(path.removeprefix(DERIVED))) is not None
+                 if (was := self.before.get(path.removeprefix(DERIVED_SECTION))) is not None
                  and was.value != (now := derivation.derived[path][0])]
         return Outcome(changes, tuple((was.name, was.value, now) for _, was, now in moved),
                        functools.partial(gains_of, after, moved), reach)
@@ -300,7 +300,7 @@ class WhatIf:
         t = trace(self._expression(raw), self.baseline.lookup)
         levels: list[Confidence] = ["low"] if t.fell_back else []
         for fact in t.read:
-            if fact.startswith(DERIVED):
+            if Vocabulary.is_derived(fact):
                 levels.append(self.baseline.confidence(fact)[0])
             else:
                 quality = self.inputs.get(QUALITY_PREFIX + fact)

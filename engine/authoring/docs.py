@@ -14,6 +14,7 @@ from kbopt.engine.pack.rule import Caveat, Conclusion, Derive, Mitigate, Pack, R
 from kbopt.errors import KboptError
 from kbopt.kb import citations
 from kbopt.kb.catalog import LAYERS, strategies
+from kbopt.kb.vocabulary import Vocabulary
 
 
 def _conclusion_text(c: Conclusion) -> str:
@@ -82,7 +83,7 @@ def rule_graph(pack: Pack) -> nx.DiGraph[str]:
     for rule in pack.rules:
         graph.add_node(rule.id, kind="rule", layer=rule.layer)
         for path in dict.fromkeys(facts_of(rule.fire_condition)):
-            if path.startswith("derived."):
+            if Vocabulary.is_derived(path):
                 graph.add_node(path, kind="derived")
                 graph.add_edge(path, rule.id, kind="feeds")
         for c in rule.then:

@@ -7,7 +7,7 @@ from typing import Any
 
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.model import Advice
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, evaluate
+from kbopt.engine.lang.logic import KNOWN, evaluate, not_held
 from kbopt.engine.lang.nodes import leaves
 from kbopt.engine.pack.rule import Example, Pack, Rule
 from kbopt.errors import FactsError
@@ -41,7 +41,7 @@ def check_example(rule: Rule, example: Example, pack: Pack, evaluator: str) -> E
     def lookup(path: str) -> tuple[str, Any]:
         if path in values:
             return KNOWN, values[path]
-        return (ABSENT, None) if path.startswith("derived.") else (MISSING, None)
+        return not_held(path)
     outcomes = tuple(evaluate(leaf, lookup) for leaf in leaves(rule.when))
     return ExampleResult(rule.id, example.name, location, evaluator, tuple(expectation_failures(rule, example, advice)),
                          outcomes)

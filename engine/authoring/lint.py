@@ -20,6 +20,7 @@ from kbopt.errors import FactsError
 from kbopt.kb.catalog import Strategy, strategies
 from kbopt.kb.facts import facts_from_document
 from kbopt.kb.knowledge import seed_claims
+from kbopt.kb.vocabulary import Vocabulary
 
 OUTPUT_FACTS = {"derived.bottleneck"}          # read by reports, so never "unused"
 
@@ -107,7 +108,7 @@ def can_be_true(node: Condition, possible: dict[str, set[Any]] | None = None) ->
 
 def derivable_values(pack: Pack) -> dict[str, set[Any]]:
     """For each derived fact, the values rules can derive (None stands for any: an expression)."""
-    out: dict[str, set[Any]] = {path: set() for path in pack.kb.vocabulary.facts if path.startswith("derived.")}
+    out: dict[str, set[Any]] = {path: set() for path in pack.kb.vocabulary.facts if Vocabulary.is_derived(path)}
     for rule in pack.rules:
         if not can_be_true(rule.when):
             continue
@@ -163,7 +164,7 @@ def lint_pack(pack: Pack, retired: Mapping[str, Retired] | None = None, errors_o
     mine = list(pack.rules)
     claims, retired, catalog = seed_claims(), retired or {}, strategies()
     used = {p for r in pack.rules for node in (r.fire_condition, *_expressions(r)) for p in facts_of(node)
-            if p.startswith("derived.")}
+            if Vocabulary.is_derived(p)}
     possible = derivable_values(pack)
     for rule in mine:
         def add(code: str, message: str, snippet: str | None = None, help: str | None = None, key: str | None = None,

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, assert_never
 
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, Missing, label_of, undecided_by
+from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, UNKNOWN, Lookup, Missing, label_of, not_held, undecided_by
 from kbopt.engine.lang.nodes import (
     And,
     Arith,
@@ -41,7 +41,6 @@ from kbopt.engine.lang.operators import ARITHMETIC, COMPARISONS, FUNCTIONS
 from kbopt.engine.lang.parse import MAX_EXACT
 
 CompiledCondition = Callable[[Lookup], bool | None]
-DERIVED_PREFIX = "derived."              # the section of derived facts
 Compute = Callable[[Lookup], Any]         # a value expression's value; raises Missing
 ChainingCheck = Callable[[dict[str, Any]], bool | None]
 
@@ -61,7 +60,7 @@ def compile_chaining_check(node: Condition) -> ChainingCheck:
         def lookup(path: str) -> tuple[str, Any]:
             if path in known:
                 return KNOWN, known[path]
-            return (ABSENT, None) if path.startswith(DERIVED_PREFIX) else (MISSING, None)
+            return not_held(path)
         return closure(lookup)
     return check_known
 

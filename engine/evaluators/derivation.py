@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from kbopt.engine.evaluators.closures import Acceptance, Compute, compile_value
-from kbopt.engine.lang.logic import ABSENT, KNOWN, MISSING, Missing
+from kbopt.engine.lang.logic import KNOWN, Missing, not_held
 from kbopt.engine.lang.nodes import Value, unique_facts
 from kbopt.engine.lang.parse import MAX_EXACT
 from kbopt.engine.lang.text import fmt
@@ -76,7 +76,7 @@ class DerivedFacts:
         if path in known:
             return KNOWN, known[path]
         # During chaining a derived fact not yet produced behaves as absent.
-        return (ABSENT, None) if path.startswith("derived.") else (MISSING, None)
+        return not_held(path)
 
     def take(self, path: str, value: Any, rule_id: str) -> None:
         """A value derived by `rule_id` in an earlier evaluation that holds in this one too."""

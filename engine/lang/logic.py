@@ -26,11 +26,18 @@ from kbopt.engine.lang.nodes import (
     unique_facts,
 )
 from kbopt.engine.lang.operators import ARITHMETIC, BOOLEAN, COMPARISONS, FUNCTIONS
+from kbopt.kb.vocabulary import Vocabulary
 
 # KNOWN: has a value. MISSING: an input fact not given. ABSENT: a derived fact no rule can
 # produce. UNKNOWN: a derived fact whose producing rules could not be decided.
 KNOWN, MISSING, ABSENT, UNKNOWN = "known", "missing", "absent", "unknown"
 Lookup: TypeAlias = Callable[[str], tuple[str, Any]]   # path -> (status, value)
+
+
+def not_held(path: str) -> tuple[str, None]:
+    """A lookup's answer for a fact it holds no value for, while chaining or after: a derived fact
+    not produced is absent, an input not given is missing."""
+    return (ABSENT, None) if Vocabulary.is_derived(path) else (MISSING, None)
 
 # evaluate() is hot: the table is read once here rather than per node. The table types a Boolean's
 # apply for all three; these say which takes a list of truth values and which takes one.
