@@ -249,7 +249,7 @@ def scaling(sizes: list[int], evaluations: int) -> None:
 def nvml_overhead(samples: int) -> None:
     from fake_nvml import FakeClock, FakeNVML
 
-    from kbopt.kb.collectors.nvml import Progress, sample_nvml
+    from kbopt.collectors.nvml import Progress, sample_nvml
 
     fake = FakeNVML(readings=[(55, 30, 70.0)])
     handle = fake.nvmlDeviceGetHandleByIndex(0)
@@ -275,7 +275,7 @@ def nvml_overhead(samples: int) -> None:
 
 _TRACE_CHILD = """
 import sys, time
-from kbopt.kb.collectors.traces import TraceOptions, summarize_trace
+from kbopt.collectors.traces import TraceOptions, summarize_trace
 start = time.perf_counter()
 summarize_trace(sys.argv[1], TraceOptions())
 print(time.perf_counter() - start)
@@ -311,7 +311,7 @@ def prometheus_parsing(series: int, runs: int) -> None:
 
     from synthetic_exposition import synthetic_exposition
 
-    from kbopt.kb.collectors.prometheus import facts_from_scrapes, parse, prefilter
+    from kbopt.collectors.prometheus import facts_from_scrapes, parse, prefilter
 
     text = synthetic_exposition(series)
     kept = prefilter(text)

@@ -55,9 +55,9 @@ def fleet_against_prometheus(replicas: int, verdict) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from prometheus_harness import Exporter, Prometheus, Sim, prometheus_missing, target_count
 
+    from kbopt.collectors.fleet import PrometheusClient, read_fleet
     from kbopt.engine.pack.packs import load_checked_pack
     from kbopt.fleet import build_fleet
-    from kbopt.kb.collectors.fleet import PrometheusClient, read_fleet
 
     missing = prometheus_missing()
     if missing:

@@ -1,6 +1,6 @@
 """`kbopt fleet`: advice for every deployment a Prometheus server sees.
 
-Replicas come from kb/collectors/fleet.py (one facts document each); here they are advised,
+Replicas come from kbopt/collectors/fleet.py (one facts document each); here they are advised,
 grouped into deployments (same namespace, engine, model, GPU and engine settings), compared
 with each other, and written out: fleet.jsonl, one HTML report per deployment and index.html.
 """
@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kbopt.collectors.fleet import FleetFacts, ReplicaFacts
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.advice.model import Advice
 from kbopt.engine.pack.rule import Pack
 from kbopt.errors import KboptError
-from kbopt.kb.collectors.fleet import FleetFacts, ReplicaFacts
 from kbopt.kb.facts import facts_from_document
 from kbopt.kb.provenance import Provenance
 from kbopt.kb.schema import FACTS_FORMAT

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from fake_nvml import FakeClock, FakeNVML
 
+from kbopt.collectors.nvml import Progress, sample_nvml
+from kbopt.collectors.prometheus import facts_from_scrapes, histogram_quantile, parse, scrape
+from kbopt.collectors.run import CollectOptions, collect
+from kbopt.collectors.traces import TraceOptions, summarize_trace
 from kbopt.engine.advice.advisor import advise
 from kbopt.engine.evaluators import available_evaluators
 from kbopt.errors import KboptError
-from kbopt.kb.collectors.nvml import Progress, sample_nvml
-from kbopt.kb.collectors.prometheus import facts_from_scrapes, histogram_quantile, parse, scrape
-from kbopt.kb.collectors.run import CollectOptions, collect
-from kbopt.kb.collectors.traces import TraceOptions, summarize_trace
 from kbopt.kb.facts import facts_from_document, load_facts
 
 REAL = Path(__file__).resolve().parent / "data" / "real"
@@ -385,7 +385,7 @@ def test_advise_collect_in_one_step(run_cli):
 
 
 def test_collect_without_any_usable_source_is_exit_2(run_cli, monkeypatch):
-    from kbopt.kb.collectors import nvml
+    from kbopt.collectors import nvml
     monkeypatch.setattr(nvml, "load_pynvml", lambda: FakeNVML(fail_init=12))
     code, out, err = run_cli("collect")
     assert code == 2 and out == ""
@@ -393,7 +393,7 @@ def test_collect_without_any_usable_source_is_exit_2(run_cli, monkeypatch):
 
 
 def test_collect_skips_nvml_with_a_note_when_other_sources_exist(run_cli, monkeypatch, tmp_path):
-    from kbopt.kb.collectors import nvml
+    from kbopt.collectors import nvml
     monkeypatch.setattr(nvml, "load_pynvml", lambda: FakeNVML(fail_init=12))
     code, out, err = run_cli("collect", "--workload", str(REAL / "azure_llm_2023_code_first2000.csv"))
     assert code == 0 and "NVML skipped" in err
@@ -401,7 +401,7 @@ def test_collect_skips_nvml_with_a_note_when_other_sources_exist(run_cli, monkey
 
 
 def test_collect_uses_nvml_when_available(run_cli, monkeypatch):
-    from kbopt.kb.collectors import nvml
+    from kbopt.collectors import nvml
     fake = FakeNVML(readings=[(55, 30, 70.0)])
     monkeypatch.setattr(nvml, "load_pynvml", lambda: fake)
     code, out, _ = run_cli("collect", "--duration", "0.05", "--interval", "0.01")
@@ -474,7 +474,7 @@ def test_dcgm_with_several_gpus_reports_the_chosen_one():
 
 
 def test_collect_waits_for_the_window_when_nvml_is_missing(metrics_server, monkeypatch):
-    from kbopt.kb.collectors import nvml
+    from kbopt.collectors import nvml
     monkeypatch.setattr(nvml, "load_pynvml", lambda: FakeNVML(fail_init=12))
     url, hits = metrics_server
     collected = collect(CollectOptions(metrics=(url,), nvml=True, duration_s=0.3, interval_s=0.05))
@@ -522,7 +522,7 @@ def test_generic_trace_with_infinity_or_negative_lengths_is_exit_2(run_cli, tmp_
 
 
 def test_ctrl_c_is_one_line_and_exit_130(run_cli, monkeypatch):
-    from kbopt.kb.collectors import run
+    from kbopt.collectors import run
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
     monkeypatch.setattr(run, "collect", interrupted)
@@ -802,7 +802,7 @@ CONFIGS = Path(__file__).resolve().parent / "data" / "configs"
 
 
 def _model(name):
-    from kbopt.kb.collectors.models import model_facts
+    from kbopt.collectors.models import model_facts
     return model_facts(str(CONFIGS / name))
 
 
@@ -838,7 +838,7 @@ def test_mixtral_qwen3_and_llama_configs():
 def test_moe_active_params_formula_gives_the_total_with_every_expert():
     import json as _json
 
-    from kbopt.kb.collectors.models import moe_active_params
+    from kbopt.collectors.models import moe_active_params
     config = _json.loads((CONFIGS / "mixtral_8x7b_config.json").read_text())
     # With all 8 experts routed, the same count is the model's total: Mistral's 46.7B.
     assert moe_active_params({**config, "num_experts_per_tok": 8}) / 1e9 == pytest.approx(46.7, abs=0.01)
@@ -846,7 +846,7 @@ def test_moe_active_params_formula_gives_the_total_with_every_expert():
 
 
 def test_model_catalog_rows_pass_their_shape_through():
-    from kbopt.kb.collectors.models import CATALOG_FIELDS, model_catalog, model_facts
+    from kbopt.collectors.models import CATALOG_FIELDS, model_catalog, model_facts
     for entry in model_catalog():
         assert entry["source"].startswith("https://huggingface.co/") and entry["source"].endswith("/config.json")
         assert set(entry) - {"id", "match", "source"} <= set(CATALOG_FIELDS), entry["id"]
@@ -942,7 +942,7 @@ def test_a_vision_config_gives_the_encoders_size_and_its_patches_a_token(run_cli
 
 
 def test_the_hosts_memory_is_read_from_meminfo_and_nothing_else(tmp_path):
-    from kbopt.kb.collectors.nvml import host_memory_gib
+    from kbopt.collectors.nvml import host_memory_gib
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       2113309724 kB\nMemFree:        1000 kB\n")
     assert host_memory_gib(str(meminfo)) == pytest.approx(2113309724 / 2**20)

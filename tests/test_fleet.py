@@ -13,8 +13,8 @@ import pytest
 from prometheus_harness import loopback_server
 
 from kbopt.batch import _advise_chunk as _advise_a_chunk
+from kbopt.collectors.fleet import FAMILIES, PrometheusClient, host_of, missing_families, read_fleet
 from kbopt.fleet import slug, write_directory
-from kbopt.kb.collectors.fleet import FAMILIES, PrometheusClient, host_of, missing_families, read_fleet
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -16,8 +16,8 @@ import pytest
 from prometheus_harness import Exporter, Prometheus, Sim, prometheus_missing, target_count
 from test_report_browser import _open, browser  # noqa: F401 (the browser fixture, shared)
 
-from kbopt.kb.collectors.fleet import FAMILIES, PrometheusClient, read_fleet
-from kbopt.kb.collectors.prometheus import histogram_quantile
+from kbopt.collectors.fleet import FAMILIES, PrometheusClient, read_fleet
+from kbopt.collectors.prometheus import histogram_quantile
 
 HOSTILE = '<script>alert(1)</script>\x1b[2J\u202eevil'
 # The bucket bounds of vLLM's TTFT histogram in the real dump.

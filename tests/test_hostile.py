@@ -16,9 +16,9 @@ from conftest import needs_durable
 from hostile_server import HostileServer, answer, one_replica, trickled, vector
 
 from kbopt import output
+from kbopt.collectors.fleet import FAMILIES
 from kbopt.engine.evaluators import durable_available
 from kbopt.errors import MAX_MESSAGE, KboptError
-from kbopt.kb.collectors.fleet import FAMILIES
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "capacity-a100-chat.json")
 FACTS = {"kbopt": "facts/1", "model": {"num_layers": 32}, "workload": {"itl_p99_ms": 140, "engine": "vllm"}}
@@ -607,7 +607,7 @@ def test_a_trickling_server_is_cut_off_at_the_deadline(hostile):
 def test_a_trickling_exporter_is_cut_off_at_the_deadline(hostile):
     import time
 
-    from kbopt.kb.collectors.prometheus import read_exposition
+    from kbopt.collectors.prometheus import read_exposition
     server = hostile(lambda request: trickled(answer(body=b"tgi_queue_size 1\n" * 10), 0.05))
     started = time.monotonic()
     with pytest.raises(KboptError, match=r"no answer within 0\.3 s"):
@@ -690,7 +690,7 @@ def test_a_malformed_answer_is_exit_2_naming_the_server(hostile, case):
 
 
 def test_an_answer_over_the_cap_is_refused(hostile):
-    from kbopt.kb.collectors.web import HttpProblem, exchange
+    from kbopt.collectors.web import HttpProblem, exchange
     for length in (True, False):
         server = hostile(lambda request, length=length: [(answer(body=b"x" * 5000, length=length), 0)])
         with pytest.raises(HttpProblem, match="more than"):

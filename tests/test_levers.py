@@ -190,7 +190,7 @@ def test_the_cap_in_the_action_list_is_the_cap_in_the_script(pack):
 
 
 def test_collectors_read_the_engines_speculation_metrics():
-    from kbopt.kb.collectors.prometheus import facts_from_scrapes, parse
+    from kbopt.collectors.prometheus import facts_from_scrapes, parse
     before = ("# TYPE vllm:spec_decode_num_drafts_total counter\nvllm:spec_decode_num_drafts_total{engine=\"0\"} 100\n"
               "# TYPE vllm:spec_decode_num_draft_tokens_total counter\nvllm:spec_decode_num_draft_tokens_total{engine=\"0\"} 300\n"
               "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"

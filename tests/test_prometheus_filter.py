@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from synthetic_exposition import synthetic_exposition
 
+from kbopt.collectors import prometheus
+from kbopt.collectors.prometheus import facts_from_scrapes, parse, prefilter
 from kbopt.errors import KboptError
-from kbopt.kb.collectors import prometheus
-from kbopt.kb.collectors.prometheus import facts_from_scrapes, parse, prefilter
 
 REAL = sorted((Path(__file__).resolve().parent / "data" / "real").glob("*.prom"))
 

@@ -95,7 +95,7 @@ def test_d6_mxfp4_weights_size_prefill_at_the_fp8_rate_not_the_fp4_peak(pack):
 def test_a_config_with_mxfp4_weights_states_how_they_run(tmp_path):
     import json
 
-    from kbopt.kb.collectors.models import model_facts
+    from kbopt.collectors.models import model_facts
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8,
                                 "head_dim": 64, "hidden_size": 2880, "torch_dtype": "bfloat16",

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kbopt.collectors import run as collectors
+from kbopt.collectors.traces import TraceOptions
 from kbopt.errors import KboptError
-from kbopt.kb.collectors import run as collectors
-from kbopt.kb.collectors.traces import TraceOptions
 from kbopt.output import say
 
 

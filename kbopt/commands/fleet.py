@@ -5,12 +5,12 @@ import sys
 import time
 from typing import Any
 
+from kbopt.collectors.fleet import PrometheusClient, read_fleet
 from kbopt.commands.common import chosen_evaluator
 from kbopt.engine.pack.packs import load_checked_pack
 from kbopt.errors import EXIT_OK, KboptError
 from kbopt.fleet import build_fleet, fleet_files, fleet_lines, summary_text, write_directory
 from kbopt.gctuning import many_advices
-from kbopt.kb.collectors.fleet import PrometheusClient, read_fleet
 from kbopt.output import write_output
 
 

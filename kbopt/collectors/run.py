@@ -6,12 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from kbopt.collectors.collected import Collected
+from kbopt.collectors.traces import TraceOptions
 from kbopt.errors import KboptError
-from kbopt.kb.collectors.collected import Collected
-from kbopt.kb.collectors.traces import TraceOptions
 
 if TYPE_CHECKING:  # the NVML collector itself is imported only when collecting
-    from kbopt.kb.collectors.nvml import Nvml
+    from kbopt.collectors.nvml import Nvml
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,10 @@ class CollectOptions:
 
 def collect(options: CollectOptions, nvml_module: Nvml | None = None,
             sleep: Callable[[float], None] = time.sleep) -> Collected:
-    from kbopt.kb.collectors import nvml as nvml_collector  # each collector loads only when asked for
-    from kbopt.kb.collectors.models import model_facts  # each collector loads only when asked for
-    from kbopt.kb.collectors.prometheus import facts_from_scrapes, scrape  # each collector loads only when asked for
-    from kbopt.kb.collectors.traces import summarize_trace  # each collector loads only when asked for
+    from kbopt.collectors import nvml as nvml_collector  # each collector loads only when asked for
+    from kbopt.collectors.models import model_facts  # each collector loads only when asked for
+    from kbopt.collectors.prometheus import facts_from_scrapes, scrape  # each collector loads only when asked for
+    from kbopt.collectors.traces import summarize_trace  # each collector loads only when asked for
 
     out = Collected()
     urls = [m for m in options.metrics if m.startswith(("http://", "https://"))]

@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kbopt.collectors.collected import Collected
+from kbopt.collectors.nvml import SLOWDOWN_REASONS
+from kbopt.collectors.web import HttpProblem, exchange
 from kbopt.errors import KboptError
-from kbopt.kb.collectors.collected import Collected
-from kbopt.kb.collectors.nvml import SLOWDOWN_REASONS
-from kbopt.kb.collectors.web import HttpProblem, exchange
 from kbopt.kb.provenance import Provenance
 
 Labels = tuple[tuple[str, str], ...]

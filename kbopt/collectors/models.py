@@ -8,8 +8,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kbopt.collectors.collected import Collected
 from kbopt.errors import KboptError
-from kbopt.kb.collectors.collected import Collected
 from kbopt.kb.packaged import package_dir
 from kbopt.kb.provenance import Provenance
 from kbopt.kb.yamlio import read_yaml
@@ -71,7 +71,7 @@ def _from_config(path: Path) -> Collected:
                 out.facts["model.params_billion"] = (round(decoder[0] + params / 1e9, 6), decoder[1])
             out.put("model.vision_params_billion", params / 1e9, Provenance(
                 f"config:{path.name}", "derived", metric="vision_config: depth x (attention 4 w^2 + MLP) + patch merger",
-                note="kb/collectors/models.py, vision_encoder: the ViT's linear layers (a gated MLP where hidden_act is silu)"))
+                note="kbopt/collectors/models.py, vision_encoder: the ViT's linear layers (a gated MLP where hidden_act is silu)"))
             if patches:
                 out.put("model.vision_patches_per_token", patches, Provenance(
                     f"config:{path.name}", "measured", metric="vision_config.spatial_merge_size squared"))
@@ -274,7 +274,7 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
     if attention is not None and layers:
         out.put("model.attention_params_billion", layers * attention / 1e9, Provenance(
             f"config:{path.name}", "derived", metric="shape: layers x (q, k, v, o projections)",
-            note="kb/collectors/models.py, attention_params: what data-parallel attention replicates on every GPU"))
+            note="kbopt/collectors/models.py, attention_params: what data-parallel attention replicates on every GPU"))
     if experts:
         _estimated(out, path, "model.active_params_billion", moe_active_params(config),
                    "shape: shared + experts_per_token x per-expert parameters",
@@ -301,7 +301,7 @@ def _estimated(out: Collected, path: Path, fact: str, count: float | None, metri
     """A parameter count estimated from the config's shape, in billions, or a note saying what to give."""
     if count is not None and count <= 1e14:
         out.put(fact, count / 1e9, Provenance(f"config:{path.name}", "derived", metric=metric,
-                                              note=f"an estimate from the config's shape (kb/collectors/models.py, {how}"))
+                                              note=f"an estimate from the config's shape (kbopt/collectors/models.py, {how}"))
     else:
         out.notes.append(f"{path.name}: {missing}")
 

@@ -18,9 +18,9 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
+from kbopt.collectors.prometheus import READ_FAMILIES, Scrape, facts_from_scrapes
+from kbopt.collectors.web import HttpProblem, check_url, exchange
 from kbopt.errors import KboptError
-from kbopt.kb.collectors.prometheus import READ_FAMILIES, Scrape, facts_from_scrapes
-from kbopt.kb.collectors.web import HttpProblem, check_url, exchange
 from kbopt.kb.provenance import Provenance
 
 Kind = Literal["gauge", "info", "counter", "buckets"]

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TextIO, TypeVar
 
+from kbopt.collectors.collected import Collected
 from kbopt.errors import KboptError
-from kbopt.kb.collectors.collected import Collected
 from kbopt.kb.provenance import Provenance
 
 # Clock throttle (clock event) reasons that slow a busy GPU down: SW power cap 0x4, HW slowdown 0x8,

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kbopt.collectors.collected import Collected
 from kbopt.errors import KboptError
-from kbopt.kb.collectors.collected import Collected
 from kbopt.kb.provenance import Provenance
 
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
