@@ -315,7 +315,9 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                 on_today = _params(candidates[key], on_checkpoint, catalog[candidates[key].strategy])[0]
                 before_plan[key] = {name: on_today.get(name, value) for name, value in values.items()}
     resized: list[str] = []
-    for key in [key for key in resolution.chosen if key not in unneeded and key not in kept]:
+    # a strategy in place whose cap the advice changes too (set 28 d4: continuous batching's cap
+    # lowered to the 2 sequences today's 16-bit KV pool holds, beside an FP8 cache that holds 4)
+    for key in [key for key in resolution.chosen if key not in unneeded and (key not in kept or key in planned)]:
         c = candidates[key]                  # a cap is sized after the whole plan: one number everywhere
         params, notes = evaluated[key]
         for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
