@@ -175,6 +175,9 @@ class Carry:
     mapping: tuple[tuple[str, str], ...] = ()   # the fact's enum values -> the engine's spelling
     value: str | None = None           # a computation of engine/advice/launch.py (expert_size)
     deployed_only: bool = False        # only when the facts are this engine's own settings
+    # the engine's value where the command leaves the flag out: a facts file that states it is not
+    # set aside as a value the command overrides (TP 1; TGI's --num-shard takes every GPU it sees)
+    default: Any = None
 
     @property
     def name(self) -> str:
@@ -484,7 +487,7 @@ def _carry(raw: dict[str, Any]) -> Carry:
     mapping = raw.get("value")
     return Carry(raw["fact"], raw["set"], raw.get("kind", "cli"), raw.get("when"),
                  tuple(sorted(mapping.items())) if isinstance(mapping, dict) else (),
-                 mapping if isinstance(mapping, str) else None, bool(raw.get("deployed_only")))
+                 mapping if isinstance(mapping, str) else None, bool(raw.get("deployed_only")), raw.get("default"))
 
 
 def _read(raw: dict[str, Any]) -> Read:

@@ -36,8 +36,8 @@ class Command:
     yaml_keys: frozenset[str] = frozenset()        # args read from today's TensorRT-LLM options file (dotted keys)
     several: frozenset[str] = frozenset()          # unmodelled flags given several words: the value is them shell-quoted
     # serving.* facts a flag of the profile states, whose flag the command leaves out: the engine runs
-    # them at its defaults, whatever a facts file says (fact, flag)
-    defaults: tuple[tuple[str, str], ...] = ()
+    # them at its defaults, whatever a facts file says (fact, flag, the default where the profile knows it)
+    defaults: tuple[tuple[str, str, Any], ...] = ()
 
     @property
     def unmodelled(self) -> tuple[str, ...]:
@@ -172,20 +172,21 @@ _NOT_BY_ABSENCE = frozenset({"serving.quantization", "serving.kv_block_size", "s
 
 
 def _left_at_defaults(spec: Engine, args: list[tuple[str, str | None]], stated: dict[str, Any], at: Version
-                      ) -> tuple[tuple[str, str], ...]:
+                      ) -> tuple[tuple[str, str, Any], ...]:
     """The serving facts the profile's flags state that the command does not give: the engine's
     defaults hold for them, and a facts file's values for them are not what runs. A flag the
     engine does not have at the command's version settles nothing (vLLM before 0.12 spans nodes
     through Ray, with no --nnodes: set 27 d4)."""
     given = {name for name, _ in args}
-    out: dict[str, str] = {}
-    for fact, flag in [*((carry.fact, carry.name) for carry in spec.deployment), *((read.fact, read.flag) for read in spec.reads)]:
+    out: dict[str, tuple[str, Any]] = {}
+    for fact, flag, default in [*((carry.fact, carry.name, carry.default) for carry in spec.deployment),
+                                *((read.fact, read.flag, None) for read in spec.reads)]:
         known = spec.by_name.get(flag)
         if known is not None and not known.holds_at(at):
             continue
         if fact.startswith("serving.") and fact not in _NOT_BY_ABSENCE and fact not in stated and flag not in given:
-            out.setdefault(fact, flag)
-    return tuple(sorted(out.items()))
+            out.setdefault(fact, (flag, default))
+    return tuple((fact, flag, default) for fact, (flag, default) in sorted(out.items()))
 
 
 OPTIONS_FILES = ("--extra_llm_api_options", "--config")   # TensorRT-LLM's YAML of LLM API options (serve.py)

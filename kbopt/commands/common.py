@@ -73,12 +73,13 @@ def facts_reader(args: Any) -> tuple[Any, str, Any, list[str]]:
     return read, name, command, command.overrides() if command else []
 
 
-def _without_defaults(document: dict[str, Any], defaults: tuple[tuple[str, str], ...]
+def _without_defaults(document: dict[str, Any], defaults: tuple[tuple[str, str, Any], ...]
                       ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """The facts document without the serving facts today's command leaves at the engine's defaults,
-    and those it had (fact, flag)."""
+    and those it had (fact, flag); a fact that states the default itself stays, unremarked."""
     serving = document.get("serving")
-    found = [(fact, flag) for fact, flag in defaults if isinstance(serving, dict) and fact.split(".", 1)[1] in serving]
+    found = [(fact, flag) for fact, flag, default in defaults if isinstance(serving, dict)
+             and fact.split(".", 1)[1] in serving and (default is None or serving[fact.split(".", 1)[1]] != default)]
     if not found or not isinstance(serving, dict):
         return document, []
     dropped = {fact.split(".", 1)[1] for fact, _ in found}
