@@ -833,6 +833,9 @@ def test_mixtral_qwen3_and_llama_configs():
     assert "model.num_experts" not in qwen3 and "model.active_params_billion" not in qwen3
     llama = _facts(_model("llama31_70b_config.json"))
     assert (llama["model.hidden_size"], llama["model.num_attention_heads"], llama["model.head_dim"]) == (8192, 64, 128)
+    # a dense model's FFN width, which a LoRA adapter's MLP projections span (M-LORA-MEMORY); a MoE
+    # model's goes to the expert width instead
+    assert llama["model.intermediate_size"] == 28672 and "model.intermediate_size" not in mixtral
 
 
 def test_moe_active_params_formula_gives_the_total_with_every_expert():
@@ -876,7 +879,7 @@ def test_a_block_fp8_moe_config_gives_the_expert_width_and_the_block(run_cli, tm
     model = json.loads(out)["model"]
     assert code == 0 and model["moe_intermediate_size"] == 1536 and model["weight_block_size"] == 128
     assert (model["vocab_size"], model["tied_embeddings"]) == (151936, False)
-    assert model["weight_dtype"] == "fp8" and model["num_experts"] == 128
+    assert model["weight_dtype"] == "fp8" and model["num_experts"] == 128 and "intermediate_size" not in model
 
 
 _LLAMA_8B_SHAPE = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,

@@ -389,18 +389,19 @@ def test_a_launch_command_states_the_serving_facts_and_carries_what_kbopt_does_n
     from kbopt.engine.advice.command import read_command
     command = read_command("vllm serve org/m --tensor-parallel-size=4 --quantization awq_marlin --kv-cache-dtype fp8 "
                            "--max-model-len 32768 --no-enable-prefix-caching --enable-lora --max-loras 4 --max-lora-rank 32 "
-                           "--enforce-eager")
+                           "--max-logprobs 40 --enforce-eager")
     assert dict(command.facts) == {"workload.engine": "vllm", "workload.batching": "continuous", "model.name": "org/m",
                                    "serving.tensor_parallel_size": 4,
                                    "serving.quantization": "int4_awq", "model.kv_cache_dtype": "fp8",
                                    "serving.max_model_len": 32768, "serving.prefix_caching": False,
-                                   "serving.cuda_graphs": False, "serving.lora": True, "serving.max_loras_per_batch": 4}
-    assert command.unmodelled == ("--max-lora-rank",)
+                                   "serving.cuda_graphs": False, "serving.lora": True, "serving.max_loras_per_batch": 4,
+                                   "serving.max_lora_rank": 32}
+    assert command.unmodelled == ("--max-logprobs",)
     code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", "vllm serve org/m --tensor-parallel-size 4 "
-                           "--enable-lora --max-loras 4 --max-lora-rank 32", "--emit", "vllm")
+                           "--enable-lora --max-loras 4 --max-logprobs 40", "--emit", "vllm")
     assert code == 0 and "MODEL_DEFAULT=org/m" in out
-    assert "  --max-lora-rank 32 " in out and "not modelled: carried as given" in out and "  --max-loras 4 " in out
-    assert "carried as given from today's command, not checked by kbopt's profile: --max-lora-rank" in out
+    assert "  --max-logprobs 40 " in out and "not modelled: carried as given" in out and "  --max-loras 4 " in out
+    assert "carried as given from today's command, not checked by kbopt's profile: --max-logprobs" in out
 
 
 @pytest.mark.parametrize("text,facts", [
@@ -465,13 +466,13 @@ def test_markdown_and_html_show_the_launch_changes(run_cli, fmt, marker):
 
 
 def test_every_report_reads_the_launch_command_too(run_cli):
-    command = "vllm serve org/m --tensor-parallel-size 1 --max-lora-rank 32"
+    command = "vllm serve org/m --tensor-parallel-size 1 --max-logprobs 40"
     code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", command, "--format", "json")
     settings = {s["setting"]: s for s in json.loads(out)["launch"]["settings"]}
-    assert code == 0 and settings["--max-lora-rank"]["rule"] == "today: --launch (not modelled: carried as given)"
+    assert code == 0 and settings["--max-logprobs"]["rule"] == "today: --launch (not modelled: carried as given)"
     for fmt in ("text", "md", "html"):
         code, out, _ = run_cli("advise", "--facts", str(FACTS), "--launch", command, "--format", fmt)
-        assert code == 0 and "--max-lora-rank" in out, fmt
+        assert code == 0 and "--max-logprobs" in out, fmt
 
 
 @pytest.mark.parametrize("engine,flag", [("vllm", "--no-enable-prefix-caching"), ("sglang", "--disable-radix-cache")])

@@ -27,7 +27,7 @@ def test_d4_requests_arriving_on_their_own_queue_for_the_prefill_with_under_two_
 def test_d4_the_cap_is_sized_on_the_pool_the_scripts_fp8_kv_cache_leaves(pack):
     # the 16-bit pool holds 2 documents of 80k, the FP8 cache the script sets 4: a cap of 2 would keep
     # a third prompt from starting its prefill, the phase the TTFT objective is about
-    advice, script = review_deployment(pack, DATA, "d4")
+    _, script = review_deployment(pack, DATA, "d4")
     assert script_flag(script, "--kv-cache-dtype") == "fp8"
     assert script_flag(script, "--max-num-seqs") == "4"
 
@@ -66,3 +66,36 @@ def test_d3_a_decode_instance_projects_no_first_token(pack):
 def test_a_facts_file_that_states_the_engines_default_parallelism_is_not_set_aside(run_cli, name):
     code, _, err = run_cli("advise", "--facts", str(next(HERE.glob(f"{name}-*.json"))), "--launch", f"@{HERE / f'{name}.launch'}")
     assert code == 0 and "set aside" not in err
+
+
+def test_d2_lora_slots_come_out_of_the_kv_pool_and_each_step_reads_the_active_adapters(pack):
+    # 8 rank-64 slots on Llama-3.1-8B: 336 MB each by hand (7 x 4096 + 2 x 4096 + 2 x 1024 + 3 x
+    # 14,336 widths x 32 layers x 64 x 2 bytes), 2.7 GB of slots, all eight active among 25 running
+    advice, _ = review_deployment(pack, DATA, "d2")
+    derived = advice.derived
+    assert derived["derived.lora_slot_gib_per_gpu"] * 2**30 == pytest.approx(336e6, rel=0.02)
+    assert derived["derived.lora_gib_per_gpu"] == pytest.approx(8 * derived["derived.lora_slot_gib_per_gpu"])
+    assert derived["derived.lora_step_gib_per_gpu"] == pytest.approx(derived["derived.lora_gib_per_gpu"])
+    base = 8.03e9 * 2 - 128256 * 4096 * 2          # the weights a step reads, the input embedding gathered
+    assert derived["derived.active_weight_bytes_per_gpu"] == pytest.approx(base + 8 * 336e6, rel=0.03)
+
+
+def test_d2_the_adapter_queue_is_the_first_token_and_more_slots_remove_it(pack):
+    # 8 waiting beside 25 running with the KV cache 40% used: they wait for an adapter slot, about
+    # 8 x 250 tokens x 24 ms / 25 = 1.9 s by Little's law (2.2 s of TTFT measured, 162 ms modelled
+    # without it); 24 slots run them, for a longer step (more adapters read, a larger batch)
+    advice, script = review_deployment(pack, DATA, "d2")
+    assert advice.derived["derived.lora_wait_ms"] == pytest.approx(1920, rel=0.1)
+    assert advice.derived["derived.ttft_expected_ms"] == pytest.approx(2200, rel=0.15)
+    assert script_flag(script, "--max-loras") == "24"
+    outcome = next(s for s in advice.strategies if s.id == "lora_slots")
+    moves = {g.metric: (g.before, g.after) for g in outcome.expected}
+    assert moves["ttft_expected_ms"][1] < 0.2 * moves["ttft_expected_ms"][0]
+    assert moves["itl_expected_ms"][1] > moves["itl_expected_ms"][0]
+
+
+def test_d2_slots_sized_for_rank_64_shrink_to_the_adapters_rank(pack, tmp_path):
+    from conftest import changed_deployment
+    advice = changed_deployment(pack, DATA, "d2", tmp_path, serving__max_lora_rank=64, serving__lora_rank_used=12)
+    rank = strategy_of(advice, "lora_rank")
+    assert rank is not None and rank.params["max_lora_rank"] == 16      # vLLM's ranks are 8, 16, 32, ...

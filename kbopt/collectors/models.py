@@ -206,6 +206,9 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
         out.put("model.num_attention_heads", heads, source("num_attention_heads"))
     if hidden:
         out.put("model.hidden_size", hidden, source("hidden_size"))
+    ffn = _count(config, "intermediate_size")
+    if ffn and not _count(config, "num_local_experts", "n_routed_experts", "num_experts"):
+        out.put("model.intermediate_size", ffn, source("intermediate_size"))     # dense: a LoRA adapter's MLP widths
     # the embedding and lm_head: 16-bit in quantized checkpoints, and no prefill math (M-PREFILL-PARAMS)
     vocab = _count(config, "vocab_size")
     if vocab:
