@@ -812,6 +812,7 @@ def test_deepseek_v3_config_mla_and_moe():
     collected = _model("deepseek_v3_config.json")
     facts = _facts(collected)
     assert (facts["model.kv_lora_rank"], facts["model.qk_rope_head_dim"]) == (512, 64)
+    assert (facts["model.qk_nope_head_dim"], facts["model.v_head_dim"]) == (128, 128)   # a prefill's decompressed heads
     assert (facts["model.num_experts"], facts["model.experts_per_token"], facts["model.num_layers"]) == (256, 8, 61)
     assert (facts["model.num_attention_heads"], facts["model.hidden_size"]) == (128, 7168)
     assert facts["model.weight_dtype"] == "fp8"

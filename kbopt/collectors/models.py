@@ -239,6 +239,10 @@ def _shape(path: Path, config: dict[str, Any]) -> Collected:
         rope = config.get("qk_rope_head_dim")
         if isinstance(rope, int) and not isinstance(rope, bool) and 0 <= rope < 2**20:
             out.put("model.qk_rope_head_dim", rope, source("qk_rope_head_dim"))
+        for key in ("qk_nope_head_dim", "v_head_dim"):     # the decompressed heads a prefill's attention runs on
+            width = _count(config, key)
+            if width:
+                out.put(f"model.{key}", width, source(key))
         if not layers:
             raise KboptError(f"--model {path}: num_hidden_layers is needed")
     else:
