@@ -46,3 +46,13 @@ def test_d2_short_prompts_share_a_step_and_the_api_server_is_the_lever(pack):
     assert advice.derived["derived.ttft_expected_ms"] == pytest.approx(25, rel=0.3)
     assert strategy_of(advice, "api_servers") is not None
     assert script_flag(script, "--api-server-count") is not None
+
+
+def test_d5_tensorrt_llms_graph_ceiling_is_read_from_the_options_and_moves_with_the_cap(pack):
+    # cuda_graph_config.max_batch_size: 16 in today's options beside 20 running (40 at the peak): the
+    # larger steps launch eagerly; the script's running cap takes the graphs with it
+    advice, script = review_deployment(pack, DATA, "d5")
+    assert advice.facts["serving.cuda_graph_max_batch"] == 16
+    assert advice.derived["derived.graph_batch_excess"] > 0
+    cap = int(script_flag(script, "--max_batch_size"))
+    assert f"max_batch_size: {cap}" in script.split("cuda_graph_config:", 1)[1]
