@@ -56,3 +56,11 @@ def test_d5_tensorrt_llms_graph_ceiling_is_read_from_the_options_and_moves_with_
     assert advice.derived["derived.graph_batch_excess"] > 0
     cap = int(script_flag(script, "--max_batch_size"))
     assert f"max_batch_size: {cap}" in script.split("cuda_graph_config:", 1)[1]
+
+
+def test_d3_replicas_are_sized_on_the_deployment_the_plans_other_changes_leave(pack):
+    # today's ITL cap is 2 requests (a 20 ms objective on a 29 ms step), so today's load asked for 23
+    # replicas; beside the plan's FP8 weights and KV cache 72 meet it, and the plan asked for 23x the
+    # GPUs its own figures did not need
+    advice, _ = review_deployment(pack, DATA, "d3")
+    assert advice.plan is not None and (advice.plan.replicas or 1) <= 2
