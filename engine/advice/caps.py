@@ -65,8 +65,18 @@ def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
     # the pool's batch as the engine admits it (M-MAX-BATCH-KV: TensorRT-LLM's default admission
     # reserves each request's prompt and output limit), where the rule's cap is that batch
     admitted_before, admitted_after = plan_metric(plan, derived, "max_batch_kv")
+    itl_before, itl_after = plan_metric(plan, derived, "max_batch_itl")
     why = ""
-    if (admitted_before is not None and admitted_after is not None and admitted_after != admitted_before
+    if (itl_before is not None and itl_after is not None and math.floor(itl_after) != math.floor(itl_before)
+            and cap == max(1, math.floor(itl_before))):
+        # the rule's cap was the largest batch meeting the ITL objective on today's step (a latency
+        # objective's continuous batching): the plan's step moves it (set 29 d3: 2 on today's 16-bit
+        # step, 72 beside FP8 weights and KV cache, where 44 run today and 80 at the peak)
+        cap, why = max(1, math.floor(itl_after)), (f"sized after the plan: {math.floor(itl_before):,} -> "
+                                                   f"{math.floor(itl_after):,} requests meet the ITL objective")
+        if after is not None and math.floor(after) < cap:     # and no more than the plan's pool holds
+            cap, why = max(1, math.floor(after)), why + f", {math.floor(after):,} sequences fit the KV pool the plan leaves"
+    elif (admitted_before is not None and admitted_after is not None and admitted_after != admitted_before
             and abs(cap - math.floor(admitted_before)) <= 1 and (before is None or abs(cap - math.floor(before)) > 1)):
         cap, why = max(1, math.floor(admitted_after)), (
             f"sized on the KV pool after the plan: {math.floor(admitted_before):,} -> {math.floor(admitted_after):,} "
