@@ -72,3 +72,17 @@ def test_d3_a_latency_cap_is_the_itl_batch_the_plan_leaves(pack):
     # cache 72 meet the objective
     _, script = review_deployment(pack, DATA, "d3")
     assert int(script_flag(script, "--max-running-requests")) >= 70
+
+
+def test_d5_a_zero_graph_ceiling_in_the_options_is_tensorrt_llms_default_not_an_error(run_cli, tmp_path):
+    # CudaGraphConfig's max_batch_size 0 leaves the sizes to the engine: a command that starts is not
+    # refused for it, and no step is read as eager
+    from pathlib import Path
+    data = Path(__file__).resolve().parent / "data" / DATA
+    options = tmp_path / "d5-extra.yaml"
+    options.write_text((data / "d5-extra.yaml").read_text().replace("max_batch_size: 16", "max_batch_size: 0"))
+    command = (data / "d5.launch").read_text().replace("d5-extra.yaml", str(options))
+    code, out, err = run_cli("advise", "--facts", str(next(data.glob("d5-*.json"))), "--launch", command, "--format", "json")
+    assert code == 0, err
+    import json
+    assert "derived.graph_batch_excess" not in json.loads(out)["derived"]
