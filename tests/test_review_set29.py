@@ -36,6 +36,9 @@ def test_d4_speculation_beside_a_pinned_memory_fraction_keeps_sglangs_draft_rese
     advice, script = review_deployment(pack, DATA, "d4")
     assert script_flag(script, "--speculative-algorithm") == "EAGLE"
     assert float(script_flag(script, "--mem-fraction-static")) == pytest.approx(0.92 - 2 / advice.derived["derived.gpu_memory_gib"], abs=0.001)
+    # and the model's pool gives the reserve up with it
+    pool = next(g for g in strategy_of(advice, "speculative_decoding").expected if g.metric == "kv_pool_gib_per_gpu")
+    assert pool.before - pool.after == pytest.approx(2, abs=0.05)
 
 
 def test_d2_short_prompts_share_a_step_and_the_api_server_is_the_lever(pack):

@@ -323,13 +323,13 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
         return {"value": raw}, ""
     if entry.value == "spec_reserve":
         # a speculative method added where today's command pins SGLang's memory fraction: the fraction
-        # less the 2 GiB its own default keeps for a draft (server_args.py@0.5.1:387-389); nothing to
+        # less what its own default keeps for a draft (sglang_speculation_reserve_gib); nothing to
         # write where the fraction is SGLang's own or speculation already runs (an empty reason)
         today, gpu = facts.get("serving.memory_fraction"), derived.get("derived.gpu_memory_gib")
         running = facts.get("serving.speculative_method") not in (None, "none")
         if raw in (None, "none") or running or not _number(today) or not _number(gpu) or gpu <= 0:
             return None, ""
-        return {"value": round(float(today) - 2 / float(gpu), 3)}, ""
+        return {"value": round(float(today) - _parameter("sglang_speculation_reserve_gib", constants) / float(gpu), 3)}, ""
     if entry.value == "queue_limit":
         # admission_control may be a yes/no: only a number is a queue limit.
         return ({"value": raw}, "") if _number(raw) and raw > 0 else (None, "admission_control: no limit given")
