@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BUILT = load_pack()
 READ_BACK = cache.decode(cache.encode(BUILT))
-# the cache holds what lasts across processes (the pack's persistent artefacts), not what a run keeps
+# the cache holds what lasts across processes (the pack's Compiled data), not its runtime
 assert READ_BACK.rules == BUILT.rules and READ_BACK is not BUILT
 # A bundled example runs on every evaluator over both forms; every other case on each evaluator
 # over one form, the forms crossed (durable_rules on the built pack, the reference on the read-back

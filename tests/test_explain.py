@@ -141,7 +141,7 @@ def test_a_kept_walk_is_the_walk_it_stands_for(pack):
                 for path in sorted(EXAMPLES.glob("*.json"))]
     chained = synthetic_pack(105)
     for tried in (pack, chained):
-        tried.artefacts.pop("not-evaluated walks", None)
+        tried.runtime.not_evaluated_walks = None
         for _ in range(ATTEMPTS):
             if tried is pack:
                 values = {path: value for path, value in rng.choice(examples).items() if rng.random() > 0.05}
@@ -150,7 +150,8 @@ def test_a_kept_walk_is_the_walk_it_stands_for(pack):
             got = _final(tried, values).not_evaluated()
             fresh = _final(tried, values)
             assert [item.missing for item in got] == list(fresh._walk([tried.by_id()[item.rule] for item in got]))
-        walks = tried.artefacts["not-evaluated walks"]
+        walks = tried.runtime.not_evaluated_walks
+        assert walks is not None
         assert 1 < len(walks.results) < ATTEMPTS, len(walks.results)      # walks were kept, and reused
 
 
@@ -399,7 +400,7 @@ def test_an_evaluation_s_result_credits_each_fact_to_its_first_rule(pack):
     from kbopt.engine.evaluators.derivation import DerivedFacts, finish
     from kbopt.engine.evaluators.reference import make_chain
     from kbopt.errors import EvaluationError
-    pack.artefacts.pop("finish plans", None)
+    pack.runtime.finish_plans = None
     rng = random.Random(3)
     examples = [facts_from_document(json.loads(path.read_text()), path.name).engine_values(pack.kb.vocabulary)
                 for path in sorted(EXAMPLES.glob("*.json"))]
@@ -423,7 +424,8 @@ def test_an_evaluation_s_result_credits_each_fact_to_its_first_rule(pack):
         assert result.fired == tuple(order)
         assert result.derived == expected          # in no particular order
         compared += 1
-    plans = pack.artefacts["finish plans"]
+    plans = pack.runtime.finish_plans
+    assert plans is not None
     assert compared > 150 and 0 < len(plans.results) < compared      # plans were kept, and reused
 
 
@@ -636,7 +638,7 @@ def test_a_rule_s_kept_undecided_facts_and_ways_are_those_worked_out_afresh(pack
     rng = random.Random(5)
     examples = [facts_from_document(json.loads(path.read_text()), path.name).engine_values(pack.kb.vocabulary)
                 for path in sorted(EXAMPLES.glob("*.json"))]
-    pack.artefacts.pop("explain", None)
+    pack.runtime.explain_forms = None
     compared = 0
     for _ in range(60):
         values = {path: value for path, value in rng.choice(examples).items() if rng.random() > 0.3}
@@ -650,5 +652,5 @@ def test_a_rule_s_kept_undecided_facts_and_ways_are_those_worked_out_afresh(pack
             condition = rule.fire_condition
             assert got == (own_of(undecided_by(condition, lookup)), tuple(alternatives(condition, lookup))), rule.id
             compared += 1
-    kept = sum(len(compiled._owns.results) for compiled in pack.artefacts["explain"].values() if "_owns" in vars(compiled))
+    kept = sum(len(compiled._owns.results) for compiled in (pack.runtime.explain_forms or {}).values() if "_owns" in vars(compiled))
     assert compared > 3000 and kept > 500, (compared, kept)

@@ -39,11 +39,10 @@ from kbopt.engine.advice.whatif import (
 )
 from kbopt.engine.conflicts import Candidate, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
-from kbopt.engine.evaluators.closures import compile_condition
+from kbopt.engine.evaluators.closures import catalog_condition
 from kbopt.engine.lang import template
 from kbopt.engine.lang.logic import KNOWN, Lookup, Missing, evaluate, value_of
 from kbopt.engine.lang.nodes import unique_facts
-from kbopt.engine.lang.parse import parse_condition
 from kbopt.engine.lang.text import fmt, render_template
 from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn, refers_to
 from kbopt.kb.catalog import Strategy
@@ -51,7 +50,7 @@ from kbopt.kb.facts import Facts
 
 
 @dataclass(frozen=True)
-class _Explained:
+class Explained:
     """What a rule's firing says that does not depend on the facts, prepared once per pack."""
     when_values: Callable[[dict[str, Any]], str]     # the condition with each fact's value beside it
     because: template.Compiled                       # the `because` text, split at its placeholders
@@ -60,12 +59,12 @@ class _Explained:
     derives: tuple[str, ...]                         # the facts it derives, sorted (as its firing shows them)
 
     @classmethod
-    def of(cls, rule: Rule) -> _Explained:
+    def of(cls, rule: Rule) -> Explained:
         return cls(render_template(rule.when), template.compile_text(rule.because),
                    {p.name: p.value for p in rule.parameters}, rule.location, tuple(sorted(set(rule.derives))))
 
 
-def fill_because(explained: _Explained, lookup: Lookup) -> str:
+def fill_because(explained: Explained, lookup: Lookup) -> str:
     """The rule's `because` text with `{fact}` and `{parameter}` placeholders filled in."""
     return template.fill_compiled(explained.because, _placeholder_values(explained.parameters, lookup))
 
@@ -101,7 +100,7 @@ class _Texts:
     Firing's equality is that of its facts, as when the texts were left out of it."""
     __slots__ = ("explained", "lookup", "shown", "written")
 
-    def __init__(self, explained: _Explained, shown: dict[str, Any], lookup: Lookup) -> None:
+    def __init__(self, explained: Explained, shown: dict[str, Any], lookup: Lookup) -> None:
         self.explained, self.shown, self.lookup = explained, shown, lookup
         self.written: tuple[str, str] | None = None
 
@@ -132,11 +131,11 @@ def advise(facts: Facts, pack: Pack, evaluator: str = "durable") -> Advice:
 
     derived = derivation.derived
     firings = []
-    explained: dict[str, _Explained] = pack.memo("explained", dict)     # each rule's, once it fired
+    explained = pack.runtime.explained      # each rule's, once it fired
     for rule_id in derivation.fired:
         rule, said = rules[rule_id], explained.get(rule_id)
         if said is None:
-            said = explained[rule_id] = _Explained.of(rule)
+            said = explained[rule_id] = Explained.of(rule)
         values, checks = final.witness(rule, written)
         # the facts credited to it (another fired rule earlier in the pack may derive one too)
         made = {path: credit[0] for path in said.derives if (credit := derived.get(path)) is not None and credit[1] == rule_id}
@@ -422,8 +421,7 @@ def in_place(pack: Pack, strategy: Strategy, variant: str | None, final: FinalFa
     text = strategy.in_place_condition(variant)
     if not text:
         return False
-    check = pack.memo(f"in_place:{text}", lambda: compile_condition(parse_condition(text, pack.kb.vocabulary, {})))
-    return check(final.lookup) is True
+    return catalog_condition(pack, text)(final.lookup) is True
 
 
 def _variant_param(strategy: Strategy, variant: str | None) -> dict[str, Any]:
@@ -439,9 +437,7 @@ def _costs_accuracy(strategy: Strategy, variant: str | None, whatif: WhatIf) -> 
     text = strategy.capacity_pays_when
     if not text:
         return True
-    pack = whatif.pack
-    check = pack.memo(f"capacity_pays:{text}", lambda: compile_condition(parse_condition(text, pack.kb.vocabulary, {})))
-    return check(whatif.baseline.lookup) is not True
+    return catalog_condition(whatif.pack, text)(whatif.baseline.lookup) is not True
 
 
 def _partners(candidates: dict[str, Candidate], requires: list[Drawn[Require]], catalog: Mapping[str, Strategy],
@@ -626,9 +622,8 @@ def _effects_read_params(strategy: Strategy, variant: str | None) -> bool:
 
 def _drawn(pack: Pack, fired: tuple[str, ...], kind: type[C]) -> list[Drawn[C]]:
     """Every conclusion of `kind` the fired rules drew, in firing order."""
-    by_kind = pack.memo(f"drawn:{kind.__name__}", lambda: {
-        rule.id: tuple(Drawn(rule.id, c) for c in rule.then if isinstance(c, kind)) for rule in pack.rules})
-    return [drawn for rule_id in fired for drawn in by_kind[rule_id]]
+    rules = pack.by_id()
+    return [Drawn(rule_id, c) for rule_id in fired for c in rules[rule_id].then if isinstance(c, kind)]
 
 
 def _prefer_by_objectives(candidates: Mapping[str, Candidate], kept: set[str], catalog: Mapping[str, Strategy],

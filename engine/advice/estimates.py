@@ -286,7 +286,7 @@ class Model:
         self.earlier, self.recomputed = earlier, recomputed
         self.lookup: Lookup = model_lookup(inputs, derivation.derived)
         # each derive expression's compile_trace, by (rule, fact), made once per pack
-        self._compiled: dict[tuple[str, str], Callable[[Lookup], Trace]] = pack.memo("traces", dict)
+        self._compiled = pack.runtime.traces
 
     def _borrows(self, path: str) -> Model | None:
         """The earlier model, where it already knows all about `path`."""

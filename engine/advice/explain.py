@@ -44,7 +44,7 @@ def own_of(undecided: list[str]) -> Own:
     return frozenset(missing), tuple(dict.fromkeys(unknown))
 
 
-class _Compiled:
+class ExplainForm:
     """What explaining a rule uses, made once per pack, each part when first used: its condition
     as the evaluators' closure (a warm advice 1.35x faster than by the tree walk, a cold one the
     same), and the tree walk's undecided facts where it is left undecided."""
@@ -145,7 +145,12 @@ class FinalFacts:
         self.known = {**inputs, **self.derived}        # one dict read per lookup (the two never share a path)
         self.fired = set(derivation.fired)
         self.rules = pack.by_id()
-        self.compiled = pack.memo("explain", lambda: {rule.id: _Compiled(rule) for rule in pack.rules})
+        runtime = pack.runtime
+        if runtime.explain_forms is None:
+            runtime.explain_forms = {rule.id: ExplainForm(rule) for rule in pack.rules}
+        if runtime.absent_order is None:
+            runtime.absent_order = absent_order(pack)
+        self.compiled = runtime.explain_forms
         self.status: dict[str, str] = {}
         # A Lookup (status, value) over the two dicts alone: what an advice's texts keep of this.
         self.lookup: Lookup = final_lookup(self.known, self.status)
@@ -156,7 +161,7 @@ class FinalFacts:
         self._decision: dict[str, bool | None] = {}
         self._reachable: dict[str, frozenset[str]] = {}
         status, known, fired, compiled = self.status, self.known, self.fired, self.compiled
-        order, position, readers = pack.memo("absent order", lambda: absent_order(pack))
+        order, position, readers = runtime.absent_order
         queue = [path for path in order if path not in self.derived]
         for path in sorted(queue):
             status[path] = UNKNOWN
@@ -195,8 +200,10 @@ class FinalFacts:
         # A rule that fired held: absent from the decisions, it is not among the undecided.
         undecided = [rule for rule in self.pack.rules if self._decision.get(rule.id, False) is None]
         key: tuple[object, ...] = tuple((rule.id, *self._own(rule.id)) for rule in undecided)
-        walks: Kept[tuple[object, ...], tuple[NotEvaluated, ...]] = self.pack.memo(
-            "not-evaluated walks", lambda: Kept(WALKS_KEPT))
+        runtime = self.pack.runtime
+        walks = runtime.not_evaluated_walks
+        if walks is None:
+            walks = runtime.not_evaluated_walks = Kept(WALKS_KEPT)
         found = walks.get(key)
         if found is None:
             found = tuple(NotEvaluated(rule.id, rule.title, missing)

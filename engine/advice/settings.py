@@ -391,7 +391,10 @@ def pack_constants(pack: Pack) -> Constants:
     def build() -> Constants:
         found = {p.name: float(p.value) for rule in pack.rules for p in rule.parameters if p.name in MEMORY_CONSTANTS}
         return tuple(sorted(found.items()))
-    return pack.memo("memory constants", build)
+    runtime = pack.runtime
+    if runtime.memory_constants is None:
+        runtime.memory_constants = build()
+    return runtime.memory_constants
 
 
 def _parameter(name: str, constants: Constants) -> float:

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kbopt.engine.advice.explain import FinalFacts, NotEvaluated
-from kbopt.engine.evaluators.closures import compile_condition
-from kbopt.engine.lang.parse import parse_condition
+from kbopt.engine.evaluators.closures import catalog_condition
 from kbopt.engine.pack.rule import Pack, Recommend, Reject, Rule, Warn
 
 # What a waiting rule could change once the fact is known, and so how much the fact weighs: a
@@ -57,5 +56,4 @@ def _applies(pack: Pack, path: str, final: FinalFacts) -> bool:
     text = spec.applies_when if spec is not None else None
     if not text:
         return True
-    check = pack.memo(f"applies:{text}", lambda: compile_condition(parse_condition(text, pack.kb.vocabulary, {})))
-    return check(final.lookup) is not False
+    return catalog_condition(pack, text)(final.lookup) is not False

@@ -231,7 +231,11 @@ class WhatIf:
         def parse() -> Value:
             parameters = {p.name: p.value for rule in self.pack.rules for p in rule.parameters}
             return parse_value(raw[1:], self.pack.kb.vocabulary, parameters)
-        return self.pack.memo(f"effect:{raw}", parse)
+        effects = self.pack.runtime.effects
+        node = effects.get(raw)
+        if node is None:
+            node = effects[raw] = parse()
+        return node
 
     def _keeps_today(self, path: str, raw: Any) -> bool:
         """Whether an effect only keeps the fact's value where it is known: `= coalesce(path, ...)`."""

@@ -48,11 +48,11 @@ def precompile(pack: Pack) -> None:
 def make_evaluator(pack: Pack, name: str = "durable") -> Evaluator:
     """The pack's evaluator of that name, built once and kept with the pack (building one compiles
     the pack's rules: closures, durable_rules rulesets), so it lives exactly as long as the pack."""
-    key = f"evaluator:{name}"
-    evaluator = pack.artefacts.get(key)
+    evaluators = pack.runtime.evaluators
+    evaluator = evaluators.get(name)
     if evaluator is None:
-        evaluator = pack.artefacts[key] = _REGISTRY[name](pack)
+        evaluator = evaluators[name] = _REGISTRY[name](pack)
         # Checked once, when made: a runtime-checkable Protocol's isinstance takes about 7 us,
         # and an advice asks for its evaluator every time.
         assert isinstance(evaluator, Evaluator)
-    return evaluator  # type: ignore[return-value]  # artefacts holds the Evaluator put there above
+    return evaluator

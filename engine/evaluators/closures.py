@@ -38,7 +38,8 @@ from kbopt.engine.lang.nodes import (
     unique_facts,
 )
 from kbopt.engine.lang.operators import ARITHMETIC, COMPARISONS, FUNCTIONS
-from kbopt.engine.lang.parse import MAX_EXACT
+from kbopt.engine.lang.parse import MAX_EXACT, parse_condition
+from kbopt.engine.pack.rule import Pack
 
 CompiledCondition = Callable[[Lookup], bool | None]
 Compute = Callable[[Lookup], Any]         # a value expression's value; raises Missing
@@ -48,6 +49,16 @@ ChainingCheck = Callable[[dict[str, Any]], bool | None]
 def compile_condition(node: Condition) -> CompiledCondition:
     """A condition as nested closures over a Lookup."""
     return _closure(node)
+
+
+def catalog_condition(pack: Pack, text: str) -> CompiledCondition:
+    """A condition the knowledge base writes as text (a catalog's `in_place_when`, a fact's
+    `applies_when`), parsed on the pack's vocabulary and compiled once per pack."""
+    conditions = pack.runtime.conditions
+    check = conditions.get(text)
+    if check is None:
+        check = conditions[text] = _closure(parse_condition(text, pack.kb.vocabulary, {}))
+    return check
 
 
 def compile_chaining_check(node: Condition) -> ChainingCheck:

@@ -42,7 +42,10 @@ def conclusions(pack: Pack) -> dict[str, tuple[CompiledDerive, ...]]:
             accepted = acceptance(vocabulary, derive.path)
             return CompiledDerive(derive, compile_value(derive.value), accepted, accepted.test())
         return {rule.id: tuple(conclusion(c) for c in rule.then if isinstance(c, Derive)) for rule in pack.rules}
-    return pack.memo("conclusions", build)
+    runtime = pack.runtime
+    if runtime.conclusions is None:
+        runtime.conclusions = build()
+    return runtime.conclusions
 
 
 def acceptance(vocabulary: Vocabulary, path: str) -> Acceptance:
@@ -149,7 +152,10 @@ def finish(pack: Pack, fired: set[str], derived: DerivedFacts) -> Derivation:
     (engine/pack/kept.py), as most evaluations of a batch, and most what-ifs, fire a set some
     evaluation fired before."""
     key = frozenset(fired)
-    plans: Kept[frozenset[str], FinishPlan] = pack.memo("finish plans", lambda: Kept(PLANS_KEPT))
+    runtime = pack.runtime
+    plans = runtime.finish_plans
+    if plans is None:
+        plans = runtime.finish_plans = Kept(PLANS_KEPT)
     plan = plans.get(key)
     if plan is None:
         plan = finish_plan(pack, fired)

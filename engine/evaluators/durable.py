@@ -36,7 +36,7 @@ from kbopt.engine.evaluators.reference import reads as all_reads
 from kbopt.engine.lang.nodes import Cmp, Const, Contains, Known, Leaf, Needs, OneOf, facts_of
 from kbopt.engine.lang.normal_form import to_dnf, to_nnf
 from kbopt.engine.lang.operators import COMPARISONS
-from kbopt.engine.pack.rule import PERSISTENT, Pack, Rule
+from kbopt.engine.pack.rule import Pack, Rule, RulesetText
 from kbopt.errors import EvaluationError
 
 RULESET_SIZE = 60          # compiled rules per ruleset: each tests the one fact (64 is the limit; +1 marker)
@@ -250,20 +250,18 @@ def compile_pack(pack: Pack) -> list[CompiledRuleset]:
 
 
 # (JSON definition, level, needs, feedback, fields, rule names): see CompiledRuleset
-RulesetText = tuple[str, int, tuple[tuple[str, ...], ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 
-def ruleset_texts(pack: Pack) -> list[RulesetText]:
+def ruleset_texts(pack: Pack) -> tuple[RulesetText, ...]:
     """compile_pack's rulesets as the JSON text the C core takes, computed once per pack and kept
     with it, so the compiled-pack cache spares a cold start the compilation too."""
-    key = PERSISTENT + "durable-rulesets-by-level"
-    texts = pack.artefacts.get(key)
-    if texts is None:
-        texts = pack.artefacts[key] = [
+    compiled = pack.compiled
+    if compiled.durable_rulesets is None:
+        compiled.durable_rulesets = tuple(
             (dumps(c["rules"]), c["level"], tuple(tuple(needs) for needs in c["needs"]), tuple(c["feedback"]),
              tuple(c["fields"]), tuple(c["rules"]))
-            for c in compile_pack(pack)]
-    return texts  # type: ignore[return-value]  # artefacts holds what this function put there
+            for c in compile_pack(pack))
+    return compiled.durable_rulesets
 
 
 # ---------------------------------------------------------------- running

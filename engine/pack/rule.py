@@ -1,15 +1,13 @@
 """Typed rules: what the loader produces and every evaluator consumes (the intermediate form)."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
+from kbopt.engine.pack.runtime import Runtime
 from kbopt.kb.catalog import LAYERS, Layer  # noqa: F401  (re-exported: rules are read by layer)
 from kbopt.kb.knowledge import KnowledgeBase, builtin_knowledge
-
-PERSISTENT = "persist:"       # Pack.artefacts keys that the compiled-pack cache keeps
 
 
 def candidate_key(strategy: str, variant: str | None = None) -> str:
@@ -112,7 +110,6 @@ class Warn:
 
 
 Conclusion = Derive | Recommend | Reject | Caveat | Require | Mitigate | Warn
-T = TypeVar("T")
 C = TypeVar("C", Derive, Recommend, Reject, Caveat, Require, Mitigate, Warn)
 
 
@@ -171,26 +168,35 @@ class Rule:
         return f"{self.file}:{self.line}"
 
 
+RulesetText = tuple[str, int, tuple[tuple[str, ...], ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
+@dataclass
+class Compiled:
+    """What backends compile from a pack that is plain data, worked out once and stored with the pack
+    in the compiled-pack cache (engine/evaluators' precompile fills it before the cache writes):
+    the reference evaluator's schedule, as rule ids component by component (a 1,000-rule pack's took
+    a cold advise 15 ms), and durable_rules' rulesets as the JSON text its C core takes."""
+    schedule_order: tuple[tuple[str, ...], ...] | None = None
+    durable_rulesets: tuple[RulesetText, ...] | None = None
+
+
 @dataclass(frozen=True)
 class Pack:
     rules: tuple[Rule, ...]
     version: str                   # content hash of the rule files
     producers: dict[str, tuple[str, ...]] = field(default_factory=dict)   # derived fact -> rule ids
     kb: KnowledgeBase = field(default_factory=builtin_knowledge)          # what the rules were checked against
-    # What backends compile from the rules, kept as long as the pack (an evaluator per backend,
-    # closures). Not part of the pack's value. Only plain data under a PERSISTENT key is written
-    # into the compiled-pack cache (durable_rules' ruleset texts); closures and evaluators are not.
-    artefacts: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+    compiled: Compiled = field(default_factory=Compiled, compare=False, repr=False)
+
+    @cached_property
+    def runtime(self) -> Runtime:
+        """What running the pack makes from it (engine/pack/runtime.py): not part of its value."""
+        return Runtime()
 
     def __getstate__(self) -> dict[str, object]:
-        kept = {key: value for key, value in self.artefacts.items() if key.startswith(PERSISTENT)}
-        return {**self.__dict__, "artefacts": kept}
-
-    def memo(self, key: str, build: Callable[[], T]) -> T:
-        """What `build` makes from the pack alone (a parsed catalog expression), made once per pack."""
-        if key not in self.artefacts:
-            self.artefacts[key] = build()
-        return self.artefacts[key]  # type: ignore[return-value]  # the same key always holds what build() made
+        """The pack's fields alone: a pickled pack (a spawned batch worker's) makes its own runtime."""
+        return {name: self.__dict__[name] for name in ("rules", "version", "producers", "kb", "compiled")}
 
     def by_id(self) -> dict[str, Rule]:
         return self._by_id
