@@ -352,7 +352,7 @@ def _histogram_facts(first: Scrape, second: Scrape | None, out: Collected, sourc
     if p99_path and result is not None:
         value, exact = result
         out.put(p99_path, value * scale, Provenance(
-            source, "measured", metric=f"{name} (p99 from histogram buckets){per}", samples=int(max(c for _, c in buckets)),
+            source, "derived", metric=f"{name} (p99 from histogram buckets){per}", samples=int(max(c for _, c in buckets)),
             note=when + ("" if exact else "; in the +Inf bucket: at least this much")))
 
 

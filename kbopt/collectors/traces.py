@@ -55,6 +55,8 @@ class TraceSummary:
     earliest: float | None = None
     prompts: dict[int, int] = field(default_factory=dict)      # prompt tokens -> requests (when the trace splits them)
     outputs: dict[int, int] = field(default_factory=dict)      # output tokens -> requests
+    prompt_blocks: int = 0              # prompt blocks the trace hashes (Mooncake's hash_ids), in all
+    blocks_seen_before: int = 0         # of them, those an earlier request's prompt already held
 
     def add(self, t: float | None, tokens: int, duration: float | None = None, split: tuple[int, int] | None = None) -> None:
         """One request of `tokens` in all; `split`: its (prompt, output) tokens when the trace says."""
@@ -129,6 +131,12 @@ class TraceSummary:
             else:
                 out.notes.append(f"{source}: the trace spans {span:.0f} s, under two {self.options.window_s:g} s "
                                  "windows; no peak arrival rate (--window)")
+        if self.prompt_blocks:
+            out.put("workload.prefix_cache_hit_ratio", self.blocks_seen_before / self.prompt_blocks, Provenance(
+                f"trace:{source}", "derived", metric="hash_ids", samples=self.prompt_blocks,
+                window_s=round(span, 3) if span else None,
+                note="the share of prompt blocks an earlier request held: what a prefix cache that never evicts "
+                     "serves (the engine's own hit rate, where its metrics give one, wins)"))
         if self.unsorted and self.with_duration:
             out.notes.append(f"{source}: timestamps are not in order; concurrency was not computed")
         elif self.with_duration and not self.unsorted:
@@ -277,6 +285,9 @@ def _lengths(prompt: object, output: object) -> tuple[int, int]:
 
 
 def _mooncake(path: Path, summary: TraceSummary) -> str:
+    # hash_ids: each prompt block's hash, chained over the blocks before it (Mooncake's traces), so a
+    # hash seen before is a prefix an earlier request already computed.
+    seen: set[int | str] = set()
     for line, row in _jsonl_rows(path):
         try:
             prompt, output = _lengths(row["input_length"], row["output_length"])
@@ -285,6 +296,15 @@ def _mooncake(path: Path, summary: TraceSummary) -> str:
             summary.add(row["timestamp"] / 1000, prompt + output, split=(prompt, output))
         except (KeyError, TypeError, ValueError, OverflowError):
             raise KboptError(f"--workload {path}:{line}: expected timestamp, input_length, output_length") from None
+        blocks = row.get("hash_ids")
+        if blocks is None:
+            continue
+        if not isinstance(blocks, list) or not all(type(block) in (int, str) for block in blocks):
+            raise KboptError(f"--workload {path}:{line}: hash_ids is a list of block hashes (whole numbers or text)")
+        summary.prompt_blocks += len(blocks)
+        before = len(seen)
+        seen.update(blocks)
+        summary.blocks_seen_before += len(blocks) - (len(seen) - before)
     return "input_length+output_length"
 
 
