@@ -13,6 +13,7 @@ from kbopt.engine.advice.launch import quantizes_as_it_loads
 from kbopt.engine.advice.model import Advice, Edge, Firing, Rejection, RuleNote, StrategyAdvice
 from kbopt.engine.advice.objectives import (
     Objective,
+    as_met_by,
     harm,
     harm_reason,
     leaves_no_room,
@@ -258,7 +259,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             with_it, full = planned, plan
             planned = [k for k in planned if k != key]
             without = plan_of()
-            why = adds_too_little(full, without, pack.kb.negligible_change) if full is not None and without is not None else None
+            why = adds_too_little(full, without, pack.kb.negligible_change, final.inputs.get("constraints.objective")) \
+                if full is not None and without is not None else None
             if why is None:
                 planned = with_it
             else:
@@ -583,7 +585,8 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
         if without is None or with_it is None:
             return False
         before = {g.metric: g.after for g in without.expected}
-        return not harm([(g.metric, before.get(g.metric, g.before), g.after) for g in with_it.expected], judged_by, threshold)
+        return not harm([(g.metric, before.get(g.metric, g.before), g.after) for g in with_it.expected],
+                        as_met_by(judged_by, before), threshold)
     needed = list(by_strategy.values())
     if not harmless_beside(needed):
         return ()
