@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, get_args
 
-from kbopt.kb.packaged import package_dir
+from kbopt.kb.packaged import package_dir, read_knowledge_yaml
 
 # The methodology's four layers, in the order advice is read: what limits the GPU, then what to
 # change in the math, in memory, in scheduling. Rules and strategies each belong to one.
@@ -16,7 +16,7 @@ LAYERS: tuple[Layer, ...] = get_args(Layer)
 
 def _load(name: str) -> Any:  # a parsed YAML document
     text = package_dir("kbopt.kb").joinpath(name).read_text(encoding="utf-8")
-    return _read_yaml(text)
+    return read_knowledge_yaml(text, f"kb/{name}")
 
 
 @dataclass(frozen=True)
@@ -169,9 +169,3 @@ def load_negligible_change() -> float:
     """Relative change of every estimate a strategy moves under which it is not recommended."""
     return float(_load("strategies.yaml")["negligible_change"]["value"])
 
-
-def _read_yaml(text: str) -> Any:
-    # PyYAML is imported only when a catalog file is actually read: a cold advise whose pack comes
-    # from the compiled-pack cache never needs it.
-    from kbopt.kb.yamlio import read_yaml
-    return read_yaml(text)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any, Literal
 
-from kbopt.kb.packaged import package_dir
+from kbopt.kb.packaged import package_dir, read_knowledge_yaml
 
 Kind = Literal["cli", "yaml", "env", "note"]
 KINDS: tuple[Kind, ...] = ("cli", "yaml", "env", "note")
@@ -501,9 +501,8 @@ def _read(raw: dict[str, Any]) -> Read:
 def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
     """One engine's profile file, parsed and checked: every line its settings and deployment
     entries write names a flag of its table."""
-    from kbopt.kb.yamlio import read_yaml  # PyYAML: only when the profiles are read, not from a cached pack
     where = f"kb/engines/{engine_id}.yaml"
-    raw = read_yaml(text)
+    raw = read_knowledge_yaml(text, where)
     if raw.get("engine") != engine_id:
         raise ValueError(f"{where}: `engine` says {raw.get('engine')!r}, the file name {engine_id!r}")
     versions = tuple(v for v in (_version(text, where) for text in raw["versions"]) if v is not None)

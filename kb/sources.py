@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
-from kbopt.kb.packaged import package_dir
+from kbopt.kb.packaged import package_dir, read_knowledge_yaml
 
 CLAIM = re.compile(r"^seed (K(\d+)\.(\d+))$")
 
@@ -32,7 +31,7 @@ class Catalog:
 @lru_cache(maxsize=1)
 def load_catalog() -> Catalog:
     """kb/sources.yaml, read and parsed."""
-    raw = _read_yaml(package_dir("kbopt.kb").joinpath("sources.yaml").read_text(encoding="utf-8"))
+    raw = read_knowledge_yaml(package_dir("kbopt.kb").joinpath("sources.yaml").read_text(encoding="utf-8"), "kb/sources.yaml")
     method = raw["methodology"]
     claims = {}
     for cid, text in raw["claims"].items():
@@ -41,9 +40,3 @@ def load_catalog() -> Catalog:
     references = {r["url"]: Source(r["id"], r["title"], url=r["url"]) for r in raw.get("references", ())}
     return Catalog(method["title"], method["about"], claims, references)
 
-
-def _read_yaml(text: str) -> Any:
-    # PyYAML is imported only when a catalog file is actually read: a cold advise whose pack comes
-    # from the compiled-pack cache never needs it.
-    from kbopt.kb.yamlio import read_yaml
-    return read_yaml(text)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
 
-from kbopt.kb.packaged import package_dir
+from kbopt.kb.packaged import package_dir, read_knowledge_yaml
 
 FACT_TYPES = ("ratio", "number", "integer", "bool", "string", "enum", "version", "list")
 QUALITIES = ("measured", "proxy", "derived", "user", "catalog")
@@ -135,7 +135,7 @@ def spec_from(path: str, raw: dict[str, Any], derived: bool) -> FactSpec:
 @lru_cache(maxsize=1)
 def load_vocabulary() -> Vocabulary:
     text = package_dir("kbopt.kb").joinpath("vocabulary.yaml").read_text(encoding="utf-8")
-    raw = _read_yaml(text)
+    raw = read_knowledge_yaml(text, "kb/vocabulary.yaml")
     facts: dict[str, FactSpec] = {}
     for section, fields in raw["sections"].items():
         for name, spec in fields.items():
@@ -147,9 +147,3 @@ def load_vocabulary() -> Vocabulary:
                                   description=f"where {path} came from: {', '.join(QUALITIES)}")
     return Vocabulary(facts, tuple(raw.get("consistency", ())), dict(raw.get("dtype_bytes", {})))
 
-
-def _read_yaml(text: str) -> Any:
-    # PyYAML is imported only when a catalog file is actually read: a cold advise whose pack comes
-    # from the compiled-pack cache never needs it.
-    from kbopt.kb.yamlio import read_yaml
-    return read_yaml(text)

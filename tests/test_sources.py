@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+
 from kbopt.kb import citations
 from kbopt.kb.knowledge import seed_claims, source_catalog
 
@@ -43,3 +45,16 @@ def test_no_output_shows_the_source_syntax(run_cli, tmp_path):
         assert code == 0 and "seed K" not in out and "methodology §3.8" in out, args
     code, _, _ = run_cli("rules", "docs", "-o", str(tmp_path))
     assert code == 0 and "seed K" not in (tmp_path / "index.md").read_text()
+
+
+def test_kbopts_own_yaml_files_name_a_key_written_twice():
+    # review set 30: kb/models.yaml gave qwen3-30b-a3b vocab_size twice (129,280, then 151,936), and
+    # YAML let the last one win without a word
+    from kbopt.kb.packaged import package_dir, read_knowledge_yaml
+    with pytest.raises(ValueError, match=r"^kb/x\.yaml:3: duplicate key 'a'$"):
+        read_knowledge_yaml("a: 1\nb: 2\na: 3\n", "kb/x.yaml")
+    kb = package_dir("kbopt.kb")
+    shipped = sorted(kb.glob("*.yaml")) + sorted(kb.glob("engines/*.yaml"))
+    assert len(shipped) >= 10
+    for path in shipped:
+        read_knowledge_yaml(path.read_text(encoding="utf-8"), str(path.relative_to(kb.parent)))

@@ -10,9 +10,8 @@ from typing import Any
 
 from kbopt.collectors.collected import Collected
 from kbopt.errors import KboptError
-from kbopt.kb.packaged import package_dir
+from kbopt.kb.packaged import package_dir, read_knowledge_yaml
 from kbopt.kb.provenance import Provenance
-from kbopt.kb.yamlio import read_yaml
 
 HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8", "int8": "int8"}
 # The model.* facts a catalog row may give (kb/models.yaml), each optional but the name.
@@ -24,7 +23,8 @@ CATALOG_FIELDS = ("params_billion", "active_params_billion", "num_layers", "num_
 
 @lru_cache(maxsize=1)
 def model_catalog() -> tuple[dict[str, Any], ...]:
-    return tuple(read_yaml(package_dir("kbopt.kb").joinpath("models.yaml").read_text(encoding="utf-8"))["models"])
+    text = package_dir("kbopt.kb").joinpath("models.yaml").read_text(encoding="utf-8")
+    return tuple(read_knowledge_yaml(text, "kb/models.yaml")["models"])
 
 
 def _from_catalog(name: str) -> Collected:
