@@ -33,14 +33,16 @@ def plan_metric(plan: Plan | None, derived: Mapping[str, Any], metric: str) -> t
     return (float(today), float(today)) if _number(today) else (None, None)
 
 
-def today_batch(facts: Mapping[str, Any]) -> tuple[float, str] | None:
+def today_batch(facts: Mapping[str, Any], peak: bool = False) -> tuple[float, str] | None:
     """What runs today and what that is: the engine's running mean, else the clients' peak
-    concurrency (an upper bound on it)."""
-    for name, what in (("workload.requests_running_mean", "today's running batch"), ("workload.concurrency_peak", "today's peak concurrency")):
-        value = facts.get(name)
-        if _number(value):
-            return float(value), what
-    return None
+    concurrency (an upper bound on it); with `peak`, the larger of the two (what a cap must admit
+    for the bursts not to queue)."""
+    found = [(float(value), what) for name, what in (("workload.requests_running_mean", "today's running batch"),
+                                                      ("workload.concurrency_peak", "today's peak concurrency"))
+             if _number(value := facts.get(name))]
+    if not found:
+        return None
+    return max(found, key=lambda item: item[0]) if peak else found[0]
 
 
 def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any],
@@ -50,7 +52,7 @@ def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
     sized on the largest batch that meets the objective after the plan, below today's batch.
     The model's caps count the replica's requests; with data-parallel attention the engine's cap
     is each rank's, so the replica's is divided among `attention_ranks`."""
-    cap, why = (_itl_cap if strategy in ITL_CAPS else _pool_cap)(cap, plan, derived, facts)
+    cap, why = _itl_cap(cap, plan, derived, facts) if strategy in ITL_CAPS else _pool_cap(cap, plan, derived, facts, strategy)
     if attention_ranks > 1:
         per_rank = max(1, math.ceil(cap / attention_ranks))
         why = ((why + "; ") if why else "") + (f"{cap:,} requests across the replica, {per_rank:,} on each of its "
@@ -59,7 +61,12 @@ def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
     return cap, why
 
 
-def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[int, str]:
+# The engine caps whose value today is serving.max_num_seqs (a client's concurrency is not one)
+ENGINE_CAPS = frozenset({"continuous_batching", "memory_budget"})
+
+
+def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any],
+              strategy: str) -> tuple[int, str]:
     before, after = plan_metric(plan, derived, "kv_pool_sequences")
     seen = derived.get("derived.max_batch_kv_seen")
     # the pool's batch as the engine admits it (M-MAX-BATCH-KV: TensorRT-LLM's default admission
@@ -90,14 +97,31 @@ def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
         cap, why = grown, (f"sized on the KV pool after the plan: today's mix fills it at {math.floor(seen):,} requests, "
                            f"{grown:,} in the pool the plan leaves ({math.floor(before):,} -> {math.floor(after):,} "
                            "sequences at full length)")
-    today = today_batch(facts)
-    if today is not None and cap < math.ceil(today[0]):
-        floor, what = math.ceil(today[0]), today[1]
+    # Today's engine cap stays where the pool the plan leaves holds it: below it, a cap that does not
+    # bind today only queues the bursts past it (review set 31: 128 -> 32 on an H100 meeting both
+    # objectives with 24 in flight at the peak; TensorRT-LLM's 64 -> 12, the running mean, with 22 at the peak)
+    today_cap = derived.get("derived.batch_cap_replica")
+    # (where the plan's step meets the ITL objective at that batch too: a cap sized to the ITL stays)
+    if strategy in ENGINE_CAPS and _number(today_cap) and cap < today_cap and (after is None or after >= today_cap) \
+            and (itl_after is None or itl_after >= today_cap):
+        return math.floor(today_cap), (f"kept at today's cap ({math.floor(today_cap):,}): the KV pool after the plan holds it, "
+                                       "and a lower one would only queue the bursts past it")
+    running, peak = today_batch(facts), today_batch(facts, peak=True)
+    itl_sized = itl_after is not None and cap == max(1, math.floor(itl_after))
+    if running is not None and peak is not None and (cap < math.ceil(running[0]) or (cap < math.ceil(peak[0]) and not itl_sized)):
+        # Under today's running batch a cap queues requests that run today, and then the ITL it
+        # was sized for is lost anyway: it goes to what is in flight at the peak, as a cap sized on
+        # the pool or the load does (review set 31 d3: TensorRT-LLM's 64 -> 12, the running mean,
+        # with 22 in flight at the peak). A cap the ITL objective sizes between the two stays, saying so.
+        floor, what = math.ceil(peak[0]), peak[1]
         if after is not None and after < floor:
             why = (f"below {what} ({floor}): the KV pool after the plan holds {math.floor(after)} "
                    "sequences of the mean length, so a larger cap would preempt")
         else:
             cap, why = floor, f"raised to {what} ({floor}): a lower cap would queue requests that run today"
+    elif itl_sized and peak is not None and cap < math.ceil(peak[0]):
+        why = ((why + "; ") if why else "") + (f"below {peak[1]} ({math.ceil(peak[0])}) on purpose: the largest batch whose "
+                                               "step meets the ITL objective (M-MAX-BATCH-ITL); at the peaks the rest wait")
     return cap, why
 
 

@@ -268,7 +268,9 @@ def harm_reason(found: tuple[tuple[Objective, str], ...], gains: Iterable[Gain])
     if named[0][0].missed:
         objective, gain = named[0]
         return f"harmful: it works against {objective.name}, missed today: {gain.text()}{_trade_offered(objective, by_metric)}", gain
-    return "harmful: it works against " + "; ".join(f"{o.name}: {g.text()}" for o, g in named), named[0][1]
+    return "harmful: it works against " + "; ".join(
+        f"{o.name}: {g.text()}" + (f", past its {number(o.slo)} ms" if o.slo and isinstance(g.after, int | float)
+                                    and g.after * (o.scale or 1) > o.slo else "") for o, g in named), named[0][1]
 
 
 def met_on_todays_gpus(projected: Iterable[Symptom]) -> str | None:
