@@ -31,6 +31,11 @@ def test_d2_a_cap_full_at_the_peak_is_raised_before_any_replica_is_added(pack):
     assert any(r.id == "scale_out" and "S-BATCH-CAP-RAISE" in r.because for r in advice.rejected)
     assert int(script_flag(script, "--max-num-seqs")) >= 300       # at least what is in flight at the peak
     assert (advice.plan.replicas or 1) == 1
+    # the 44 past the cap at the peak wait for slots (M-SLOT-WAIT-PEAK: 44 x 400 tokens x 25 ms / 256),
+    # and the raise removes that wait from the first token's tail
+    assert advice.derived["derived.slot_wait_peak_ms"] == pytest.approx(44 * 400 * 25 / 256, rel=0.05)
+    tail = next(g for g in strategy_of(advice, "memory_budget").expected if g.metric == "ttft_p99_expected_ms")
+    assert tail.after < 0.5 * tail.before
 
 
 def test_d1_an_exact_trace_percentile_beats_one_interpolated_in_histogram_buckets():

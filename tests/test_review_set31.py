@@ -1,0 +1,43 @@
+"""Expert review set 31: four deployments a reviewer wrote (vLLM 0.12 serving Llama-3.1-8B FP8 on an
+H100 already tuned, meeting both objectives with margin; TGI 3.3 with Llama-3.1-8B on an L40S for
+JSON-schema extraction; TensorRT-LLM 1.1 with Llama-3.3-70B FP8 on an H200 with EAGLE-3 under an
+ITL objective; vLLM 0.12 with gpt-oss-120b on an H200 whose cap of 64 queues its peaks;
+tests/data/review31, with today's launch commands and hand arithmetic in NOTES.md), and what the
+advice must now read for the defects it found."""
+from __future__ import annotations
+
+from conftest import review_deployment, script_flag, strategy_of
+
+DATA = "review31"
+
+
+def test_d1_a_cap_that_does_not_bind_is_not_lowered_on_a_deployment_meeting_its_objectives(pack):
+    # 14 run on average and 24 at the peak against --max-num-seqs 128, both objectives met (ITL p99
+    # 22 ms against 40, TTFT p99 190 against 500): the fluctuating-load rule sized the cap to 32,
+    # which only queues the bursts past it
+    advice, script = review_deployment(pack, DATA, "d1")
+    assert script_flag(script, "--max-num-seqs") == "128"
+    assert "--max-num-seqs: 128 ->" not in script
+    batching = strategy_of(advice, "continuous_batching")
+    assert batching is None or batching.status == "keep"
+
+
+def test_d3_an_itl_cap_under_todays_running_batch_goes_to_the_peak_not_the_mean(pack):
+    # 12 run on average and 22 at the peak: no cap meets the 20 ms ITL p99 without queueing what
+    # runs today, and a cap of 12 (the mean) queues about 10 requests at every peak for a whole
+    # request's decode each
+    _, script = review_deployment(pack, DATA, "d3")
+    assert int(script_flag(script, "--max_batch_size")) >= 22
+    assert "peak concurrency (22)" in script
+
+
+def test_d4_a_cap_full_at_the_peak_prices_the_wait_for_a_slot_in_the_first_tokens_tail(pack):
+    # 150 in flight at the peak against --max-num-seqs 64: the 86 past it wait for slots that free
+    # as requests finish (M-SLOT-WAIT-PEAK); the TTFT p99 read 340 ms where 6.5 s is measured, and
+    # the raise that removes the wait read as +1.4%
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert advice.derived["derived.slot_wait_peak_ms"] > 3000
+    raise_ = strategy_of(advice, "memory_budget")
+    assert raise_ is not None and int(script_flag(script, "--max-num-seqs")) >= 150
+    tail = next(g for g in raise_.expected if g.metric == "ttft_p99_expected_ms")
+    assert tail.after < 0.2 * tail.before
