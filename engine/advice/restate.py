@@ -18,7 +18,7 @@ DEPLOYMENT_FACTS = ("workload.engine", "workload.batching", "workload.kv_cache")
 # them again (the same ones a strategy's effects forget, kb/strategies.yaml).
 STALE = ("workload.itl_mean_ms", "workload.itl_p99_ms", "workload.generation_tokens_per_s", "serving.num_gpu_blocks")
 # Today's calibration, carried to the changed deployment (derived fact -> the input it is carried as).
-CARRIED = (("derived.bandwidth_efficiency", "telemetry.bandwidth_efficiency"),)
+CARRIED = (("derived.bandwidth_efficiency", "telemetry.bandwidth_efficiency"), ("derived.host_step_ms", "telemetry.host_step_ms"))
 MEASURED_SECTIONS = ("telemetry.", "workload.")
 
 
