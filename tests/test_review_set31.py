@@ -56,3 +56,12 @@ def test_d2_the_hosts_share_of_a_step_is_not_priced_as_bandwidth(pack):
     # and the graphs a batch past TGI's 32 lacks take the launches off, not the host's grammar work
     graphs = next(g for g in strategy_of(advice, "cuda_graphs").expected if g.metric == "itl_expected_ms")
     assert -0.1 < graphs.change < 0
+
+
+def test_d2_leaving_tgi_is_argued_by_the_host_time_it_measures(pack):
+    # the only argument for leaving TGI had been its maintenance mode; 31 ms of each 70 ms step on
+    # the host is the one an engine with GPU-side grammar masks and asynchronous scheduling answers
+    advice, _ = review_deployment(pack, DATA, "d2")
+    move = strategy_of(advice, "engine_migration")
+    assert move is not None and move.params["to"] == "vllm"
+    assert "S-MIGRATE-TGI-HOST-BOUND" in move.because

@@ -19,6 +19,9 @@ DEPLOYMENT_FACTS = ("workload.engine", "workload.batching", "workload.kv_cache")
 STALE = ("workload.itl_mean_ms", "workload.itl_p99_ms", "workload.generation_tokens_per_s", "serving.num_gpu_blocks")
 # Today's calibration, carried to the changed deployment (derived fact -> the input it is carried as).
 CARRIED = (("derived.bandwidth_efficiency", "telemetry.bandwidth_efficiency"), ("derived.host_step_ms", "telemetry.host_step_ms"))
+# Calibration that is the engine's own: another engine's host does other work each step (TGI's
+# Python grammar masks are not vLLM's), so it is carried only where the engine stays.
+ENGINE_OWN = frozenset({"telemetry.host_step_ms"})
 MEASURED_SECTIONS = ("telemetry.", "workload.")
 
 
@@ -63,8 +66,9 @@ def restate(today: Facts, today_derived: Mapping[str, Any], changed: Facts, set_
         del values[path]
         provenance.pop(path, None)
     carried = []
+    same_engine = today.values.get("workload.engine") == changed.values.get("workload.engine")
     for source, target in CARRIED:
-        if source in today_derived and target not in values and dropped:
+        if source in today_derived and target not in values and dropped and (same_engine or target not in ENGINE_OWN):
             values[target] = today_derived[source]
             provenance[target] = Provenance("what-if", "derived", metric=source,
                                             note="today's calibration, carried to the changed deployment")
