@@ -334,8 +334,13 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             if why:
                 sized_by_key[key].append((name, why))
                 notes.append(RuleNote(c.params[name][1], f"{name}={params[name]}: {why}"))
+    # a cap harmless only beside a change no script applies (more replicas) bounds the plan's cap,
+    # not the script's (review set 33 d2: continuous batching's 20 lowered to batch_cap's 10, which
+    # needs the plan's second replica, and printed as 64 -> 10 in the one server's script)
+    beside_outside = {key for key, (_, _, beside) in harmful_alone.items() if any(other in outside for other in beside)}
     resized += _one_cap(candidates, evaluated, sized_by_key, [key for key in resolution.chosen if key not in unneeded
-                                                              and (key not in kept or key in planned)])
+                                                              and (key not in kept or key in planned)],
+                        beside_outside, before_plan)
     idle = _idle_itl_caps(candidates, evaluated, final.inputs, [key for key in planned if key not in kept])
     if idle and whatif is not None:
         # a cap the requests in flight never reach can still be what the plan's projection rests on
@@ -709,7 +714,8 @@ def _idle_itl_caps(candidates: Mapping[str, Candidate], evaluated: Mapping[str, 
 
 
 def _one_cap(candidates: Mapping[str, Candidate], evaluated: Mapping[str, tuple[dict[str, Any], list[RuleNote]]],
-             sized_by_key: Mapping[str, list[tuple[str, str]]], keys: list[str]) -> list[str]:
+             sized_by_key: Mapping[str, list[tuple[str, str]]], keys: list[str], beside_outside: set[str],
+             before_plan: dict[str, dict[str, Any]]) -> list[str]:
     """The server runs one running-batch cap: where several changes size one (an ITL objective's and
     the KV pool's), each takes the tightest, which meets them all, so that the flag and the settings
     that follow it (SGLang's --cuda-graph-max-bs, TensorRT-LLM's graph batch) agree (a newcomer's
@@ -726,6 +732,8 @@ def _one_cap(candidates: Mapping[str, Candidate], evaluated: Mapping[str, tuple[
             why = (f"lowered from {value:,} to {tightest:,}, the cap {tightest_key} sizes: the server runs one cap, "
                    "and the tightest meets every change's bound")
             params[name] = tightest
+            if tightest_key in beside_outside:      # what a script that cannot apply the plan's replicas prints
+                before_plan.setdefault(key, {}).setdefault(name, value)
             sized_by_key[key].append((name, why))
             notes.append(RuleNote(candidates[key].params[name][1], f"{name}={tightest}: {why}"))
             lowered.append(key)

@@ -99,13 +99,19 @@ def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
                            "sequences at full length)")
     # Today's engine cap stays where the pool the plan leaves holds it: below it, a cap that does not
     # bind today only queues the bursts past it (review set 31: 128 -> 32 on an H100 meeting both
-    # objectives with 24 in flight at the peak; TensorRT-LLM's 64 -> 12, the running mean, with 22 at the peak)
+    # objectives with 24 in flight at the peak; TensorRT-LLM's 64 -> 12, the running mean, with 22 at
+    # the peak), unless the ITL objective sizes it below today's (its batch after the plan) and the
+    # first token, where it is missed too, does not come first (set 33 d2: 64 -> 10 for an ITL p99
+    # missed 1.4x beside a TTFT p99 missed 2.75x, where batch_cap had been left out for that trade).
     today_cap = derived.get("derived.batch_cap_replica")
-    # (where the plan's step meets the ITL objective at that batch too: a cap sized to the ITL stays)
-    if strategy in ENGINE_CAPS and _number(today_cap) and cap < today_cap and (after is None or after >= today_cap) \
-            and (itl_after is None or itl_after >= today_cap):
-        return math.floor(today_cap), (f"kept at today's cap ({math.floor(today_cap):,}): the KV pool after the plan holds it, "
-                                       "and a lower one would only queue the bursts past it")
+    if strategy in ENGINE_CAPS and _number(today_cap) and cap < today_cap \
+            and (itl_after is None or itl_after >= today_cap or _first_token_first(facts)):
+        if after is None or after >= today_cap:
+            return math.floor(today_cap), (f"kept at today's cap ({math.floor(today_cap):,}): the KV pool after the plan holds it, "
+                                           "and a lower one would only queue the bursts past it")
+        if cap < math.floor(after):     # lowered only to what the pool holds, where it holds less than today's cap
+            return max(1, math.floor(after)), (f"{math.floor(after):,}: the sequences of the mean length the KV pool after the "
+                                               f"plan holds, below today's cap ({math.floor(today_cap):,}), which would preempt")
     running, peak = today_batch(facts), today_batch(facts, peak=True)
     itl_sized = itl_after is not None and cap == max(1, math.floor(itl_after))
     if running is not None and peak is not None and (cap < math.ceil(running[0]) or (cap < math.ceil(peak[0]) and not itl_sized)):
@@ -123,6 +129,25 @@ def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
         why = ((why + "; ") if why else "") + (f"below {peak[1]} ({math.ceil(peak[0])}) on purpose: the largest batch whose "
                                                "step meets the ITL objective (M-MAX-BATCH-ITL); at the peaks the rest wait")
     return cap, why
+
+
+def _miss(facts: Mapping[str, Any], slo: str, measured: tuple[str, ...]) -> float:
+    """How many times its SLO the facts' measurement of an objective is (0 where none is given)."""
+    target = facts.get(slo)
+    seen = next((value for name in measured if _number(value := facts.get(name))), None)
+    return seen / target if _number(target) and target > 0 and seen is not None else 0.0
+
+
+def _first_token_first(facts: Mapping[str, Any]) -> bool:
+    """Whether a TTFT objective missed today comes before the ITL objective: named first
+    (constraints.objective_first), else missed by the larger factor (objectives._first_objective's rule)."""
+    ttft = _miss(facts, "constraints.ttft_slo_ms", ("workload.ttft_p99_ms", "workload.ttft_mean_ms"))
+    if ttft <= 1:
+        return False
+    named = facts.get("constraints.objective_first")
+    if isinstance(named, str):
+        return named == "ttft"
+    return ttft >= _miss(facts, "constraints.itl_slo_ms", ("workload.itl_p99_ms", "workload.itl_mean_ms"))
 
 
 def _itl_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[int, str]:
