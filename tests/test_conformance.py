@@ -35,7 +35,7 @@ from kbopt.engine.pack import cache
 from kbopt.engine.pack.files import PackDir, read_parameters
 from kbopt.engine.pack.loader import build_pack, load_pack, load_rule_text
 from kbopt.engine.pack.rule import Derive, Example, Pack, Rule
-from kbopt.errors import FactsError
+from kbopt.errors import EvaluationError, FactsError
 from kbopt.kb.facts import Facts, facts_from_document, load_facts
 
 HERE = Path(__file__).resolve().parent
@@ -179,7 +179,14 @@ def test_conformance(case: Case):
     forms = _forms(case)
     said = {}
     for evaluator, form in (RUNS if case.name.startswith("examples/") else CROSSED):
-        advice = advise(facts, forms[form], evaluator)
+        try:
+            advice = advise(facts, forms[form], evaluator)
+        except EvaluationError as error:
+            # a random document past what the model computes (a pool of 2^54 tokens from TP 4096 x an
+            # MLA rank of 1): the evaluators agree when they stop at the same rule with the same words
+            assert case.rule is None and case.name.startswith("random"), f"{case.name}: {error}"
+            said[(evaluator, form)] = f"error: {error}"
+            continue
         said[(evaluator, form)] = advice.to_json()
         if len(said) == 1:      # the others must say the same, byte for byte
             fired = {f.rule for f in advice.fired}
