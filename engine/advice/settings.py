@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import shlex
 from collections.abc import Iterator, Mapping
@@ -310,7 +311,7 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
         top = int(-(-raw // 16) * 16) if raw > 32 else int(raw)
         sizes = [s for s in (1, 2, 4, 8, 16, 32) if s < top] + list(range(48, top, 16)) + [top]
         return {"value": ",".join(str(s) for s in dict.fromkeys(sizes))}, ""
-    if entry.value == "above_graph_ceiling":
+    if entry.value in ("above_graph_ceiling", "sglang_graph_ceiling"):
         # Graphs for batches up to a new cap: needed only past what the engine captures already
         # (derived.cuda_graph_max_batch: today's setting or its default); a lower value would shrink
         # the capture (set 15: a cap of 431 on an MI300X set --cuda-graph-max-bs under SGLang's 512).
@@ -320,7 +321,9 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
         if _number(ceiling) and raw <= ceiling:
             return None, (f"CUDA graphs: the cap of {raw:g} is within the batches the engine captures already "
                           f"(up to {ceiling:g} here, derived.cuda_graph_max_batch): not set")
-        return {"value": raw}, ""
+        return {"value": sglang_capture_top(raw) if entry.value == "sglang_graph_ceiling" else raw}, ""
+    if entry.value == "capture_grid":
+        return ({"value": sglang_capture_top(raw)}, "") if _number(raw) and raw >= 1 else (None, "max_batch: no batch size given; not set")
     if entry.value == "spec_reserve":
         # a speculative method added where today's command pins SGLang's memory fraction: the fraction
         # less what its own default keeps for a draft (sglang_speculation_reserve_gib); nothing to
@@ -395,6 +398,16 @@ def pack_constants(pack: Pack) -> Constants:
     if runtime.memory_constants is None:
         runtime.memory_constants = build()
     return runtime.memory_constants
+
+
+def sglang_capture_top(batch: float) -> int:
+    """The smallest batch at or above `batch` that SGLang captures once --cuda-graph-max-bs names it:
+    past its default capture list it adds sizes 16 apart from the list's top (160, 256 or 512 by the
+    GPU's memory; cuda_graph_runner.py@0.5.1:205-210), so a cap off that grid is never captured
+    (review set 32: 177 beside a largest graph of 176). Multiples of 16 past 32, and of 8 up to it,
+    are on every GPU's grid."""
+    top = math.ceil(batch)
+    return top if top <= 8 else -(-top // 8) * 8 if top <= 32 else -(-top // 16) * 16
 
 
 def _parameter(name: str, constants: Constants) -> float:

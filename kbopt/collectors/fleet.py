@@ -58,6 +58,7 @@ FAMILIES: tuple[tuple[str, Kind], ...] = (
     ("sglang:inter_token_latency_seconds", "buckets"), ("sglang:e2e_request_latency_seconds_count", "counter"),
     ("sglang:prompt_tokens_total", "counter"), ("sglang:generation_tokens_total", "counter"),
     ("sglang:cache_hit_rate", "gauge"), ("sglang:gen_throughput", "gauge"),
+    ("sglang:cached_tokens_total", "counter"), ("sglang:total_retracted_reqs", "counter"),   # the latter a gauge of a running total
     ("tgi_queue_size", "gauge"), ("tgi_batch_current_size", "gauge"),
     ("nv_trt_llm_kv_cache_block_metrics", "gauge"), ("nv_trt_llm_request_metrics", "gauge"),
     ("nv_inference_pending_request_count", "gauge"),

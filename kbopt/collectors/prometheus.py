@@ -84,7 +84,7 @@ READ_FAMILIES = frozenset({
     "sglang:token_usage", "sglang:num_running_reqs", "sglang:num_queue_reqs",
     "sglang:time_to_first_token_seconds", "sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds",
     "sglang:prompt_tokens", "sglang:generation_tokens", "sglang:cache_hit_rate", "sglang:gen_throughput",
-    "sglang:e2e_request_latency_seconds",
+    "sglang:e2e_request_latency_seconds", "sglang:cached_tokens", "sglang:total_retracted_reqs",
     "tgi_queue_size", "tgi_batch_current_size",
     "nv_trt_llm_kv_cache_block_metrics", "nv_trt_llm_request_metrics", "nv_inference_pending_request_count",
 })
@@ -712,6 +712,13 @@ def _sglang(first: Scrape, second: Scrape | None, out: Collected) -> bool:
         out.put("telemetry.spec_accept_length", accept, Provenance(
             "sglang", "measured", metric="sglang:spec_accept_length", samples=2 if second else 1,
             note="tokens a verify step yields per request (python/sglang/srt/metrics/collector.py@0.5.1:209)"))
+    # The prompt tokens found cached over the window (or since start), ahead of the gauge, which
+    # covers SGLang's last log interval only (scheduler_metrics_mixin.py@0.5.1:112-121; review set 32)
+    cached, prompted = _delta(first, second, "sglang:cached_tokens_total"), _delta(first, second, "sglang:prompt_tokens_total")
+    _, _, when = _window(first, second, None)
+    if cached is not None and prompted and _counted(cached) and _counted(prompted) and cached <= prompted:
+        out.put("workload.prefix_cache_hit_ratio", cached / prompted, Provenance(
+            "sglang", "measured", metric="sglang:cached_tokens_total / sglang:prompt_tokens_total", note=when))
     cache = _mean_gauge(first, second, "sglang:cache_hit_rate", ratio=True)
     if cache is not None and 0 <= cache <= 1:
         out.put("workload.prefix_cache_hit_ratio", cache, Provenance(
@@ -720,7 +727,12 @@ def _sglang(first: Scrape, second: Scrape | None, out: Collected) -> bool:
     # Tokens are counted, with the end-to-end latency, when a request finishes: per finished request,
     # the counters give mean lengths (derived: that pairing is SGLang's code, not its metric's name).
     finished = _delta(first, second, "sglang:e2e_request_latency_seconds_count")
-    _, _, when = _window(first, second, None)
+    # requests retracted (their KV freed, to be prefilled again) when the pool fills: SGLang's
+    # preemption, a running total each rank keeps (managers/scheduler.py@0.5.1:1705)
+    retracted = _delta(first, second, "sglang:total_retracted_reqs")
+    if retracted is not None and finished and _counted(retracted) and _counted(finished):
+        out.put("workload.preemption_ratio", retracted / finished, Provenance(
+            "sglang", "measured", metric="sglang:total_retracted_reqs / sglang:e2e_request_latency_seconds_count", note=when))
     means = []
     for path, name in (("workload.prompt_len_mean", "sglang:prompt_tokens_total"),
                        ("workload.output_len_mean", "sglang:generation_tokens_total")):

@@ -132,7 +132,10 @@ class TraceSummary:
                 out.notes.append(f"{source}: the trace spans {span:.0f} s, under two {self.options.window_s:g} s "
                                  "windows; no peak arrival rate (--window)")
         if self.prompt_blocks:
-            out.put("workload.prefix_cache_hit_ratio", self.blocks_seen_before / self.prompt_blocks, Provenance(
+            reuse = self.blocks_seen_before / self.prompt_blocks
+            out.put("workload.prefix_reuse_ratio", reuse, prov(metric_="hash_ids", samples=self.prompt_blocks,
+                                                               note="the share of prompt blocks an earlier request held"))
+            out.put("workload.prefix_cache_hit_ratio", reuse, Provenance(
                 f"trace:{source}", "derived", metric="hash_ids", samples=self.prompt_blocks,
                 window_s=round(span, 3) if span else None,
                 note="the share of prompt blocks an earlier request held: what a prefix cache that never evicts "
