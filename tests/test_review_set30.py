@@ -60,9 +60,12 @@ def test_d3_mooncake_block_hashes_give_the_share_a_prefix_cache_would_serve(tmp_
     # earlier request computed. The reviewer's count: 17.1% over the trace's 610-request head, 7.3%
     # in every 8th request.
     for name, share in ((REAL / "mooncake_fast25_conversation_first610.jsonl", 0.171), (FOLDER / "mooncake_conv_1in8.jsonl", 0.073)):
-        value, provenance = summarize_trace(str(name), TraceOptions()).facts["workload.prefix_cache_hit_ratio"]
+        facts = summarize_trace(str(name), TraceOptions()).facts
+        value, provenance = facts["workload.prefix_cache_hit_ratio"]
         assert value == pytest.approx(share, abs=0.001)
         assert provenance.quality == "derived" and provenance.metric == "hash_ids"
+        # and as the reuse itself, which an engine's hit ratio below it shows lost to eviction
+        assert facts["workload.prefix_reuse_ratio"][0] == value
     # the engine's own hit rate, where its metrics give one, wins (SGLang's cache_hit_rate gauge)
     collected = collect(CollectOptions(metrics=(str(FOLDER / "d3-metrics.prom"),),
                                        workloads=(str(FOLDER / "mooncake_conv_1in8.jsonl"),), nvml=False))
