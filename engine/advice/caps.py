@@ -8,7 +8,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
+from kbopt.engine.advice.objectives import first_objective
 from kbopt.engine.advice.whatif import Plan
+from kbopt.engine.lang.logic import KNOWN, MISSING
 
 # (strategy, parameter) pairs that are a running-batch cap (the engine's max_num_seqs or its equivalent)
 CAP_PARAMS = frozenset({("continuous_batching", "max_batch_size"), ("memory_budget", "max_num_seqs"), ("batch_cap", "max_num_seqs"),
@@ -131,23 +133,15 @@ def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
     return cap, why
 
 
-def _miss(facts: Mapping[str, Any], slo: str, measured: tuple[str, ...]) -> float:
-    """How many times its SLO the facts' measurement of an objective is (0 where none is given)."""
-    target = facts.get(slo)
-    seen = next((value for name in measured if _number(value := facts.get(name))), None)
-    return seen / target if _number(target) and target > 0 and seen is not None else 0.0
-
-
 def _first_token_first(facts: Mapping[str, Any]) -> bool:
-    """Whether a TTFT objective missed today comes before the ITL objective: named first
-    (constraints.objective_first), else missed by the larger factor (objectives._first_objective's rule)."""
-    ttft = _miss(facts, "constraints.ttft_slo_ms", ("workload.ttft_p99_ms", "workload.ttft_mean_ms"))
-    if ttft <= 1:
-        return False
-    named = facts.get("constraints.objective_first")
-    if isinstance(named, str):
-        return named == "ttft"
-    return ttft >= _miss(facts, "constraints.itl_slo_ms", ("workload.itl_p99_ms", "workload.itl_mean_ms"))
+    """Whether a TTFT objective missed today comes before the ITL objective (objectives.first_objective:
+    the one constraints.objective_first names, else the one missed by the larger factor)."""
+    slo, seen = facts.get("constraints.ttft_slo_ms"), facts.get("workload.ttft_p99_ms", facts.get("workload.ttft_mean_ms"))
+    missed = _number(slo) and _number(seen) and seen > slo
+
+    def lookup(path: str) -> tuple[str, Any]:
+        return (KNOWN, facts[path]) if path in facts else (MISSING, None)
+    return bool(missed) and first_objective(lookup) == "constraints.ttft_slo_ms"
 
 
 def _itl_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[int, str]:

@@ -75,7 +75,7 @@ def _reads_today(lookup: Lookup, metric: str) -> bool:
     return 1 / AGREEMENT <= modelled / measured <= AGREEMENT
 
 
-def _first_objective(lookup: Lookup) -> str | None:
+def first_objective(lookup: Lookup) -> str | None:
     """The SLO a trade between two missed latency objectives may serve at the other's cost: the one
     constraints.objective_first names, else the one missed by the larger factor (the worse miss is
     met first; the lesser one is not taken further past its SLO to meet it)."""
@@ -95,7 +95,7 @@ def objectives(lookup: Lookup) -> tuple[Objective, ...]:
     """The objectives of today's facts, SLOs first: each with the estimates it is judged by (those
     that read today's measurement, where one is given)."""
     out: list[Objective] = []
-    first = _first_objective(lookup)
+    first = first_objective(lookup)
     named = lookup("constraints.objective_first")[0] == KNOWN
     for slo_fact, name, metrics, evidence in _SLOS:
         slo = _number(lookup, slo_fact)
