@@ -111,3 +111,13 @@ def test_d3_an_accuracy_cost_is_weighed_by_what_the_stated_objective_judges(pack
     assert strategy_of(advice, "kv_cache_quantization") is not None
     chunked = strategy_of(advice, "chunked_prefill")
     assert chunked is not None and chunked.params["max_num_batched_tokens"] <= 512
+
+
+def test_a_traces_block_hashes_are_held_up_to_a_bound(monkeypatch):
+    # a million-request trace, or a hostile one, does not hold every hash it names: past the bound
+    # the reuse is the share over the requests read until then
+    from kbopt.collectors import traces
+    monkeypatch.setattr(traces, "MAX_HASHED_BLOCKS", 100)
+    value, provenance = summarize_trace(str(REAL / "mooncake_fast25_conversation_first610.jsonl"),
+                                        TraceOptions()).facts["workload.prefix_reuse_ratio"]
+    assert 100 <= provenance.samples < 400 and 0 <= value < 1

@@ -287,6 +287,12 @@ def _lengths(prompt: object, output: object) -> tuple[int, int]:
     return pair
 
 
+# Distinct prompt blocks a trace's reuse is counted over: about 100 MiB of hashes. Past them the
+# reuse is the share over the requests read until then (a million-request trace, or a hostile one,
+# does not hold every hash it names in memory).
+MAX_HASHED_BLOCKS = 2_000_000
+
+
 def _mooncake(path: Path, summary: TraceSummary) -> str:
     # hash_ids: each prompt block's hash, chained over the blocks before it (Mooncake's traces), so a
     # hash seen before is a prefix an earlier request already computed.
@@ -300,7 +306,7 @@ def _mooncake(path: Path, summary: TraceSummary) -> str:
         except (KeyError, TypeError, ValueError, OverflowError):
             raise KboptError(f"--workload {path}:{line}: expected timestamp, input_length, output_length") from None
         blocks = row.get("hash_ids")
-        if blocks is None:
+        if blocks is None or len(seen) >= MAX_HASHED_BLOCKS:
             continue
         if not isinstance(blocks, list) or not all(type(block) in (int, str) for block in blocks):
             raise KboptError(f"--workload {path}:{line}: hash_ids is a list of block hashes (whole numbers or text)")
