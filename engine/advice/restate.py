@@ -18,10 +18,12 @@ DEPLOYMENT_FACTS = ("workload.engine", "workload.batching", "workload.kv_cache")
 # them again (the same ones a strategy's effects forget, kb/strategies.yaml).
 STALE = ("workload.itl_mean_ms", "workload.itl_p99_ms", "workload.generation_tokens_per_s", "serving.num_gpu_blocks")
 # Today's calibration, carried to the changed deployment (derived fact -> the input it is carried as).
-CARRIED = (("derived.bandwidth_efficiency", "telemetry.bandwidth_efficiency"), ("derived.host_step_ms", "telemetry.host_step_ms"))
+CARRIED = (("derived.bandwidth_efficiency", "telemetry.bandwidth_efficiency"), ("derived.host_step_ms", "telemetry.host_step_ms"),
+           ("derived.step_unexplained_ms", "telemetry.step_unexplained_ms"))
 # Calibration that is the engine's own: another engine's host does other work each step (TGI's
-# Python grammar masks are not vLLM's), so it is carried only where the engine stays.
-ENGINE_OWN = frozenset({"telemetry.host_step_ms"})
+# Python grammar masks are not vLLM's; a step's unexplained time is its kernels' and host's), so it is carried
+# only where the engine stays.
+ENGINE_OWN = frozenset({"telemetry.host_step_ms", "telemetry.step_unexplained_ms"})
 MEASURED_SECTIONS = ("telemetry.", "workload.")
 
 

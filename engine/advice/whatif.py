@@ -126,7 +126,8 @@ def adds_too_little(full: Plan, without: Plan, threshold: float, objective: obje
 # (measurements made before it, the efficiency they calibrated); they are not what it changes.
 BOOKKEEPING = frozenset({
     "workload.itl_mean_ms", "workload.itl_p99_ms", "workload.generation_tokens_per_s", "workload.prompt_tokens_per_s",
-    "serving.num_gpu_blocks", "telemetry.bandwidth_efficiency", "telemetry.host_step_ms", "telemetry.itl_p99_model_fit",
+    "serving.num_gpu_blocks", "telemetry.bandwidth_efficiency", "telemetry.host_step_ms", "telemetry.step_unexplained_ms",
+    "telemetry.itl_p99_model_fit",
     "workload.arrival_rate_per_s"})
 
 
