@@ -20,9 +20,10 @@ needs_durable = pytest.mark.skipif(durable_available() is not None,
                                    reason=f"durable_rules does not import here: {durable_available()}")
 
 
-def review_deployment(pack, folder: str, name: str):
+def review_deployment(pack, folder: str, name: str, *overrides: str):
     """An expert review's deployment (tests/data/<folder>/<name>-*.json and <name>.launch): its
-    advice, and today's launch command relaunched with it (which must pass `bash -n`)."""
+    advice, and today's launch command relaunched with it (which must pass `bash -n`); `overrides`
+    are `path=value` facts set after the command's, as `--set` does."""
     import subprocess
     from pathlib import Path
 
@@ -34,7 +35,7 @@ def review_deployment(pack, folder: str, name: str):
     from kbopt.reports.emit import render_launch
     data = Path(__file__).resolve().parent / "data" / folder
     command = read_command(f"@{data / f'{name}.launch'}")     # a relative options file is beside it
-    advice = advise(load_facts(next(data.glob(f"{name}-*.json")), command.overrides()), pack, available_evaluators()[0])
+    advice = advise(load_facts(next(data.glob(f"{name}-*.json")), [*command.overrides(), *overrides]), pack, available_evaluators()[0])
     script = render_launch(build_launch(advice, command.engine, command), advice.bottleneck)
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0

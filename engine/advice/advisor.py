@@ -743,7 +743,10 @@ def _one_cap(candidates: Mapping[str, Candidate], evaluated: Mapping[str, tuple[
 def _attention_ranks(final: FinalFacts, parallelism: list[dict[str, Any]]) -> int:
     """The data-parallel attention ranks a replica has after the plan (1 without DP attention):
     each schedules its own requests, so an engine's batch cap counts one rank's, while the model's
-    caps count the replica's. Today's setting, or the parallelism the plan turns on."""
+    caps count the replica's. Today's setting, or the parallelism the plan turns on; none where the
+    plan turns it off (set 34 d1: a rank's 16 written as the replica's cap once DP attention went)."""
+    if any(p.get("dp_attention") is False for p in parallelism):
+        return 1
     planned = next((p for p in parallelism if p.get("dp_attention") is True), None)
     if planned is None and final.lookup("serving.dp_attention") != (KNOWN, True):
         return 1

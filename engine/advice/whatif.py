@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 
 from kbopt.engine.advice.estimates import Confidence, Estimate, Model, input_confidence, trace, weakest
 from kbopt.engine.evaluators.reference import rerun_of
-from kbopt.engine.lang.logic import Missing, value_of
-from kbopt.engine.lang.nodes import Call, Fact, Value
+from kbopt.engine.lang.logic import KNOWN, Missing, value_of
+from kbopt.engine.lang.nodes import Call, Fact, Value, facts_of
 from kbopt.engine.lang.parse import parse_value
 from kbopt.engine.lang.text import fmt
 from kbopt.engine.pack.rule import Pack
@@ -250,6 +250,24 @@ class WhatIf:
             node = effects[raw] = parse()
         return node
 
+    def _on_shape(self, effects: tuple[tuple[str, Any], ...], shape: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+        """The effects whose `=expression` reads a fact of the deployment's shape that the plan
+        changes, computed with the plan's value of it (the rest as they are)."""
+        changed = {path: value for path, value in shape.items() if self.baseline.lookup(path) != (KNOWN, value)}
+        if not changed:
+            return effects
+        out = []
+        for path, raw in effects:
+            if isinstance(raw, str) and raw.startswith("=") and not changed.keys().isdisjoint(facts_of(self._expression(raw))):
+                def planned(fact: str) -> tuple[str, Any]:
+                    return (KNOWN, changed[fact]) if fact in changed else self.baseline.lookup(fact)
+                try:
+                    raw = value_of(self._expression(raw), planned)
+                except Missing:
+                    raw = FORGET
+            out.append((path, raw))
+        return tuple(out)
+
     def _keeps_today(self, path: str, raw: Any) -> bool:
         """Whether an effect only keeps the fact's value where it is known: `= coalesce(path, ...)`."""
         if not (isinstance(raw, str) and raw.startswith("=")):
@@ -346,8 +364,12 @@ class WhatIf:
         only keeps today's value (`= coalesce(fact, ...)`)."""
         merged: dict[str, Any] = {}
         applied = []
-        for key, strategy, variant, params in chosen:
-            effects = bound(strategy.effects_of(variant), params)
+        every = [(key, bound(strategy.effects_of(variant), params)) for key, strategy, variant, params in chosen]
+        for key, effects in every:
+            # counted against the deployment's shape after the plan: another strategy's DP attention
+            shape = {path: value for other, others in every if other != key for path, value in others
+                     if path in PLAN_SHAPE and not (isinstance(value, str) and value.startswith("="))}
+            effects = self._on_shape(effects, shape)
             if effects:
                 applied.append(key)
                 for path, value in effects:
@@ -371,6 +393,11 @@ class WhatIf:
 
 
 ARRIVALS = ("workload.arrival_rate_per_s", "workload.arrival_rate_peak_per_s")   # the load a scale-out splits
+# Facts of the deployment's shape that a strategy's effect counts its setting against (a replica's
+# cap written as each data-parallel attention rank's share): where another strategy of the plan
+# changes one, the effect is computed with the plan's value (set 34 d1: a rank's share of 128
+# written as the replica's cap once the plan turned DP attention off).
+PLAN_SHAPE = frozenset({"serving.dp_attention"})
 PARAM = "param:"     # an effect that sets a fact to the strategy's parameter (`param:max_num_batched_tokens`)
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")   # a parameter's number inside an `=expression` effect
 
