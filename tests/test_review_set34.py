@@ -11,7 +11,7 @@ def test_d1_a_cap_is_the_replicas_once_the_plan_turns_dp_attention_off(pack):
     # Qwen3-235B on 8 H100s under attention DP (--max_batch_size 64 a rank), 96 in flight at the
     # peak: the plan turns attention DP off, so the engine's cap is the replica's, not 128 / 8 = 16
     # (which would serve about 1.2 requests a second against 1.8 arriving)
-    advice, script = review_deployment(pack, DATA, "d1")
+    _, script = review_deployment(pack, DATA, "d1")
     assert "enable_attention_dp: false" in script
     assert int(script_flag(script, "--max_batch_size")) >= 96
 
