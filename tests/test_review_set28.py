@@ -26,10 +26,11 @@ def test_d4_requests_arriving_on_their_own_queue_for_the_prefill_with_under_two_
 
 def test_d4_the_cap_is_sized_on_the_pool_the_scripts_fp8_kv_cache_leaves(pack):
     # the 16-bit pool holds 2 documents of 80k, the FP8 cache the script sets 4: a cap of 2 would keep
-    # a third prompt from starting its prefill, the phase the TTFT objective is about
+    # a third prompt from starting its prefill, the phase the TTFT objective is about (today's 8
+    # stays: 3 in flight at the peak, so a cap of 4 would bind at no load measured)
     _, script = review_deployment(pack, DATA, "d4")
     assert script_flag(script, "--kv-cache-dtype") == "fp8"
-    assert script_flag(script, "--max-num-seqs") == "4"
+    assert int(script_flag(script, "--max-num-seqs")) >= 4
 
 
 def test_d1_the_chunk_budget_goes_to_the_itl_missed_nine_times(pack):

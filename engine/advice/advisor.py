@@ -198,13 +198,15 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         vetoes = _standing_vetoes(vetoes, candidates, kept, catalog, whatif, final, rules)
     partnered = _partners(candidates, requires, catalog, final.lookup)
     partners = {key: effects for key, (effects, _) in partnered.items()}
+    # which variant of a strategy serves the objectives best, before a harmful change is judged
+    # beside the others (set 35 d1: a chunk budget harmless beside INT8 W8A8, judged beside INT4)
+    if whatif is not None:
+        _prefer_by_objectives(candidates, kept, catalog, whatif, final, pack.kb.negligible_change)
     outcomes = _what_ifs({k: c for k, c in candidates.items() if k not in kept or k in changing}, catalog, whatif, vetoes, trimmed,
                          harmful_alone, partners) if whatif else {}
     for part in trimmed:     # the gain the candidate states is that of a rule it keeps
         candidates[part.key].gain = next((d.conclusion.gain for d in recommendations if d.conclusion.key == part.key
                                           and d.rule in candidates[part.key].rules and d.conclusion.gain), None)
-    if whatif is not None:
-        _prefer_by_objectives(candidates, kept, catalog, whatif, final, pack.kb.negligible_change)
     graph = build_graph(candidates, vetoes, requires, mitigates, catalog)
     resolution = resolve(graph, candidates)
     chosen = set(resolution.chosen)
@@ -510,12 +512,15 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
             named = [g for g in outcome.gains if g.metric in worse]
             vetoes.append(Drawn(named[0].rules[0] if named else c.rules[0], Reject(
                 c.strategy, c.variant, "harmful: it worsens every estimate it moves: " + "; ".join(g.text() for g in named))))
-        elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold)):
+        elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold, spends_none=True)):
             why, worst = harm_reason(found, outcome.gains)
             beside = _harmless_beside(key, candidates, catalog, whatif, judged_by, threshold, vetoes, partners)
             if beside:
                 harmful_alone[key] = (found, why, beside)
                 continue
+            if not (found := harm(outcome.moved, judged_by, threshold)):
+                continue         # a met objective spent for a worse miss: a trade, where no other change spares it
+            why, worst = harm_reason(found, outcome.gains)
             kept_part = _harmless_part(c, catalog[c.strategy], whatif, judged_by, threshold, partners.get(key, ()))
             if kept_part is None:
                 vetoes.append(Drawn(worst.rules[0], Reject(c.strategy, c.variant, why)))
@@ -568,7 +573,7 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
     the model judges no harm (the strongest first). Where none is, the judgement alone stands."""
     vetoed = {(v.conclusion.strategy, v.conclusion.variant) for v in vetoes}
     by_strategy: dict[str, Candidate] = {}
-    for other in sorted(candidates.values(), key=lambda c: -c.weight):
+    for other in sorted(candidates.values(), key=lambda c: -c.rank):
         if other.key == key or other.strategy == candidates[key].strategy or (other.strategy, other.variant) in vetoed \
                 or other.strategy in by_strategy:
             continue
@@ -586,12 +591,24 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
     def harmless_beside(others: list[Candidate]) -> bool:
         chosen: list[tuple[str, Strategy, str | None, Mapping[str, Any]]] = [
             (o.key, catalog[o.strategy], o.variant, _params(o, whatif.baseline.lookup, catalog[o.strategy])[0]) for o in others]
-        without, with_it = whatif.plan(chosen), whatif.plan([this, *chosen])
-        if without is None or with_it is None:
+        without = whatif.plan(chosen)
+        if without is None:
+            return False
+        # its budgets sized on the deployment those others leave, as the plan sizes them (set 35 d1:
+        # a chunk budget of 128 on today's 16-bit step, 288 beside INT8 W8A8)
+        after = {f"derived.{g.metric}": g.after for g in without.expected}
+
+        def beside_them(path: str) -> tuple[str, Any]:
+            return (KNOWN, after[path]) if path in after else whatif.baseline.lookup(path)
+        resized = _params(c, beside_them, catalog[c.strategy])[0]
+        params = {**this[3], **{name: value for name, value in resized.items()
+                                if name in this[3] and catalog[c.strategy].params[name].after_plan}}
+        with_it = whatif.plan([(key, catalog[c.strategy], c.variant, params), *chosen])
+        if with_it is None:
             return False
         before = {g.metric: g.after for g in without.expected}
         return not harm([(g.metric, before.get(g.metric, g.before), g.after) for g in with_it.expected],
-                        as_met_by(judged_by, before), threshold)
+                        as_met_by(judged_by, before), threshold, spends_none=True)
     needed = list(by_strategy.values())
     if not harmless_beside(needed):
         return ()
@@ -667,8 +684,12 @@ def _prefer_by_objectives(candidates: Mapping[str, Candidate], kept: set[str], c
 
 def _objective_score(found: tuple[Symptom, ...] | list[Symptom]) -> tuple[int, float, str] | None:
     """(objectives met after the change, minus the missed ones' after / objective summed, in words);
-    None where an objective's after is not projected (nothing to compare it on)."""
-    judged = [(s.label, s.unit, s.after, s.objective) for s in found if s.objective]
+    None where an objective's after is not projected (nothing to compare it on). An after the
+    advice does not project because the model reads today's measurement otherwise is taken as the
+    measurement moved by the model's ratio: every candidate is judged by the same model (set 35 d1:
+    INT4, weighed above INT8 W8A8, moved a missed ITL p99 made of prefill stalls 3%)."""
+    judged = [(s.label, s.unit, s.after if s.after is not None or s.model_move is None
+               else s.value * s.model_move[1] / s.model_move[0], s.objective) for s in found if s.objective]
     pairs = [(label, unit, after, objective) for label, unit, after, objective in judged if after is not None and objective]
     if len(pairs) < len(judged):
         return None

@@ -130,6 +130,15 @@ def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
     elif itl_sized and peak is not None and cap < math.ceil(peak[0]):
         why = ((why + "; ") if why else "") + (f"below {peak[1]} ({math.ceil(peak[0])}) on purpose: the largest batch whose "
                                                "step meets the ITL objective (M-MAX-BATCH-ITL); at the peaks the rest wait")
+    if strategy in ENGINE_CAPS and _number(today_cap) and peak is not None and math.ceil(peak[0]) <= cap < today_cap \
+            and not (derived.get("derived.graph_batch_excess") or 0) > 0 and (after is None or after >= today_cap):
+        # between today's peak and today's cap, neither binds at any load measured: a lower one
+        # changes nothing but the script (set 35: 128 -> 47 with 40 in flight at the peak, 128 -> 110
+        # at 110), unless the engine's CUDA-graph ceiling moves with it (set 29 d5: TensorRT-LLM's 16)
+        # or the pool the plan leaves no longer holds today's (set 34 d1: 64 a rank, 512 in all, once
+        # DP attention goes and the pool holds about 120)
+        return math.floor(today_cap), (f"kept at today's cap ({math.floor(today_cap):,}): {peak[1]} ({math.ceil(peak[0]):,}) "
+                                       f"is at most {cap:,}, so a cap lowered to it binds at no load measured")
     return cap, why
 
 

@@ -623,6 +623,9 @@ def _accounted(advice: Advice, pending: list[str], kept: list[Arg], removed: lis
             not_applied.append(f"{strategy.key} (needs its checkpoint, above): {gain or 'no estimate of its own'}")
         elif _rule(strategy) in set_by:
             applied.append(f"{strategy.key}{': ' + gain if gain else ' (no estimate of its own)'}")
+        elif waiting := [key for key in strategy.beside if key in pending]:
+            not_applied.append(f"{strategy.key} (left out until {', '.join(waiting)} is applied: see the notes): "
+                               f"{gain or 'no estimate of its own'}")
         else:
             not_applied.append(f"{strategy.key} (no {engine} setting here: see the notes): {gain or 'no estimate of its own'}")
     return tuple(applied), tuple(not_applied)

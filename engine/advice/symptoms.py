@@ -62,6 +62,9 @@ class Symptom:
     after_basis: str | None = None   # the estimate whose before -> after ratio scales it
     unprojected: str = ""            # why the plan's move is not projected onto the measurement
     traded_for: str = ""             # the missed objective the plan meets at this one's cost (its label)
+    # the model's own before -> after of that estimate where the move is not projected onto the
+    # measurement: two plans can still be ranked by it (advisor._objective_score)
+    model_move: tuple[float, float] | None = None
 
     def text(self) -> str:
         """`TTFT p99 1,350 ms against a 1,000 ms objective (+35%)`, and where the plan moves it,
@@ -273,7 +276,8 @@ def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any], plan: Plan | 
                                     "(disaggregation) or more GPUs per prefill (C-CHUNK-BUDGET-MISSES-ITL)")
             out.append(Symptom(kind, path, value, "ms", source, objective, objective_fact, value / objective - 1,
                                label=label, after=projected, after_basis=basis if projected is not None else None,
-                               unprojected=unprojected))
+                               unprojected=unprojected, model_move=(before, after) if projected is None
+                               and _positive(before) and _positive(after) else None))
         elif (spent := _spent(facts, derived, path, value, source, moves)) is not None:
             out.append(Symptom(kind, path, value, "ms", source, objective, objective_fact, value / objective - 1,
                                label=label, after=spent, after_basis=_SCALED_BY.get(path, path)))

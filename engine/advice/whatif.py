@@ -226,7 +226,22 @@ class WhatIf:
                 out.append((path, self._computed(raw)))
             else:
                 out.append((path, raw))
-        return tuple(out)
+        return tuple(out) + self._same_replica_cap(dict(out))
+
+    def _same_replica_cap(self, changed: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+        """The engine's cap restated where a change turns data-parallel attention on or off and
+        sets no cap of its own: the flag counts a rank's requests under it, the replica's without,
+        and the replica admits what it admitted (set 34 d1: DP attention off read 64 a rank as 64
+        in all, and the 96 in flight at the peak waited for slots)."""
+        if "serving.dp_attention" not in changed or "serving.max_num_seqs" in changed:
+            return ()
+        status, cap = self.baseline.lookup("serving.max_num_seqs")
+        today = self.baseline.lookup("serving.dp_attention") == (KNOWN, True)
+        _, ranks = self.baseline.lookup("derived.tensor_parallel")
+        after = changed["serving.dp_attention"] is True
+        if status != KNOWN or not isinstance(cap, int) or not isinstance(ranks, int) or ranks < 2 or today == after:
+            return ()
+        return (("serving.max_num_seqs", cap * ranks if today else max(1, -(-cap // ranks))),)
 
     def _computed(self, raw: str) -> Any:
         """An `=expression` effect's value on today's facts, once per advice (what-ifs share them)."""
@@ -324,7 +339,7 @@ class WhatIf:
 
     def _level_of(self, effects: tuple[tuple[str, Any], ...], path: str) -> Confidence:
         """A literal setting is what it is; a computed one is as good as the facts it read."""
-        raw = dict(effects)[path]
+        raw = dict(effects).get(path)       # none: restated with the change (_same_replica_cap)
         if not (isinstance(raw, str) and raw.startswith("=")):
             return "high"
         if raw not in self._effect_levels:
