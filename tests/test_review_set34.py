@@ -2,7 +2,7 @@
 The deployments and the reviewer's notes are in tests/data/review34."""
 from __future__ import annotations
 
-from conftest import review_deployment, script_flag
+from conftest import review_deployment, script_flag, strategy_of
 
 DATA = "review34"
 
@@ -47,3 +47,12 @@ def test_d2_a_paged_cache_keeps_the_engines_own_block_size(pack):
     paged = next((s for s in advice.strategies if s.id == "paged_kv_cache"), None)
     assert paged is None or (paged.status == "keep" and paged.params["page_size"] == 32)
     assert "tokens_per_block" not in script
+
+
+def test_d2_no_replicas_where_the_plans_fp8_kv_cache_serves_the_arrivals(pack):
+    # Llama-3.3-70B FP8 on 2 H100s, 300 waiting, throughput objective: the FP8 KV cache serves about
+    # 3,500 output tokens a second against 2.8 x 900 = 2,520 arriving at the peak; four replicas
+    # sized on today's queue were asked for
+    advice, _ = review_deployment(pack, DATA, "d2")
+    assert strategy_of(advice, "scale_out") is None and advice.plan.replicas is None
+    assert any(r.id == "scale_out" and r.reason.startswith("not needed") for r in advice.rejected)

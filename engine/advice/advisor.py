@@ -20,6 +20,7 @@ from kbopt.engine.advice.objectives import (
     met_on_todays_gpus,
     not_worth_their_gpus,
     objectives,
+    serves_the_arrivals,
     worsens_everything,
 )
 from kbopt.engine.advice.settings import differs_from_today, pack_constants, sets_otherwise, settings_map, targets
@@ -246,6 +247,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                                           if g.metric in ("service_tokens_per_s", "decode_tokens_per_s"))
         lean_symptoms = symptoms(final.inputs, final.derived, lean) if lean is not None else ()
         why = met_on_todays_gpus(lean_symptoms) if lean is not None and serves else None
+        if why is None and lean is not None and serves:     # or the rest serves the arrivals with room
+            why = serves_the_arrivals(lean, lean_symptoms, final.inputs)
         if why is None and lean is not None:     # or they add too little to be worth their GPUs
             why = not_worth_their_gpus(plan, lean, symptoms(final.inputs, final.derived, plan), lean_symptoms)
         if why is None:

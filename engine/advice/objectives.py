@@ -299,6 +299,31 @@ def met_on_todays_gpus(projected: Iterable[Symptom]) -> str | None:
                         for s in missed) + ")")
 
 
+# A replica kept at most this busy (the arrivals' tokens over what it serves) drains a queue and
+# holds the bursts: past it an M/D/1 queue's wait grows quickly (about 3x a request's service at 0.85).
+SERVICE_HEADROOM = 0.85
+
+
+def serves_the_arrivals(lean: Plan, projected: Iterable[Symptom], facts: Mapping[str, Any]) -> str | None:
+    """Why more replicas are not needed where no objective is missed and the plan's other changes
+    serve the busiest arrival rate on today's GPUs with room, or None (review set 34 d2: four
+    replicas asked for today's queue, where the plan's FP8 KV cache serves 3,505 tokens a second
+    against 2,520 arriving at the peak)."""
+    if any(s.objective is not None and s.miss is not None and s.miss > 0 for s in projected):
+        return None
+    mean, peak, output = (facts.get(path) for path in ("workload.arrival_rate_per_s", "workload.arrival_rate_peak_per_s",
+                                                        "workload.output_len_mean"))
+    rates = [r for r in (mean, peak) if isinstance(r, int | float) and not isinstance(r, bool) and r > 0]
+    tokens = next((g.after for g in lean.expected if g.metric == "decode_tokens_per_s"), None)
+    if not rates or not isinstance(output, int | float) or not isinstance(tokens, int | float) or tokens <= 0:
+        return None
+    demand = max(rates) * output
+    if demand > SERVICE_HEADROOM * tokens:
+        return None
+    return (f"not needed: the plan's other changes serve {number(tokens)} output tokens a second on today's GPUs, against "
+            f"{number(demand)} arriving at the busiest rate ({number(max(rates))} requests a second x {number(output)} tokens)")
+
+
 # More replicas that add less than this share of a replica's tokens each are not worth their GPUs.
 REPLICA_SHARE = 0.5
 
