@@ -44,3 +44,10 @@ def test_d4_pipeline_stages_share_a_steps_prefills(pack):
     assert 115 <= advice.derived["derived.itl_expected_ms"] <= 145
     assert not any(w.rule == "W-MEASURED-ITL-BELOW-MODEL" for w in advice.warnings)
     assert script_flag(script, "--max-num-seqs") == "128"
+
+
+def test_d2_the_memory_fraction_stays_beside_lora_slots(pack):
+    # 24 adapters behind --max-loras 4 on two L40S: S-MEMORY-BUDGET-RAISE's own caveat keeps 0.9
+    # beside LoRA slots, and the plan's FP8 KV cache grows the pool 8.7x anyway
+    _, script = review_deployment(pack, DATA, "d2")
+    assert script_flag(script, "--gpu-memory-utilization") in (None, "0.90", "0.9")
