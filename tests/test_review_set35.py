@@ -51,3 +51,13 @@ def test_d2_the_memory_fraction_stays_beside_lora_slots(pack):
     # beside LoRA slots, and the plan's FP8 KV cache grows the pool 8.7x anyway
     _, script = review_deployment(pack, DATA, "d2")
     assert script_flag(script, "--gpu-memory-utilization") in (None, "0.90", "0.9")
+
+
+def test_d2_lora_slots_come_with_the_memory_the_plan_frees(pack):
+    # 24 adapters, --max-loras 4, KV cache 96% used: alone 24 slots at rank 64 leave no KV cache, but
+    # beside FP8 weights and KV cache and a rank of 16 they fit (24 x 0.16 GiB a GPU), and without
+    # them vLLM runs about 16 of the 165 sequences the plan's pool holds
+    advice, script = review_deployment(pack, DATA, "d2")
+    slots = strategy_of(advice, "lora_slots")
+    assert slots is not None and slots.params["max_loras"] == 24 and slots.beside
+    assert script_flag(script, "--max-loras") == "24" and int(script_flag(script, "--max-cpu-loras")) >= 24

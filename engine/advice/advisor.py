@@ -509,6 +509,12 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
             rule = moved[0].rules[0] if moved else (whatif.before[known_before[0]].rule if known_before else c.rules[0])
             vetoes.append(Drawn(rule, Reject(c.strategy, c.variant, negligible_reason(outcome, whatif.before))))
         elif no_room := leaves_no_room(outcome.moved, whatif.baseline.lookup):
+            # where the plan's other changes free the memory it takes, it comes with them (set 35 d2:
+            # 24 LoRA slots beside FP8 weights and KV cache and a rank of 16, none of them alone)
+            if beside := _harmless_beside(key, candidates, catalog, whatif, judged_by, threshold, vetoes, partners,
+                                          room_only=True):
+                harmful_alone[key] = ((), f"harmful: {no_room}", beside)
+                continue
             pool = next((g for g in outcome.gains if g.metric == "kv_pool_tokens"), None)
             vetoes.append(Drawn(pool.rules[0] if pool else c.rules[0], Reject(c.strategy, c.variant, no_room)))
         elif outcome.unevaluated is None and (worse := worsens_everything(outcome.moved, threshold)):
@@ -562,13 +568,14 @@ def _alone(judged: tuple[tuple[tuple[Objective, str], ...], str, tuple[str, ...]
     parameters may have been sized since it was judged), else those it was judged on."""
     found, why, _ = judged
     moved = {g.metric for g in gains}
-    return harm_reason(found, gains)[0] if all(metric in moved for _, metric in found) else why
+    return harm_reason(found, gains)[0] if found and all(metric in moved for _, metric in found) else why
 
 
 def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mapping[str, Strategy], whatif: WhatIf,
                      judged_by: tuple[Objective, ...], threshold: float, vetoes: list[Drawn[Reject]],
-                     partners: Mapping[str, tuple[tuple[str, Any], ...]]) -> tuple[str, ...]:
+                     partners: Mapping[str, tuple[tuple[str, Any], ...]], room_only: bool = False) -> tuple[str, ...]:
     """The other changes beside which a candidate that works against an objective alone does not
+    (with `room_only`, that leaves no KV cache alone: beside which it leaves room)
     (empty where it does beside them too): the prefix cache a plan turns on shortens the prompts a
     chunk budget splits (set 16 d6: a 768-token budget on TensorRT-LLM read as a 10 s TTFT with the
     cache off today, 2.2 s with it on). Judged as the plan's other candidates with it against them
@@ -609,6 +616,8 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
         with_it = whatif.plan([(key, catalog[c.strategy], c.variant, params), *chosen])
         if with_it is None:
             return False
+        if room_only:
+            return not leaves_no_room([(g.metric, g.before, g.after) for g in with_it.expected], whatif.baseline.lookup)
         before = {g.metric: g.after for g in without.expected}
         return not harm([(g.metric, before.get(g.metric, g.before), g.after) for g in with_it.expected],
                         as_met_by(judged_by, before), threshold, spends_none=True)
