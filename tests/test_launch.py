@@ -163,6 +163,14 @@ def test_a_bad_value_from_todays_command_is_named_as_the_commands_not_set(run_cl
     assert "--set" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_launch_file_named_without_its_at_sign_is_told_how_to_read_it(run_cli, tmp_path):
+    command = tmp_path / "today.launch"
+    command.write_text("vllm serve m --tensor-parallel-size 2\n")
+    code, out, err = run_cli("advise", "--facts", str(FACTS), "--launch", str(command))
+    assert code == 2 and out == ""
+    assert f"write --launch @{command}" in err and len(err.strip().splitlines()) == 1
+
+
 def _advice(pack, **overrides):
     facts = load_facts(FACTS, [f"{k}={v}" for k, v in overrides.items()])
     return advise(facts, pack, available_evaluators()[0])
