@@ -522,14 +522,14 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
             vetoes.append(Drawn(named[0].rules[0] if named else c.rules[0], Reject(
                 c.strategy, c.variant, "harmful: it worsens every estimate it moves: " + "; ".join(g.text() for g in named))))
         elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold, spends_none=True)):
-            why, worst = harm_reason(found, outcome.gains)
+            why, worst = harm_reason(found, outcome.gains, judged_by)
             beside = _harmless_beside(key, candidates, catalog, whatif, judged_by, threshold, vetoes, partners)
             if beside:
                 harmful_alone[key] = (found, why, beside)
                 continue
             if not (found := harm(outcome.moved, judged_by, threshold)):
                 continue         # a met objective spent for a worse miss: a trade, where no other change spares it
-            why, worst = harm_reason(found, outcome.gains)
+            why, worst = harm_reason(found, outcome.gains, judged_by)
             kept_part = _harmless_part(c, catalog[c.strategy], whatif, judged_by, threshold, partners.get(key, ()))
             if kept_part is None:
                 vetoes.append(Drawn(worst.rules[0], Reject(c.strategy, c.variant, why)))

@@ -275,13 +275,17 @@ def leaves_no_room(moved: Iterable[tuple[str, Any, Any]], lookup: Lookup) -> str
     return ""
 
 
-def harm_reason(found: tuple[tuple[Objective, str], ...], gains: Iterable[Gain]) -> tuple[str, Gain]:
-    """The rejection's reason for what `harm` found, with the numbers, and the move it names first."""
+def harm_reason(found: tuple[tuple[Objective, str], ...], gains: Iterable[Gain],
+                judged_by: tuple[Objective, ...] = ()) -> tuple[str, Gain]:
+    """The rejection's reason for what `harm` found, with the numbers, and the move it names first
+    (and the trade constraints.objective_first would take, where the relieved one is an objective)."""
     by_metric = {g.metric: g for g in gains}
     named = [(objective, by_metric[metric]) for objective, metric in found]
     if named[0][0].missed:
         objective, gain = named[0]
-        return f"harmful: it works against {objective.name}, missed today: {gain.text()}{_trade_offered(objective, by_metric)}", gain
+        offered = _trade_offered(objective, by_metric) if any(o.metric.startswith("itl" if objective.metric.startswith("ttft") else "ttft")
+                                                             and o.slo for o in judged_by) else ""
+        return f"harmful: it works against {objective.name}, missed today: {gain.text()}{offered}", gain
     return "harmful: it works against " + "; ".join(
         f"{o.name}: {g.text()}" + (f", past its {number(o.slo)} ms" if o.slo and isinstance(g.after, int | float)
                                     and g.after * (o.scale or 1) > o.slo else "") for o, g in named), named[0][1]
@@ -357,7 +361,8 @@ def not_worth_their_gpus(full: Plan, lean: Plan, full_symptoms: Iterable[Symptom
 
 def _trade_offered(costly: Objective, by_metric: dict[str, Gain]) -> str:
     """Where the change relieves the other latency objective, the trade it offers and the fact
-    that takes it (constraints.objective_first)."""
+    that takes it (constraints.objective_first); only where that one has an SLO (set 36 d2: a
+    throughput deployment with an ITL SLO alone was told to name a TTFT objective it has not)."""
     other = "itl" if costly.metric.startswith("ttft") else "ttft"
     relieved = next((g for metric in (f"{other}_p99_expected_ms", f"{other}_expected_ms")
                      if (g := by_metric.get(metric)) is not None and g.change < 0), None)
