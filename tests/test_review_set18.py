@@ -32,7 +32,7 @@ def test_d2_a_chunk_budget_harmful_alone_waits_in_the_script_for_the_int8_checkp
     assert chunked.beside == ("quantization[int8]",) and "the TTFT objective" in chunked.alone
     assert any(c.text.startswith("alone it works against the TTFT objective") for c in chunked.caveats)
     assert script_flag(script, "--chunked-prefill-size") == "8192" and "--enable-mixed-chunk" not in script_flags(script)
-    assert "# left out: chunked_prefill" in script and "not set until quantization[int8] is applied too" in script
+    assert "# left out: chunked_prefill" in script and "once quantization[int8] is applied too" in script
     assert advice.to_dict()["strategies"][[s.id for s in advice.strategies].index("chunked_prefill")]["harmful_alone"] == {
         "reason": chunked.alone, "beside": ["quantization[int8]"]}
 

@@ -271,6 +271,17 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             else:
                 unneeded[key], plan = why, without
                 chosen.discard(key)
+    # A change harmful alone stays only beside one of the changes it was judged harmless with (the
+    # regression review of set 36: INT8 weights, no room for a sequence alone, kept beside an FP8 KV
+    # cache the plan then left out as adding too little).
+    while plan is not None and whatif is not None and (orphans := [
+            key for key in planned if key in harmful_alone and key not in kept
+            and not any(other in chosen and other not in unneeded for other in harmful_alone[key][2])]):
+        for key in orphans:
+            unneeded[key] = f"{harmful_alone[key][1]}; the changes it is harmless beside ({', '.join(harmful_alone[key][2])}) are not in the plan"
+            chosen.discard(key)
+        planned = [key for key in planned if key not in orphans]
+        plan = plan_of()
     sized_by_key: dict[str, list[tuple[str, str]]] = {key: [] for key in resolution.chosen}
     moved_in_place: list[str] = []
     before_plan: dict[str, dict[str, Any]] = {}
@@ -493,6 +504,7 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
     outcomes: dict[str, Outcome] = {}
     threshold = whatif.pack.kb.negligible_change
     judged_by = objectives(whatif.baseline.lookup)
+    met_today = frozenset(o.metric for o in judged_by if not o.missed)   # spent, not traded (objectives.harm)
     for key in sorted(candidates):
         c = candidates[key]
         outcome = whatif.strategy(catalog[c.strategy], c.variant, key, _params(c, whatif.baseline.lookup, catalog[c.strategy])[0]
@@ -521,7 +533,7 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
             named = [g for g in outcome.gains if g.metric in worse]
             vetoes.append(Drawn(named[0].rules[0] if named else c.rules[0], Reject(
                 c.strategy, c.variant, "harmful: it worsens every estimate it moves: " + "; ".join(g.text() for g in named))))
-        elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold, spends_none=True)):
+        elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold, met_today)):
             why, worst = harm_reason(found, outcome.gains, judged_by)
             beside = _harmless_beside(key, candidates, catalog, whatif, judged_by, threshold, vetoes, partners)
             if beside:
@@ -581,6 +593,7 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
     cache off today, 2.2 s with it on). Judged as the plan's other candidates with it against them
     without it; those are the ones not vetoed so far, one per strategy, each on its own a change
     the model judges no harm (the strongest first). Where none is, the judgement alone stands."""
+    met_today = frozenset(o.metric for o in judged_by if not o.missed)
     vetoed = {(v.conclusion.strategy, v.conclusion.variant) for v in vetoes}
     by_strategy: dict[str, Candidate] = {}
     for other in sorted(candidates.values(), key=lambda c: -c.rank):
@@ -620,7 +633,7 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
             return not leaves_no_room([(g.metric, g.before, g.after) for g in with_it.expected], whatif.baseline.lookup)
         before = {g.metric: g.after for g in without.expected}
         return not harm([(g.metric, before.get(g.metric, g.before), g.after) for g in with_it.expected],
-                        as_met_by(judged_by, before), threshold, spends_none=True)
+                        as_met_by(judged_by, before), threshold, met_today)
     needed = list(by_strategy.values())
     if not harmless_beside(needed):
         return ()

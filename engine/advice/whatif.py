@@ -229,19 +229,19 @@ class WhatIf:
         return tuple(out) + self._same_replica_cap(dict(out))
 
     def _same_replica_cap(self, changed: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-        """The engine's cap restated where a change turns data-parallel attention on or off and
-        sets no cap of its own: the flag counts a rank's requests under it, the replica's without,
-        and the replica admits what it admitted (set 34 d1: DP attention off read 64 a rank as 64
-        in all, and the 96 in flight at the peak waited for slots)."""
+        """The engine's cap restated where a change turns data-parallel attention off and sets no cap
+        of its own: the fact counts a rank's requests under it, the replica's without, and the
+        replica admits what it admitted (set 34 d1: DP attention off read 64 a rank as 64 in all,
+        and the 96 in flight at the peak waited for slots)."""
         if "serving.dp_attention" not in changed or "serving.max_num_seqs" in changed:
             return ()
         status, cap = self.baseline.lookup("serving.max_num_seqs")
         today = self.baseline.lookup("serving.dp_attention") == (KNOWN, True)
         _, ranks = self.baseline.lookup("derived.tensor_parallel")
         after = changed["serving.dp_attention"] is True
-        if status != KNOWN or not isinstance(cap, int) or not isinstance(ranks, int) or ranks < 2 or today == after:
-            return ()
-        return (("serving.max_num_seqs", cap * ranks if today else max(1, -(-cap // ranks))),)
+        if status != KNOWN or not isinstance(cap, int) or not isinstance(ranks, int) or ranks < 2 or not today or after:
+            return ()        # turned on, the cap the script carries or sets is sized on the plan's pool (caps.py)
+        return (("serving.max_num_seqs", cap * ranks),)
 
     def _computed(self, raw: str) -> Any:
         """An `=expression` effect's value on today's facts, once per advice (what-ifs share them)."""
@@ -268,7 +268,11 @@ class WhatIf:
     def _on_shape(self, effects: tuple[tuple[str, Any], ...], shape: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
         """The effects whose `=expression` reads a fact of the deployment's shape that the plan
         changes, computed with the plan's value of it (the rest as they are)."""
-        changed = {path: value for path, value in shape.items() if self.baseline.lookup(path) != (KNOWN, value)}
+        # only data-parallel attention turned off: a replica's cap sized for the plan that turns it on
+        # is sized on today's pool, and divided among the ranks it under-counts the script's
+        # (the regression review of set 36: DP-attention plans read 4-8x fewer running requests)
+        changed = {path: value for path, value in shape.items()
+                   if value is False and self.baseline.lookup(path) == (KNOWN, True)}
         if not changed:
             return effects
         out = []
