@@ -171,6 +171,12 @@ def test_a_launch_file_named_without_its_at_sign_is_told_how_to_read_it(run_cli,
     assert f"write --launch @{command}" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_launch_word_no_path_can_be_is_still_a_clear_error(run_cli):
+    # the hint above asks the file system whether the word is a file: a name too long is an answer, not a traceback
+    code, out, err = run_cli("advise", "--facts", str(FACTS), "--launch", "a" * 5000)
+    assert code == 2 and out == "" and err.startswith("kbopt: error: --launch:") and len(err.strip().splitlines()) == 1
+
+
 def _advice(pack, **overrides):
     facts = load_facts(FACTS, [f"{k}={v}" for k, v in overrides.items()])
     return advise(facts, pack, available_evaluators()[0])

@@ -587,12 +587,12 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
                      judged_by: tuple[Objective, ...], threshold: float, vetoes: list[Drawn[Reject]],
                      partners: Mapping[str, tuple[tuple[str, Any], ...]], room_only: bool = False) -> tuple[str, ...]:
     """The other changes beside which a candidate that works against an objective alone does not
-    (with `room_only`, that leaves no KV cache alone: beside which it leaves room)
     (empty where it does beside them too): the prefix cache a plan turns on shortens the prompts a
     chunk budget splits (set 16 d6: a 768-token budget on TensorRT-LLM read as a 10 s TTFT with the
     cache off today, 2.2 s with it on). Judged as the plan's other candidates with it against them
     without it; those are the ones not vetoed so far, one per strategy, each on its own a change
-    the model judges no harm (the strongest first). Where none is, the judgement alone stands."""
+    the model judges no harm (the strongest first). Where none is, the judgement alone stands.
+    With `room_only`, for a candidate that leaves no KV cache alone: those beside which it leaves room."""
     met_today = frozenset(o.metric for o in judged_by if not o.missed)
     vetoed = {(v.conclusion.strategy, v.conclusion.variant) for v in vetoes}
     by_strategy: dict[str, Candidate] = {}

@@ -303,7 +303,10 @@ def _engine(words: list[str]) -> tuple[Engine, list[str]]:
     shown = " ".join(words[:3]) or "(nothing)"
     starts = "; ".join(s for e in ENGINES for s in catalog.engines[e].invoked_as)
     # a file's name given without its @ (set 34's reviewers, twice): say so
-    a_file = len(words) == 1 and Path(words[0]).is_file()
+    try:
+        a_file = len(words) == 1 and Path(words[0]).is_file()
+    except (OSError, ValueError):        # a word no path can be (a NUL, too long a name)
+        a_file = False
     raise KboptError(f"--launch: {clean(shown)!r} is not the launch command of an engine kbopt has a profile for "
                      f"(a command starts with one of: {starts})"
                      + (f"; to read the command from that file, write --launch @{clean(words[0])}" if a_file else ""))
