@@ -27,6 +27,8 @@ def test_d1_a_chunk_budget_that_spends_a_met_first_token_waits_for_the_change_th
     assert chunked is not None and chunked.beside == ("quantization[int8]",)
     assert chunked.params["max_num_batched_tokens"] >= 256
     assert script_flag(script, "--max-num-batched-tokens") is None
+    assert "chunked_prefill (left out until quantization[int8] is applied" in script
+    assert "set --max-num-batched-tokens 288 once quantization[int8] is applied too" in script
     after = {g.metric: g.after for g in advice.plan.expected}
     assert after["ttft_p99_expected_ms"] < 2000 and after["itl_p99_expected_ms"] < 50
 

@@ -620,6 +620,7 @@ def _accounted(advice: Advice, pending: list[str], kept: list[Arg], removed: lis
     set_by = {arg.rule for arg in kept if arg.status != "unchanged"} | {arg.rule.removeprefix("removed by ") for arg in removed}
     applied: list[str] = []
     not_applied: list[str] = []
+    by_key = {strategy.key: strategy for strategy in advice.strategies}
     for strategy in advice.strategies:
         if strategy.status == "keep":
             continue
@@ -628,8 +629,10 @@ def _accounted(advice: Advice, pending: list[str], kept: list[Arg], removed: lis
             not_applied.append(f"{strategy.key} (needs its checkpoint, above): {gain or 'no estimate of its own'}")
         elif _rule(strategy) in set_by:
             applied.append(f"{strategy.key}{': ' + gain if gain else ' (no estimate of its own)'}")
-        elif waiting := [key for key in strategy.beside if key in pending]:
-            not_applied.append(f"{strategy.key} (left out until {', '.join(waiting)} is applied: see the notes): "
+        elif waiting := [key for key in strategy.beside if key in pending or key not in by_key or _rule(by_key[key]) not in set_by]:
+            # the same changes build_launch waits on: those of the plan this script does not apply
+            not_applied.append(f"{strategy.key} (left out until {', '.join(waiting)} "
+                               f"{'is' if len(waiting) == 1 else 'are'} applied: see the notes): "
                                f"{gain or 'no estimate of its own'}")
         else:
             not_applied.append(f"{strategy.key} (no {engine} setting here: see the notes): {gain or 'no estimate of its own'}")
