@@ -15,7 +15,8 @@ def test_a_changed_deployment_drops_todays_measurements_and_carries_the_calibrat
     assert code == 0
     assert fp8["what_if"]["changed"] == ["model.weight_dtype"]
     assert fp8["what_if"]["re_estimated"] == ["workload.itl_mean_ms"]
-    assert fp8["what_if"]["carried"] == ["telemetry.bandwidth_efficiency"]
+    assert fp8["what_if"]["carried"] == ["telemetry.bandwidth_efficiency", "telemetry.kv_gauge_pool_tokens",
+                                         "telemetry.kv_gauge_running_batch"]
     assert "workload.requests_running_mean" in fp8["what_if"]["kept"]
     assert "workload.itl_mean_ms" not in fp8["facts"]
     assert fp8["facts"]["telemetry.bandwidth_efficiency"]["value"] == today["derived"]["derived.bandwidth_efficiency"]

@@ -25,6 +25,11 @@ CARRIED = (("derived.bandwidth_efficiency", "telemetry.bandwidth_efficiency"), (
 # only where the engine stays.
 ENGINE_OWN = frozenset({"telemetry.host_step_ms", "telemetry.step_unexplained_ms"})
 MEASURED_SECTIONS = ("telemetry.", "workload.")
+# The engine's KV gauge is a share of today's pool held by today's running batch: a changed
+# deployment reads it in proportion to its own pool and batch (M-KV-USAGE-NOW), from these
+# (derived fact -> the input it is carried as).
+GAUGE_READ_ON = (("derived.kv_pool_tokens", "telemetry.kv_gauge_pool_tokens"),
+                 ("derived.running_batch", "telemetry.kv_gauge_running_batch"))
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,13 @@ def restate(today: Facts, today_derived: Mapping[str, Any], changed: Facts, set_
             provenance[target] = Provenance("what-if", "derived", metric=source,
                                             note="today's calibration, carried to the changed deployment")
             carried.append(target)
+    if "telemetry.kv_cache_usage_ratio" in values:
+        for source, target in GAUGE_READ_ON:
+            if source in today_derived and target not in values:
+                values[target] = today_derived[source]
+                provenance[target] = Provenance("what-if", "derived", metric=source,
+                                                note="what today's KV gauge was read on, carried to the changed deployment")
+                carried.append(target)
     kept = tuple(sorted(path for path, value in values.items() if path.startswith(MEASURED_SECTIONS)
                         and isinstance(value, (int, float)) and not isinstance(value, bool)
                         and path not in set_paths and path not in carried))

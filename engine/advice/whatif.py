@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from kbopt.engine.advice.estimates import Confidence, Estimate, Model, input_confidence, trace, weakest
+from kbopt.engine.advice.restate import GAUGE_READ_ON
 from kbopt.engine.evaluators.reference import rerun_of
 from kbopt.engine.lang.logic import KNOWN, Missing, value_of
 from kbopt.engine.lang.nodes import Call, Fact, Value, facts_of
@@ -201,11 +202,26 @@ def number(value: Any) -> str:
     return f"{value:.3g}" if abs(value) < 100 else f"{value:.1f}".removesuffix(".0")
 
 
+def gauge_reading(inputs: Mapping[str, Any], baseline: Model) -> dict[str, Any]:
+    """The pool and running batch today's KV gauge was read on, as inputs every what-if carries
+    (where the facts do not give them): today's evaluation reads them as they are, so they move
+    nothing until a change moves the pool or the batch."""
+    if "telemetry.kv_cache_usage_ratio" not in inputs:
+        return {}
+    out = {}
+    for source, target in GAUGE_READ_ON:
+        status, value = baseline.lookup(source)
+        if target not in inputs and status == KNOWN and isinstance(value, (int, float)):
+            out[target] = value
+    return out
+
+
 class WhatIf:
     """Re-evaluates one pack's performance model on changed facts, from today's evaluation and model."""
 
     def __init__(self, pack: Pack, inputs: Mapping[str, Any], baseline: Model) -> None:
-        self.pack, self.inputs, self.baseline = pack, inputs, baseline
+        self.pack, self.baseline = pack, baseline
+        self.inputs = {**inputs, **gauge_reading(inputs, baseline)}
         # Each what-if re-runs only the rules downstream of the facts it changes (Rerun): the
         # same derivation as a whole evaluation, whichever evaluator made the baseline's.
         self.rerun = rerun_of(pack)
