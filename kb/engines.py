@@ -395,6 +395,9 @@ class Entry:
     unchanged: tuple[tuple[str, Any], ...] = ()
     needs: tuple[str, ...] = ()
     removes: tuple[str, ...] = ()      # flags of today's server this setting replaces (--no-enable-prefix-caching)
+    # given beside the checkpoint the change needs, where the engine's own reading of that checkpoint
+    # picks a kernel the GPU cannot run (SGLang's compressed-tensors INT8 needs sm89)
+    with_checkpoint: bool = False
 
     def holds_at(self, version: Version) -> bool:
         return _in_range(version, self.min, self.max)
@@ -450,7 +453,7 @@ def _entry(engine: str, raw: dict[str, Any], where: str) -> Entry:
         when=tuple(sorted((raw.get("when") or {}).items())), param=raw.get("param"), value=raw.get("value"),
         min=_version(raw.get("min"), where), max=_version(raw.get("max"), where),
         unchanged=tuple(sorted((raw.get("unchanged") or {}).items())), needs=tuple(raw.get("needs") or ()),
-        removes=tuple(raw.get("removes") or ()))
+        removes=tuple(raw.get("removes") or ()), with_checkpoint=bool(raw.get("with_checkpoint")))
 
 
 def _flag(name: str, raw: dict[str, Any], where: str) -> Flag:

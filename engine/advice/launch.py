@@ -173,9 +173,11 @@ def quantizes_as_it_loads(engine: str, variant: str | None, params: Mapping[str,
         or (variant == "int8" and params.get("mode") == "weight_only" and engine in ("sglang", "tgi")))
 
 
-def _needs_checkpoint(engine: str, strategy: StrategyAdvice, facts: Mapping[str, Any]) -> str | None:
+def _needs_checkpoint(engine: str, strategy: StrategyAdvice, facts: Mapping[str, Any],
+                      beside: tuple[Setting, ...] = ()) -> str | None:
     """How to make the checkpoint a quantization change needs, or None when the engine quantizes
-    today's checkpoint itself (online FP8 from 16 bits, TGI's EETQ, SGLang's torchao INT8)."""
+    today's checkpoint itself (online FP8 from 16 bits, TGI's EETQ, SGLang's torchao INT8); `beside`,
+    the change's settings, names those the profile gives with the checkpoint."""
     if strategy.id != "quantization" or strategy.status == "keep":
         return None
     variant = variant_of(strategy.key) or str(strategy.params.get("scheme") or "")
@@ -187,9 +189,11 @@ def _needs_checkpoint(engine: str, strategy: StrategyAdvice, facts: Mapping[str,
     if kind not in HOW_TO:
         return None
     how = HOW_TO[kind].format(method=str(params.get("method") or "AWQ").upper())
-    return (f"{strategy.key}: needs {how}; then run this script with MODEL set to that checkpoint (the engine reads "
-            f"its quantization config). Until then MODEL stays today's checkpoint, and the script sets no quantization "
-            f"flag for the new one")
+    given_with = [setting for setting in beside if setting.with_checkpoint and setting.kind == "cli"]
+    given = (" and " + "; ".join(f"{setting.text} added to args ({clean(setting.needs[0]) if setting.needs else 'its profile gives it'})"
+                                 for setting in given_with) if given_with else " (the engine reads its quantization config)")
+    return (f"{strategy.key}: needs {how}; then run this script with MODEL set to that checkpoint{given}. Until then "
+            f"MODEL stays today's checkpoint, and the script sets no quantization flag for the new one")
 
 
 def _checkpoint_on_the_move(spec: Engine, facts: Mapping[str, Any], moved_from: str | None) -> str | None:
@@ -405,7 +409,8 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                 _carry_in_place(strategy, target, facts, advice.derived, args)
             continue            # in place today: its settings are today's, carried above or the engine's default
         rule = _rule(strategy)
-        checkpoint = _needs_checkpoint(engine, strategy, facts)
+        checkpoint = _needs_checkpoint(engine, strategy, facts, tuple(settings_for(
+            target, strategy.id, strategy.key, strategy.params, facts, advice.derived)))
         if checkpoint:
             notes.append(checkpoint)
             continue

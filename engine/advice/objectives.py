@@ -343,8 +343,9 @@ REPLICA_SHARE = 0.5
 def not_worth_their_gpus(full: Plan, lean: Plan, full_symptoms: Iterable[Symptom], lean_symptoms: Iterable[Symptom]
                          ) -> str | None:
     """Why the replicas a plan adds are not worth their GPUs, or None: together they add less than
-    half a replica's tokens each over the rest of the plan, and meet no missed objective the rest
-    leaves missed (one the model cannot project may need them: they stay advice)."""
+    half a replica's tokens each over the rest of the plan, meet no missed objective the rest
+    leaves missed (one the model cannot project may need them: they stay advice), and shorten none
+    by that share either."""
     if full.replicas is None:
         return None
     service = next((g for g in full.expected if g.metric == "service_tokens_per_s"), None)
@@ -359,12 +360,20 @@ def not_worth_their_gpus(full: Plan, lean: Plan, full_symptoms: Iterable[Symptom
     def met(found: Iterable[Symptom]) -> dict[str, bool | None]:
         return {s.kind: (None if s.after is None else s.after <= (s.objective or 0))
                 for s in found if s.objective is not None and s.miss is not None and s.miss > 0}
+    full_symptoms, lean_symptoms = list(full_symptoms), list(lean_symptoms)
     with_them, without = met(full_symptoms), met(lean_symptoms)
     if any(verdict is None or (verdict and not without.get(kind)) for kind, verdict in with_them.items()):
         return None
+    # nor where they shorten a missed objective as much as they would have to add tokens (set 28 d1:
+    # the second L4 kept a TTFT p99 of 2.2 s that a chunk budget sized for one takes to 16.5 s)
+    lean_after = {s.kind: s.after for s in lean_symptoms if s.objective is not None and s.miss is not None and s.miss > 0}
+    if any(isinstance(before := lean_after.get(s.kind), int | float) and isinstance(s.after, int | float) and s.after > 0
+           and before / s.after >= 1 + REPLICA_SHARE * (full.gpus_factor - 1)
+           for s in full_symptoms if s.objective is not None and s.miss is not None and s.miss > 0):
+        return None
     return (f"not worth its GPUs: {number(full.replicas)} replicas serve {number(ratio)}{TIMES} the tokens a second of the "
             f"plan's other changes on today's GPUs ({number(ratio / full.gpus_factor)}{TIMES} per GPU), and meet no objective "
-            "those leave missed")
+            "those leave missed nor shorten one in proportion to their GPUs")
 
 
 def _trade_offered(costly: Objective, by_metric: dict[str, Gain]) -> str:

@@ -75,6 +75,7 @@ class Setting(NamedTuple):
     source: str = ""
     differs: bool = False  # the deployed engine runs this setting today with another value (serving.* facts)
     removes: tuple[str, ...] = ()   # flags of today's server it replaces
+    with_checkpoint: bool = False   # given beside the checkpoint the change needs (kb/engines.py Entry)
 
     @property
     def line(self) -> str:
@@ -198,7 +199,7 @@ def _setting(target: Target, entry: Entry, values: dict[str, Any], facts: Mappin
         facts.get(path) is not None and not _same(facts.get(path), values.get("value") if want == "{value}" else want)
         for path, want in entry.unchanged)
     return Setting(target.engine, entry.kind, entry.name, text, quoted.get("value", ""), unchanged,
-                   entry.needs, entry.source, differs, entry.removes)
+                   entry.needs, entry.source, differs, entry.removes, entry.with_checkpoint)
 
 
 def differs_from_today(strategy: str, key: str, params: Mapping[str, Any], facts: Mapping[str, Any],

@@ -1,0 +1,38 @@
+"""Expert review set 37 (a 70B RAG on 4 H100s, a 1.5B model at 120 requests a second, Gemma 3
+under SGLang on A100s, TensorRT-LLM 1.1 on L40S): what the advice must now read. The deployments
+and the reviewer's notes are in tests/data/review37."""
+from __future__ import annotations
+
+from conftest import review_deployment, script_flag, strategy_of
+
+DATA = "review37"
+
+
+def test_d2_a_chunk_budget_carries_the_prompts_that_arrive(pack):
+    # Qwen2.5-1.5B at 120 requests a second (201 uncached prompt tokens each), 255 running: a 320-token
+    # budget left 65 tokens a step for prompts against about 250 a step arriving, and the script
+    # lowered --max-num-seqs to 320 to fit it, under the 390 in flight at the peak (F1)
+    advice, script = review_deployment(pack, DATA, "d2")
+    arrivals = advice.derived["derived.chunk_budget_arrivals"]
+    assert 200 <= arrivals <= 400
+    budget = script_flag(script, "--max-num-batched-tokens")
+    assert budget is None or int(budget) >= 255 + arrivals
+    assert int(script_flag(script, "--max-num-seqs")) >= 390
+
+
+def test_d3_an_int8_checkpoint_on_an_a100_under_sglang_is_served_with_its_flag(pack):
+    # read from its config alone, an llm-compressor W8A8 checkpoint picks SGLang's compressed-tensors
+    # INT8 scheme, which needs sm89 and refuses to load on an A100; --quantization w8a8_int8 runs
+    # from sm75 (F2)
+    advice, script = review_deployment(pack, DATA, "d3")
+    assert strategy_of(advice, "quantization").key == "quantization[int8]"
+    note = next(line for line in script.splitlines() if line.startswith("# quantization[int8]: needs"))
+    assert "--quantization w8a8_int8 added to args" in note
+
+
+def test_d4_a_cap_raise_stops_at_the_batch_that_meets_the_itl_objective(pack):
+    # TensorRT-LLM 1.1 on an L40S, throughput objective with a 50 ms ITL SLO: the cap was raised
+    # 128 -> 284 on the pool an FP8 cache leaves, a step of about 62 ms at 284, where 79 meet the
+    # objective (F5); today's 128 stays
+    _, script = review_deployment(pack, DATA, "d4")
+    assert int(script_flag(script, "--max_batch_size")) <= 128

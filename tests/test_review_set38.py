@@ -1,0 +1,35 @@
+"""Expert review set 38 (Mixtral on 2 A100s under vLLM 0.11, multi-turn chat on SGLang 0.5.4, TGI
+on an L4, a 70B at low load on 8 H100s): what the advice must now read. The deployments and the
+reviewer's notes are in tests/data/review38."""
+from __future__ import annotations
+
+from conftest import review_deployment, script_flags
+
+DATA = "review38"
+
+
+def test_d1_vllm_011_picks_its_own_backend_for_an_fp8_cache_before_hopper(pack):
+    # forcing VLLM_ATTENTION_BACKEND=FLASHINFER on 0.11 fails at start where the vllm[flashinfer]
+    # extra is not installed, and 0.11 reads an FP8 cache on sm80 with its Triton kernel (F1)
+    _, script = review_deployment(pack, DATA, "d1")
+    assert "--kv-cache-dtype fp8" in script_flags(script)
+    assert "VLLM_ATTENTION_BACKEND" not in script_flags(script)
+
+
+def test_d1_a_change_harmful_alone_is_told_by_figures_that_show_the_harm(pack):
+    # the cap was judged at the 143 sequences today's pool holds and printed at the 596 the plan's
+    # pool holds: "works against the TTFT objective: ttft expected 8,635 -> 2,475 ms (-71.3%)" (F3)
+    advice, _ = review_deployment(pack, DATA, "d1")
+    budget = next(s for s in advice.strategies if s.id == "memory_budget")
+    assert "works against the TTFT objective" in budget.alone
+    figures = budget.alone.split("ttft expected ", 1)[1].split(" ms", 1)[0]
+    before, after = (float(x.replace(",", "")) for x in figures.split(" → "))
+    assert after > before
+
+
+def test_d3_replicas_are_judged_on_the_figure_the_plan_prints(pack):
+    # "not needed ... ITL p99 420 -> about 87.6 ms" beside a symptom of 147.1 ms after the plan (F4)
+    advice, _ = review_deployment(pack, DATA, "d3")
+    itl = next(s for s in advice.symptoms if s.kind == "itl")
+    rejection = next(r for r in advice.rejected if r.id == "scale_out")
+    assert f"ITL p99 420 -> about {itl.after:,.1f} ms" in rejection.reason
