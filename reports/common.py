@@ -101,6 +101,9 @@ def key_text(strategy: StrategyAdvice, facts: Mapping[str, object]) -> str:
         # every covered engine batches continuously: what changes is its running cap (a newcomer
         # read "1. continuous_batching" for vLLM as kbopt not knowing the engine)
         return "continuous_batching (in place: its running cap changes)"
+    if strategy.stands_in_for:
+        # applied only until the plan's variant has its checkpoint (set 38 d1: online FP8 beside INT8 W8A8)
+        return f"{strategy.key} (until the {strategy.stands_in_for} checkpoint)"
     return strategy.key
 
 

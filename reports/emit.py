@@ -82,7 +82,7 @@ def render_launch(launch: Launch, bottleneck: str) -> str:
             # several words were read shell-quoted (shlex.join) and go back as they are
             word = arg.name if arg.value is None else f"{arg.name} {arg.value if arg.words else shlex.quote(arg.value)}"
             if arg.checkpoint_bound:
-                bound.append((f"  args+=({word})", _comment(arg)))
+                bound += _needs(arg, "  ") + [(f"  args+=({word})", _comment(arg))]
                 continue
             args += _needs(arg, "  ") + [("  " + word, _comment(arg))]
         elif arg.kind == "env":

@@ -48,6 +48,8 @@ def test_d6_int8_w8a8_for_a_missed_ttft_and_a_chunk_budget_per_output_token_unde
     # steps and the queue's tail.
     # Beside the EAGLE-3 head the script turns on (2.53 tokens a verify step), the chunk budget is
     # sized per output token: about 600 tokens, where the plain step left 224 (the reviewer's ~600).
+    # Until the INT8 checkpoint exists the script runs online FP8 (W8A16 through Marlin), whose
+    # shorter decode step leaves the budget a little more room.
     advice, script = review_deployment(pack, DATA, "d6")
     quantization = strategy_of(advice, "quantization")
     assert quantization.key == "quantization[int8]" and quantization.params["mode"] == "w8a8"
@@ -56,7 +58,8 @@ def test_d6_int8_w8a8_for_a_missed_ttft_and_a_chunk_budget_per_output_token_unde
     before = next(g for g in advice.plan.expected if g.metric == "ttft_p99_expected_ms")
     assert before.before > ttft.value and ttft.after == pytest.approx(before.after) and ttft.after < ttft.value
     budget = int(script_flag(script, "--max-num-batched-tokens"))
-    assert 500 <= budget <= 700 and '"method": "eagle3"' in script
+    assert 500 <= budget <= 800 and '"method": "eagle3"' in script
+    assert any(s.key == "quantization[fp8]" and s.stands_in_for == "quantization[int8]" for s in advice.strategies)
 
 
 def test_d5_the_move_to_sglang_keeps_trust_remote_code_and_reorders_no_queue_for_a_negligible_prefill(pack):

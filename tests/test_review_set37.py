@@ -36,3 +36,14 @@ def test_d4_a_cap_raise_stops_at_the_batch_that_meets_the_itl_objective(pack):
     # objective (F5); today's 128 stays
     _, script = review_deployment(pack, DATA, "d4")
     assert int(script_flag(script, "--max_batch_size")) <= 128
+
+
+def test_d3_online_fp8_stands_in_for_the_int8_checkpoint_with_what_it_needs_on_an_a100(pack):
+    # FP8 W8A16 through Marlin was rejected on a 0.1 weight difference, and the script's only
+    # change, an FP8 KV cache, moved the ITL p99 1% (F9): now it applies online FP8 until the INT8
+    # W8A8 checkpoint exists, saying that SGLang takes Marlin from vLLM's ops before sm89
+    advice, script = review_deployment(pack, DATA, "d3")
+    fp8 = next(s for s in advice.strategies if s.key == "quantization[fp8]")
+    assert fp8.stands_in_for == "quantization[int8]"
+    bound = script.split('if [ "$MODEL" = "$MODEL_DEFAULT" ]; then', 1)[1]
+    assert "args+=(--quantization fp8)" in bound and "vLLM's custom ops" in bound

@@ -33,3 +33,25 @@ def test_d3_replicas_are_judged_on_the_figure_the_plan_prints(pack):
     itl = next(s for s in advice.symptoms if s.kind == "itl")
     rejection = next(r for r in advice.rejected if r.id == "scale_out")
     assert f"ITL p99 420 -> about {itl.after:,.1f} ms" in rejection.reason
+
+
+def test_d1_the_script_applies_online_fp8_while_the_int8_checkpoint_is_made(pack):
+    # INT8 W8A8 outranked online FP8 on two A100s, and the script, which cannot load an INT8
+    # checkpoint until one is made, applied neither: a flag before a new checkpoint (F2, F12)
+    advice, script = review_deployment(pack, DATA, "d1")
+    by_key = {s.key: s for s in advice.strategies}
+    assert by_key["quantization[int8]"].status == "change" and not by_key["quantization[int8]"].stands_in_for
+    fp8 = by_key["quantization[fp8]"]
+    assert fp8.status == "change" and fp8.stands_in_for == "quantization[int8]"
+    assert all(r.key != "quantization[fp8]" for r in advice.rejected)
+    # the plan's figures are the INT8 checkpoint's; the stand-in is the script's alone
+    assert advice.plan is not None and "quantization[fp8]" not in advice.plan.strategies
+    assert "quantization[int8]" in advice.plan.strategies
+    # set only while MODEL is today's checkpoint: the INT8 one names its own method
+    runs = script_flags(script)
+    bound = runs.split('if [ "$MODEL" = "$MODEL_DEFAULT" ]; then', 1)
+    assert len(bound) == 2 and "--quantization fp8" in bound[1] and "--quantization" not in bound[0]
+    assert "until the quantization[int8] one exists" in script
+    assert "applied here: quantization[fp8]" in script and "not applied by this script: quantization[int8]" in script
+    data = advice.to_dict()
+    assert [s["stands_in_for"] for s in data["strategies"] if "stands_in_for" in s] == ["quantization[int8]"]

@@ -39,7 +39,7 @@ from kbopt.engine.advice.whatif import (
     reads_params,
     relative_change,
 )
-from kbopt.engine.conflicts import Candidate, build_graph, resolve
+from kbopt.engine.conflicts import Candidate, Resolution, build_graph, resolve
 from kbopt.engine.evaluators import make_evaluator
 from kbopt.engine.evaluators.closures import catalog_condition
 from kbopt.engine.lang import template
@@ -345,8 +345,15 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     # without the EAGLE-3 verify steps the script turns on; d1: one sized for two replicas).
     as_scripted = None
     outside = [key for key in planned if key not in kept and _outside_a_script(candidates[key], catalog, final.lookup, final.inputs)]
-    if outside and whatif is not None and len(outside) < len(planned):
-        with_all, planned = planned, [key for key in planned if key not in outside]
+    # A flag before a new checkpoint: the script applies a variant today's checkpoint takes while
+    # the plan's waits for its own (set 38 d1: INT8 W8A8 outranked online FP8 on two A100s, and
+    # the script, which cannot load an INT8 checkpoint yet, applied neither).
+    stand_ins = _stand_ins(outside, [key for key in planned if key not in outside], candidates, resolution, outcomes,
+                           harmful_alone, catalog, final, threshold) if whatif is not None else {}
+    for key in stand_ins:
+        evaluated[key] = _params(candidates[key], final.lookup, catalog[candidates[key].strategy])
+    if outside and whatif is not None and (len(outside) < len(planned) or stand_ins):
+        with_all, planned = planned, [key for key in planned if key not in outside] + list(stand_ins)
         as_scripted = plan_of()
         planned = with_all
     if as_scripted is not None:
@@ -408,12 +415,15 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     out = []
     # the engines each strategy's settings are written for, with the plan's data-parallel attention ranks
     engines = targets(final.inputs, constants=constants, attention_ranks=ranks)
-    for key in [key for key in resolution.chosen if key not in unneeded]:
+    for key in [*(key for key in resolution.chosen if key not in unneeded), *stand_ins]:
         c = candidates[key]
         params, notes = evaluated[key]
-        sized = sized_by_key[key]
+        sized = sized_by_key.get(key, [])
         because = list(c.rules)
         texts = []
+        if key in stand_ins:
+            texts.append(RuleNote(c.rules[0], f"a flag on today's checkpoint, applied until MODEL names the {stand_ins[key]} "
+                                  f"checkpoint, which the plan's figures are with: a flag before a new checkpoint"))
         for caveat in caveats:
             if refers_to(caveat.conclusion.strategy, caveat.conclusion.variant, c.strategy, c.variant):
                 lapsed = _lapses_after_plan(rules[caveat.rule], plan, final)
@@ -445,7 +455,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             expected=outcomes[key].gains if key in outcomes else (),
             together=partnered[key][1] if key in outcomes and key in partnered else (),
             settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines), sized=tuple(sized),
-            before_plan=tuple(sorted(before_plan.get(key, {}).items()))))
+            before_plan=tuple(sorted(before_plan.get(key, {}).items())), stands_in_for=stand_ins.get(key, "")))
     # Actions first, those that take more GPUs last of them (a flag before a new checkpoint before
     # new GPUs: set 18 d1 put a second replica above the prefix cache that removed the prefills it
     # was for), then what stays; by weight otherwise (a stable sort).
@@ -455,6 +465,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                           because=tuple(candidates[key].rules), reason=why, key=key)
                 for key, why in unneeded.items()] + [r for r in trimmed if r.key in chosen]
     for left in resolution.left_out:
+        if left.key in stand_ins:
+            continue
         c = candidates[left.key]
         rejected.append(Rejection(id=c.strategy, params=_variant_param(catalog[c.strategy], c.variant),
                                   because=left.because, reason=left.reason, key=left.key))
@@ -599,6 +611,33 @@ def _outside_a_script(candidate: Candidate, catalog: Mapping[str, Strategy], loo
         return False
     params = _params(candidate, lookup, catalog[candidate.strategy])[0]
     return not quantizes_as_it_loads(str(facts.get("workload.engine")), candidate.variant, params, facts)
+
+
+def _stand_ins(outside: list[str], script: list[str], candidates: Mapping[str, Candidate], resolution: Resolution,
+               outcomes: Mapping[str, Outcome], harmful_alone: Mapping[str, object], catalog: Mapping[str, Strategy],
+               final: FinalFacts, negligible: float) -> dict[str, str]:
+    """For each quantization of the plan that waits for another checkpoint, the variant one
+    server's script applies on today's checkpoint meanwhile (key -> the waiting variant's key):
+    one the waiting variant alone excluded, that the engine makes as it loads, that moves an
+    estimate and works against no objective alone, and that excludes and needs nothing else the
+    script applies. The heaviest such, where several are."""
+    left = {entry.key: entry for entry in resolution.left_out}
+    graph = resolution.graph
+    excluded = {frozenset((edge.source, edge.target)) for edge in graph.edges() if edge.kind == "excludes"}
+    found: dict[str, str] = {}
+    for waiting in outside:
+        c = candidates[waiting]
+        if c.strategy != "quantization" or _adds_gpus(c, catalog):
+            continue
+        options = [key for key, other in candidates.items()
+                   if other.strategy == c.strategy and key in left and left[key].reason.startswith(f"excluded by {waiting},")
+                   and key in outcomes and not outcomes[key].negligible(negligible) and key not in harmful_alone
+                   and not _outside_a_script(other, catalog, final.lookup, final.inputs)
+                   and not any(frozenset((key, other_key)) in excluded for other_key in script)
+                   and not any(edge.kind == "requires" for edge in graph.out_edges(key))]
+        if options:
+            found[max(options, key=lambda key: (candidates[key].weight, key))] = waiting
+    return found
 
 
 def _alone(judged: tuple[tuple[tuple[Objective, str], ...], str, tuple[str, ...]], gains: tuple[Gain, ...]) -> str:

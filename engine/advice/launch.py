@@ -369,7 +369,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     # A quantization that needs another checkpoint is not in the script until MODEL names one, so
     # budgets and caps the advisor sized after the whole plan are printed as today's checkpoint
     # needs them, with the value for the new checkpoint beside.
-    pending = [s.key for s in advice.strategies if s.status != "keep" and _needs_checkpoint(engine, s, facts)]
+    pending = [s.key for s in advice.strategies if s.status != "keep" and not s.stands_in_for and _needs_checkpoint(engine, s, facts)]
     # replicas the plan adds, which one server's script does not start
     replicas = advice.plan.replicas if advice.plan is not None and advice.plan.replicas else None
     if pending or replicas:
@@ -408,6 +408,8 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
             if migrating and strategy.id == "speculative_decoding":   # the one read through no deployment entry
                 _carry_in_place(strategy, target, facts, advice.derived, args)
             continue            # in place today: its settings are today's, carried above or the engine's default
+        if _idle_stand_in(strategy, pending, engine, facts):
+            continue
         rule = _rule(strategy)
         checkpoint = _needs_checkpoint(engine, strategy, facts, tuple(settings_for(
             target, strategy.id, strategy.key, strategy.params, facts, advice.derived)))
@@ -455,6 +457,8 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
                 if name == cap_name and params is strategy.params:   # sized after the whole plan (caps.py): its why
                     arg = Arg(arg.name, arg.kind, arg.value, arg.today, arg.rule, arg.needs, _cap_why(strategy), arg.set_today)
                 args[name], set_by[name] = arg, rule
+        if strategy.stands_in_for in pending:
+            _bind_stand_in(strategy, rule, args, set_by, notes, model is not None)
     _heads_split_evenly(spec, args, facts, notes)
     _gpus_needed(spec, args, facts, notes)
     _whole_blocks_per_gpu(target, args, facts, advice.derived, notes)
@@ -603,6 +607,29 @@ def _bind_to_todays_checkpoint(spec: Engine, args: dict[str, Arg], notes: list[s
                      "a method that differs from the checkpoint's")
 
 
+def _idle_stand_in(strategy: StrategyAdvice, pending: list[str], engine: str, facts: Mapping[str, Any]) -> bool:
+    """A stand-in this engine's script has no use for: the variant it stands in for is applied
+    here (this engine makes it as it loads), or it needs a checkpoint of its own here."""
+    return bool(strategy.stands_in_for) and (strategy.stands_in_for not in pending
+                                             or _needs_checkpoint(engine, strategy, facts) is not None)
+
+
+def _bind_stand_in(strategy: StrategyAdvice, rule: str, args: dict[str, Arg], set_by: Mapping[str, str], notes: list[str],
+                   bound: bool) -> None:
+    """A variant applied on today's checkpoint in place of one that needs another: its flags are
+    set only while MODEL is today's checkpoint (the new one's config names its own quantization,
+    and the engine refuses a method that differs from it)."""
+    mine = [name for name, by in set_by.items() if by == rule]
+    if bound:
+        for name in mine:
+            if args[name].kind == "cli":
+                args[name] = replace(args[name], checkpoint_bound=True)
+    unbound = [name for name in mine if not args[name].checkpoint_bound]
+    notes.append(f"{strategy.key} ({rule}) is applied on today's checkpoint until the {strategy.stands_in_for} one exists "
+                 "(a flag before a new checkpoint)" + (f": remove {', '.join(unbound)} when MODEL names that checkpoint"
+                                                       if unbound else ": the script sets it only while MODEL is today's"))
+
+
 _SPECULATION_FACTS = frozenset({"serving.speculative_method", "serving.num_speculative_tokens", "model.draft_model"})
 
 
@@ -627,7 +654,7 @@ def _accounted(advice: Advice, pending: list[str], kept: list[Arg], removed: lis
     not_applied: list[str] = []
     by_key = {strategy.key: strategy for strategy in advice.strategies}
     for strategy in advice.strategies:
-        if strategy.status == "keep":
+        if strategy.status == "keep" or _idle_stand_in(strategy, pending, engine, facts):
             continue
         gain = service_gain(strategy.expected)
         if strategy.key in pending:

@@ -53,6 +53,10 @@ class StrategyAdvice:
     # advice: why alone, and them (a script that cannot apply them leaves it out, launch.py)
     alone: str = ""
     beside: tuple[str, ...] = ()
+    # a variant one server's script applies on today's checkpoint until the plan's variant, which
+    # needs another checkpoint, can be loaded (a flag before a new checkpoint): that variant's key.
+    # It is not in the plan's figures, which are the other variant's.
+    stands_in_for: str = ""
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ class Advice:
                  **({"expected": [g.to_dict() for g in s.expected]} if s.expected else {}),
                  **({"together": list(s.together)} if s.together else {}),
                  **({"harmful_alone": {"reason": s.alone, "beside": list(s.beside)}} if s.beside else {}),
+                 **({"stands_in_for": s.stands_in_for} if s.stands_in_for else {}),
                  **({"settings": {engine: list(lines) for engine, lines in s.settings.items()}} if s.settings else {})}
                 for s in self.strategies
             ],
