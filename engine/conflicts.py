@@ -13,7 +13,7 @@ Every candidate left out gets the rules and the reason that removed it.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -118,7 +118,10 @@ class Resolution:
 
 def build_graph(candidates: dict[str, Candidate], vetoes: Sequence[Drawn[Reject]],
                 requires: Sequence[Drawn[Require]], mitigates: Sequence[Drawn[Mitigate]],
-                catalog: Mapping[str, Strategy]) -> ConflictGraph:
+                catalog: Mapping[str, Strategy],
+                together: Callable[[Candidate, Candidate], bool] = lambda a, b: False) -> ConflictGraph:
+    """The graph of the candidates; `together`: two of different strategies the catalog excludes
+    that the deployed engine runs together at its version (its profile's `together`)."""
     graph = ConflictGraph()
     for key in sorted(candidates):
         c = candidates[key]
@@ -131,8 +134,8 @@ def build_graph(candidates: dict[str, Candidate], vetoes: Sequence[Drawn[Reject]
     for i, a in enumerate(keys):
         for b in keys[i + 1:]:
             ca, cb = candidates[a], candidates[b]
-            if ca.strategy == cb.strategy or cb.strategy in catalog[ca.strategy].excludes \
-                    or ca.strategy in catalog[cb.strategy].excludes:
+            if ca.strategy == cb.strategy or ((cb.strategy in catalog[ca.strategy].excludes
+                                               or ca.strategy in catalog[cb.strategy].excludes) and not together(ca, cb)):
                 graph.add_edge(GraphEdge("excludes", a, b, (CATALOG,)))
     for requirement in requires:
         require = requirement.conclusion

@@ -166,6 +166,30 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class Together:
+    """Two strategies the catalog keeps apart (kb/strategies.yaml `excludes`) that the engine runs
+    together at these versions, the second in one of `variants` (all where empty)."""
+    first: str
+    second: str
+    variants: tuple[str, ...]
+    source: str
+    min: Version | None = None
+    max: Version | None = None
+
+    def range_text(self) -> str:
+        return _range_text(self.min, self.max)
+
+    def allows(self, a: tuple[str, str | None], b: tuple[str, str | None], version: Version) -> bool:
+        """Whether strategies `a` and `b` (strategy, variant), in either order, run together at `version`."""
+        if not _in_range(version, self.min, self.max):
+            return False
+        for first, second in ((a, b), (b, a)):
+            if first[0] == self.first and second[0] == self.second and (not self.variants or second[1] in self.variants):
+                return True
+        return False
+
+
+@dataclass(frozen=True)
 class Carry:
     """A fact describing today's server and the setting that carries it into a launch command."""
     fact: str
@@ -311,6 +335,7 @@ class Engine:
     # says (every covered engine batches continuously: a facts file's "static" is not this server)
     states: tuple[tuple[str, Any], ...] = ()
     section_overrides: tuple[SectionOverride, ...] = ()
+    together: tuple[Together, ...] = ()
 
     @property
     def latest(self) -> Version:
@@ -525,7 +550,10 @@ def load_profile(engine_id: str, text: str) -> tuple[Engine, tuple[Entry, ...]]:
                     Checkpoints(**{**raw["checkpoints"], "unread": tuple(raw["checkpoints"].get("unread") or ())})
                     if raw.get("checkpoints") else Checkpoints(),
                     tuple(sorted((raw.get("states") or {}).items())),
-                    tuple(SectionOverride(**item) for item in raw.get("section_overrides") or ()))
+                    tuple(SectionOverride(**item) for item in raw.get("section_overrides") or ()),
+                    tuple(Together(item["strategies"][0], item["strategies"][1], tuple(item.get("variants") or ()),
+                                   item["source"], _version(item.get("min"), where), _version(item.get("max"), where))
+                          for item in raw.get("together") or ()))
     if not set(engine.vendors) <= set(VENDORS):
         raise ValueError(f"{where}: vendors {list(engine.vendors)} are not among {list(VENDORS)}")
     entries = tuple(_entry(engine_id, item, where) for item in raw.get("settings") or ())

@@ -220,6 +220,15 @@ def engines_page() -> str:
                     else ", ".join(f"{k} {'/'.join(v)}" for k, v in refusal.json_values) or "/".join(refusal.values))
             out.append(f"| {engine.id} | `{refusal.flag}` | {_cell(what)} | {refusal.range_text()} |"
                        f" {_cell(refusal.why)} | `{_cell(refusal.source)}` |")
+    together = [(engine, pair) for engine in engines.engines.values() for pair in engine.together]
+    if together:
+        out += ["", "## Strategies an engine runs together", "",
+                "Two strategies the catalog keeps apart (`excludes` in kb/strategies.yaml) that the engine runs",
+                "together at these versions: the conflict graph leaves them compatible for such a deployment.", "",
+                "| engine | strategies | variants of the second | versions | source |", "|---|---|---|---|---|"]
+        for engine, pair in together:
+            out.append(f"| {engine.id} | {pair.first}, {pair.second} | {', '.join(pair.variants) or 'all'} |"
+                       f" {pair.range_text()} | `{_cell(pair.source)}` |")
     totals = [engine for engine in engines.engines.values() if engine.rank_totals is not None]
     if totals:
         out += ["", "## Caps over data-parallel attention ranks", "",

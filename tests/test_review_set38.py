@@ -55,3 +55,36 @@ def test_d1_the_script_applies_online_fp8_while_the_int8_checkpoint_is_made(pack
     assert "applied here: quantization[fp8]" in script and "not applied by this script: quantization[int8]" in script
     data = advice.to_dict()
     assert [s["stands_in_for"] for s in data["strategies"] if "stands_in_for" in s] == ["quantization[int8]"]
+
+
+def test_d4_fp8_weights_for_an_itl_objective_whatever_the_bottleneck_label(pack):
+    # labelled overhead at 38% bandwidth use, 5.3 ms of a 12.2 ms step reads 16-bit weights against
+    # a 10 ms ITL objective, and no FP8 was advised (F7): the weights' share of the step decides
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert advice.bottleneck == "overhead"
+    assert 0.3 <= advice.derived["derived.weight_read_share"] <= 0.6
+    fp8 = next(s for s in advice.strategies if s.key == "quantization[fp8]")
+    assert fp8.status == "change" and "--quantization fp8" in script_flags(script)
+    itl = next(g for g in fp8.expected if g.metric == "itl_expected_ms")
+    assert itl.after < itl.before * 0.8
+
+
+def test_d3_int4_competes_under_an_itl_objective_and_loses_on_the_objectives(pack):
+    # INT4 was allowed and never weighed because the label read memory_capacity (F11): it is now a
+    # candidate, left out with the figures that decided it
+    advice, _ = review_deployment(pack, DATA, "d3")
+    int4 = next(r for r in advice.rejected if r.key == "quantization[int4]")
+    assert "S-QUANT-INT4-LATENCY" in int4.because or "serves the objectives better" in int4.reason
+    assert "ITL p99" in int4.reason
+
+
+def test_d4_async_scheduling_beside_eagle3_from_vllm_0_12(pack, tmp_path):
+    # vLLM 0.13 takes --async-scheduling beside an EAGLE-family method (config/vllm.py@0.13.0:542-563),
+    # where the catalog kept the two apart for every version (F8); 0.11 refuses it beside any method
+    advice, script = review_deployment(pack, DATA, "d4")
+    keys = {s.key for s in advice.strategies}
+    assert {"async_scheduling", "speculative_decoding[eagle3]"} <= keys
+    flags = script_flags(script)
+    assert "--async-scheduling" in flags and '"method": "eagle3"' in flags
+    older, _ = review_deployment(pack, DATA, "d4", "serving.engine_version=0.11.0")
+    assert not {"async_scheduling", "speculative_decoding[eagle3]"} <= {s.key for s in older.strategies}

@@ -48,6 +48,7 @@ from kbopt.engine.lang.nodes import unique_facts
 from kbopt.engine.lang.text import fmt, render_template
 from kbopt.engine.pack.rule import C, Caveat, Drawn, Mitigate, Pack, Recommend, Reject, Require, Rule, StrategyRef, Warn, refers_to
 from kbopt.kb.catalog import Strategy
+from kbopt.kb.engines import ENGINES
 from kbopt.kb.facts import Facts
 
 
@@ -208,7 +209,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     for part in trimmed:     # the gain the candidate states is that of a rule it keeps
         candidates[part.key].gain = next((d.conclusion.gain for d in recommendations if d.conclusion.key == part.key
                                           and d.rule in candidates[part.key].rules and d.conclusion.gain), None)
-    graph = build_graph(candidates, vetoes, requires, mitigates, catalog)
+    graph = build_graph(candidates, vetoes, requires, mitigates, catalog, _runs_together(final))
     resolution = resolve(graph, candidates)
     chosen = set(resolution.chosen)
 
@@ -302,9 +303,21 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             key for key in planned if key in harmful_alone and key not in kept
             and not any(other in chosen and other not in unneeded for other in harmful_alone[key][2])]):
         for key in orphans:
+            # the part no other rule's harm rests on stays (review set 39 d4: a memory fraction of
+            # 0.95 left with the cap of 104 below today's 120 running that made the change harmful)
+            c = candidates[key]
+            kept_part = _harmless_part(c, catalog[c.strategy], whatif, objectives(whatif.baseline.lookup), threshold,
+                                       partners.get(key, ()))
+            if kept_part is not None:
+                trimmed.append(_trim(c, kept_part[0], harmful_alone.pop(key)[1], (), whatif, catalog))
+                outcomes[key] = kept_part[1]
+                evaluated[key] = _params(c, final.lookup, catalog[c.strategy])
+                c.gain = next((d.conclusion.gain for d in recommendations if d.conclusion.key == key
+                               and d.rule in c.rules and d.conclusion.gain), None)
+                continue
             unneeded[key] = f"{harmful_alone[key][1]}; the changes it is harmless beside ({', '.join(harmful_alone[key][2])}) are not in the plan"
             chosen.discard(key)
-        planned = [key for key in planned if key not in orphans]
+        planned = [key for key in planned if key in chosen]
         plan = plan_of()
     sized_by_key: dict[str, list[tuple[str, str]]] = {key: [] for key in resolution.chosen}
     moved_in_place: list[str] = []
@@ -585,14 +598,21 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
                 vetoes.append(Drawn(worst.rules[0], Reject(c.strategy, c.variant, why)))
                 continue
             dropped_rule, outcomes[key] = kept_part
-            dropped = {name: entry for name, entry in c.params.items() if entry[1] == dropped_rule}
-            dropped_values = _params(Candidate(key, c.strategy, c.variant, params=dropped), whatif.baseline.lookup,
-                                     catalog[c.strategy])[0]
-            trimmed.append(Rejection(id=c.strategy, params=dropped_values, because=(dropped_rule, worst.rules[0]),
-                                     reason=why.replace("harmful:", f"{dropped_rule}'s part left out as harmful:", 1), key=key))
-            c.params = {name: entry for name, entry in c.params.items() if entry[1] != dropped_rule}
-            c.rules.remove(dropped_rule)
+            trimmed.append(_trim(c, dropped_rule, why, (worst.rules[0],), whatif, catalog))
     return outcomes
+
+
+def _trim(c: Candidate, dropped_rule: str, why: str, worst: tuple[str, ...], whatif: WhatIf,
+          catalog: Mapping[str, Strategy]) -> Rejection:
+    """Leave out of a candidate the parameters one rule gave it, whose part alone made it harmful
+    (`why`); the rejection that says so."""
+    dropped = {name: entry for name, entry in c.params.items() if entry[1] == dropped_rule}
+    dropped_values = _params(Candidate(c.key, c.strategy, c.variant, params=dropped), whatif.baseline.lookup,
+                             catalog[c.strategy])[0]
+    c.params = {name: entry for name, entry in c.params.items() if entry[1] != dropped_rule}
+    c.rules.remove(dropped_rule)
+    return Rejection(id=c.strategy, params=dropped_values, because=(dropped_rule, *worst),
+                     reason=why.replace("harmful:", f"{dropped_rule}'s part left out as harmful:", 1), key=c.key)
 
 
 def _adds_gpus(candidate: Candidate, catalog: Mapping[str, Strategy]) -> bool:
@@ -611,6 +631,16 @@ def _outside_a_script(candidate: Candidate, catalog: Mapping[str, Strategy], loo
         return False
     params = _params(candidate, lookup, catalog[candidate.strategy])[0]
     return not quantizes_as_it_loads(str(facts.get("workload.engine")), candidate.variant, params, facts)
+
+
+def _runs_together(final: FinalFacts) -> Callable[[Candidate, Candidate], bool]:
+    """Whether the deployed engine, at its version, runs two candidates the catalog keeps apart
+    (review set 38 d4: vLLM 0.13 takes --async-scheduling beside EAGLE-3)."""
+    if final.inputs.get("workload.engine") not in ENGINES:
+        return lambda a, b: False
+    target = targets(final.inputs)[0]
+    allowed = target.spec.together
+    return lambda a, b: any(t.allows((a.strategy, a.variant), (b.strategy, b.variant), target.version) for t in allowed)
 
 
 def _stand_ins(outside: list[str], script: list[str], candidates: Mapping[str, Candidate], resolution: Resolution,

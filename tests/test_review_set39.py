@@ -1,0 +1,23 @@
+"""Expert review set 39 (DeepSeek-V2-Lite under vLLM 0.13 on an H100, Qwen2.5-14B under vLLM 0.11 on
+an L40S, Qwen3-32B FP8 under SGLang 0.5.3 for agents, Mistral-Nemo under vLLM 0.12 on an A100 with
+preemptions): what the advice must now read. The deployments and the reviewer's notes are in
+tests/data/review39."""
+from __future__ import annotations
+
+from conftest import review_deployment, script_flag
+
+DATA = "review39"
+
+
+def test_d4_the_memory_fraction_stays_when_the_cap_beside_it_is_harmful(pack):
+    # S-MEMORY-BUDGET-RAISE's 0.95 and S-MEMORY-BUDGET-PREEMPTION's cap of 104 (under the 120 running
+    # today) made one candidate, left out whole as harmful, where 0.95 alone took the TTFT mean from
+    # 3.4 s to 0.36 s by kbopt's own model (F1)
+    advice, script = review_deployment(pack, DATA, "d4")
+    budget = next(s for s in advice.strategies if s.id == "memory_budget")
+    assert budget.params.get("memory_fraction") == 0.95 and "max_num_seqs" not in budget.params
+    assert script_flag(script, "--gpu-memory-utilization") == "0.95"
+    cap = next(r for r in advice.rejected if r.id == "memory_budget")
+    assert cap.params.get("max_num_seqs", 0) < 120 and "S-MEMORY-BUDGET-PREEMPTION's part left out as harmful" in cap.reason
+    ttft = next(g for g in budget.expected if g.metric == "ttft_expected_ms")
+    assert ttft.after < ttft.before / 2
