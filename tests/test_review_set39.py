@@ -21,3 +21,21 @@ def test_d4_the_memory_fraction_stays_when_the_cap_beside_it_is_harmful(pack):
     assert cap.params.get("max_num_seqs", 0) < 120 and "S-MEMORY-BUDGET-PREEMPTION's part left out as harmful" in cap.reason
     ttft = next(g for g in budget.expected if g.metric == "ttft_expected_ms")
     assert ttft.after < ttft.before / 2
+
+
+def test_d1_a_cap_alone_leaves_the_measured_pool_as_it_is(pack):
+    # a --max-num-seqs change was read as shrinking the measured pool 1,369,600 -> 1,279,552 tokens,
+    # the measured block count forgotten for every memory budget (F3)
+    advice, _ = review_deployment(pack, DATA, "d1")
+    budget = next(s for s in advice.strategies if s.id == "memory_budget")
+    assert "memory_fraction" not in budget.params
+    assert all(g.metric not in ("kv_pool_tokens", "kv_pool_gib_per_gpu") for g in budget.expected)
+
+
+def test_d4_a_higher_memory_fraction_grows_the_measured_pool_by_the_memory_it_adds(pack):
+    # 0.90 -> 0.95 of an 80 GB A100 is 4 GiB more for the KV cache: about 26,000 tokens of
+    # Mistral-Nemo's 160 KiB a token (40 layers, 8 KV heads of 128, 16-bit) on top of the measured pool
+    advice, _ = review_deployment(pack, DATA, "d4")
+    budget = next(s for s in advice.strategies if s.id == "memory_budget")
+    pool = next(g for g in budget.expected if g.metric == "kv_pool_tokens")
+    assert 24_000 <= pool.after - pool.before <= 28_000

@@ -470,7 +470,7 @@ def build_launch(advice: Advice, engine: str, command: Command | None = None) ->
     _prompts_within_budget(spec, args, facts, notes)
     _into_replaced_sections(spec, args, notes)
     if engine == facts.get("workload.engine"):
-        _todays_defaults(spec, args, advice.derived)
+        _todays_defaults(spec, args, advice.derived, notes)
     if engine == "trtllm" and (command is None or command.engine != engine):
         # stated, where kbopt writes the command: the settings are the PyTorch backend's (today's command keeps its own)
         args.setdefault("--backend", Arg("--backend", "cli", "pytorch", None, "kbopt: the PyTorch backend these settings are for"))
@@ -781,14 +781,19 @@ def _first_flag(spec: Engine) -> str:
 DEFAULTS_READ = {"serving.max_num_batched_tokens": "derived.prefill_budget_tokens"}
 
 
-def _todays_defaults(spec: Engine, args: dict[str, Arg], derived: Mapping[str, Any]) -> None:
+def _todays_defaults(spec: Engine, args: dict[str, Arg], derived: Mapping[str, Any], notes: list[str]) -> None:
     """A change to a setting today's command leaves to the engine says what that default is on this
     deployment (TGI's prefill budget, about a second of the card's math: "(not set) -> 960" read as
-    if there were no budget today)."""
+    if there were no budget today); one that sets the default itself is no change, and is not set
+    (review set 38 F15, set 39 F9: SGLang's --chunked-prefill-size 8192, its default on an H100)."""
     for entry in spec.deployment:
         value = derived.get(DEFAULTS_READ.get(entry.fact, ""))
         arg = args.get(entry.name)
         if arg is not None and not arg.set_today and isinstance(value, int | float) and not isinstance(value, bool):
+            if arg.value == f"{value:.0f}":
+                del args[entry.name]
+                notes.append(f"{entry.name} {arg.value} ({arg.rule}): the engine's default here already: not set")
+                continue
             args[entry.name] = replace(arg, default=f"{value:,.0f}")
 
 
