@@ -39,3 +39,16 @@ def test_d4_a_higher_memory_fraction_grows_the_measured_pool_by_the_memory_it_ad
     budget = next(s for s in advice.strategies if s.id == "memory_budget")
     pool = next(g for g in budget.expected if g.metric == "kv_pool_tokens")
     assert 24_000 <= pool.after - pool.before <= 28_000
+
+
+def test_d3_the_host_tier_has_an_estimate_from_the_prefixes_the_pool_evicted(pack):
+    # 22% of prompt tokens are evicted prefixes, recomputed; HiCache had "no estimate of its own"
+    # (F2): the tier (twice the pool) brings the hit ratio to the reuse the trace holds, and the
+    # first token follows (the reviewer's what-if at a 0.90 hit ratio: TTFT 508 -> 184 ms)
+    advice, script = review_deployment(pack, DATA, "d3")
+    offload = next(s for s in advice.strategies if s.id == "kv_offload")
+    by_metric = {g.metric: g for g in offload.expected}
+    ttft = by_metric["ttft_expected_ms"]
+    assert ttft.after < ttft.before * 0.5
+    assert by_metric["ttft_p99_expected_ms"].after < by_metric["ttft_p99_expected_ms"].before
+    assert "kv_offload (no estimate of its own)" not in script
