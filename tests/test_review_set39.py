@@ -52,3 +52,13 @@ def test_d3_the_host_tier_has_an_estimate_from_the_prefixes_the_pool_evicted(pac
     assert ttft.after < ttft.before * 0.5
     assert by_metric["ttft_p99_expected_ms"].after < by_metric["ttft_p99_expected_ms"].before
     assert "kv_offload (no estimate of its own)" not in script
+
+
+def test_d1_a_raised_cap_stops_a_quarter_past_the_clients_peak(pack):
+    # 256 -> 1,089 on the pool FP8 weights and KV leave, with 320 in flight at the peak: the cap
+    # admits nothing more at today's load, and preempts if the FP8 cache is rolled back (F4)
+    advice, script = review_deployment(pack, DATA, "d1")
+    budget = next(s for s in advice.strategies if s.id == "memory_budget")
+    assert budget.params["max_num_seqs"] == 400
+    assert script_flag(script, "--max-num-seqs") == "400"
+    assert any("a quarter past today's peak concurrency (320)" in why for _, why in budget.sized)

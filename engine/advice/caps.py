@@ -63,6 +63,8 @@ def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
     return cap, why
 
 
+PEAK_ROOM = 1.25     # a raised cap's room past the clients' peak concurrency: bursts a window's peak missed
+
 # The engine caps whose value today is serving.max_num_seqs (a client's concurrency is not one)
 ENGINE_CAPS = frozenset({"continuous_batching", "memory_budget"})
 
@@ -110,6 +112,18 @@ def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
         stays = ", and today's cap stays" if bound == math.floor(today_cap) else ""
         cap, why = bound, ((why + "; ") if why else "") + (
             f"held at {bound:,}: {math.floor(itl_after):,} requests meet the ITL objective after the plan (M-MAX-BATCH-ITL){stays}")
+    # Where the clients' peak is past today's cap (their demand measured, not held at the cap by a
+    # closed loop the plan may widen), a raise stops a quarter past it: a larger cap admits no
+    # request today's load brings, and it oversubscribes the pool if a change it was sized beside
+    # is rolled back (review set 39 d1: 256 -> 1,089 beside FP8 weights and KV cache, with 320 in
+    # flight at the peak; an FP8 cache rolled back for accuracy would preempt)
+    concurrency = facts.get("workload.concurrency_peak")
+    if strategy in ENGINE_CAPS and _number(today_cap) and _number(concurrency) and today_cap < concurrency < cap \
+            and cap > math.ceil(concurrency * PEAK_ROOM):
+        bound = max(math.floor(today_cap), math.ceil(concurrency * PEAK_ROOM))
+        cap, why = bound, ((why + "; ") if why else "") + (
+            f"held at {bound:,}: a quarter past today's peak concurrency ({math.ceil(concurrency):,}); a larger cap admits "
+            "no request today's load brings")
     # Today's engine cap stays where the pool the plan leaves holds it: below it, a cap that does not
     # bind today only queues the bursts past it (review set 31: 128 -> 32 on an H100 meeting both
     # objectives with 24 in flight at the peak; TensorRT-LLM's 64 -> 12, the running mean, with 22 at
