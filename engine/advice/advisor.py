@@ -435,8 +435,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         because = list(c.rules)
         texts = []
         if key in stand_ins:
-            texts.append(RuleNote(c.rules[0], f"a flag on today's checkpoint, applied until MODEL names the {stand_ins[key]} "
-                                  f"checkpoint, which the plan's figures are with: a flag before a new checkpoint"))
+            texts.append(RuleNote(c.rules[0], f"applied on today's checkpoint until MODEL names the {stand_ins[key]} checkpoint "
+                                  f"(a flag before a new checkpoint); the plan's figures are with {stand_ins[key]}"))
         for caveat in caveats:
             if refers_to(caveat.conclusion.strategy, caveat.conclusion.variant, c.strategy, c.variant):
                 lapsed = _lapses_after_plan(rules[caveat.rule], plan, final)
@@ -648,7 +648,7 @@ def _stand_ins(outside: list[str], script: list[str], candidates: Mapping[str, C
                final: FinalFacts, negligible: float) -> dict[str, str]:
     """For each quantization of the plan that waits for another checkpoint, the variant one
     server's script applies on today's checkpoint meanwhile (key -> the waiting variant's key):
-    one the waiting variant alone excluded, that the engine makes as it loads, that moves an
+    one the waiting variant excluded and no veto removed, that the engine makes as it loads, that moves an
     estimate and works against no objective alone, and that excludes and needs nothing else the
     script applies. The heaviest such, where several are."""
     left = {entry.key: entry for entry in resolution.left_out}
@@ -660,7 +660,8 @@ def _stand_ins(outside: list[str], script: list[str], candidates: Mapping[str, C
         if c.strategy != "quantization" or _adds_gpus(c, catalog):
             continue
         options = [key for key, other in candidates.items()
-                   if other.strategy == c.strategy and key in left and left[key].reason.startswith(f"excluded by {waiting},")
+                   if other.strategy == c.strategy and key in left and frozenset((key, waiting)) in excluded
+                   and not any(edge.kind == "vetoes" for edge in graph.in_edges(key))
                    and key in outcomes and not outcomes[key].negligible(negligible) and key not in harmful_alone
                    and not _outside_a_script(other, catalog, final.lookup, final.inputs)
                    and not any(frozenset((key, other_key)) in excluded for other_key in script)
