@@ -209,8 +209,8 @@ def model_evidence(advice: Advice) -> list[Estimate]:
 
 # Why the actions come in the order they do: the advisor ranks by the recommending rule's weight.
 ACTION_ORDER = ("ranked by the rules' weight: how directly the change treats the bottleneck and how little it takes "
-                "(a flag before a new checkpoint before new GPUs); each figure is that action's own modelled gain, "
-                "not its rank")
+                "(a flag before a new checkpoint before new GPUs), with those that bring a missed objective nearer "
+                "first; each figure is that action's own modelled gain, not its rank")
 
 
 def plan_label(plan: Plan) -> str:

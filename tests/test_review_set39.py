@@ -62,3 +62,12 @@ def test_d1_a_raised_cap_stops_a_quarter_past_the_clients_peak(pack):
     assert budget.params["max_num_seqs"] == 400
     assert script_flag(script, "--max-num-seqs") == "400"
     assert any("a quarter past today's peak concurrency (320)" in why for _, why in budget.sized)
+
+
+def test_d3_the_actions_that_shorten_the_missed_first_token_come_first(pack):
+    # mixed chunks (+2% on the mean first token, nothing on its p99) were action 1 on a deployment
+    # that misses a TTFT p99 objective 2.2x, above the FP8 KV cache and the host tier that halve it (F2)
+    advice, _ = review_deployment(pack, DATA, "d3")
+    actions = [s.key for s in advice.strategies if s.status == "change"]
+    assert actions.index("chunked_prefill") > max(actions.index("kv_cache_quantization[fp8]"), actions.index("kv_offload"))
+    assert actions[-1] == "chunked_prefill"
