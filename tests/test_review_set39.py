@@ -71,3 +71,12 @@ def test_d3_the_actions_that_shorten_the_missed_first_token_come_first(pack):
     actions = [s.key for s in advice.strategies if s.status == "change"]
     assert actions.index("chunked_prefill") > max(actions.index("kv_cache_quantization[fp8]"), actions.index("kv_offload"))
     assert actions[-1] == "chunked_prefill"
+
+
+def test_d1_a_second_replica_is_not_called_harmful_for_one_replicas_smaller_batch(pack):
+    # "harmful: it works against the throughput objective: decode tokens 4,310 -> 3,452" was one
+    # replica's rate once the load is split; the service's 4,250 tokens a second (17 requests a
+    # second of 250 tokens) does not fall (F5). The reason that stands: raise the cap first.
+    advice, _ = review_deployment(pack, DATA, "d1")
+    scale_out = next(r for r in advice.rejected if r.id == "scale_out")
+    assert "Raise the cap first" in scale_out.reason and "harmful" not in scale_out.reason

@@ -593,13 +593,14 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
             named = [g for g in outcome.gains if g.metric in worse]
             vetoes.append(Drawn(named[0].rules[0] if named else c.rules[0], Reject(
                 c.strategy, c.variant, "harmful: it worsens every estimate it moves: " + "; ".join(g.text() for g in named))))
-        elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold, met_today)):
+        elif judged_by and outcome.unevaluated is None and (found := harm(outcome.moved, judged_by, threshold, met_today,
+                                                                          splits_load=_adds_gpus(c, catalog))):
             why, worst = harm_reason(found, outcome.gains, judged_by)
             beside = _harmless_beside(key, candidates, catalog, whatif, judged_by, threshold, vetoes, partners)
             if beside:
                 harmful_alone[key] = (found, why, beside)
                 continue
-            if not (found := harm(outcome.moved, judged_by, threshold)):
+            if not (found := harm(outcome.moved, judged_by, threshold, splits_load=_adds_gpus(c, catalog))):
                 continue         # a met objective spent for a worse miss: a trade, where no other change spares it
             why, worst = harm_reason(found, outcome.gains, judged_by)
             kept_part = _harmless_part(c, catalog[c.strategy], whatif, judged_by, threshold, partners.get(key, ()))
@@ -713,7 +714,8 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
             continue
         alone = whatif.strategy(catalog[other.strategy], other.variant, other.key,
                                 _params(other, whatif.baseline.lookup, catalog[other.strategy])[0], partners.get(other.key, ()))
-        if alone is None or alone.unevaluated is not None or harm(alone.moved, judged_by, threshold) \
+        if alone is None or alone.unevaluated is not None or harm(alone.moved, judged_by, threshold,
+                                                                  splits_load=_adds_gpus(other, catalog)) \
                 or worsens_everything(alone.moved, threshold):
             continue
         by_strategy[other.strategy] = other
@@ -772,7 +774,8 @@ def _harmless_part(c: Candidate, strategy: Strategy, whatif: WhatIf, judged_by: 
                          params={name: entry for name, entry in c.params.items() if entry[1] != rule_id})
         outcome = whatif.strategy(strategy, c.variant, c.key, _params(rest, whatif.baseline.lookup, strategy)[0], partners)
         if (outcome is not None and outcome.unevaluated is None and not outcome.negligible(threshold)
-                and not harm(outcome.moved, judged_by, threshold)):
+                and not harm(outcome.moved, judged_by, threshold,
+                             splits_load=any(path == "serving.replicas" for path, _ in strategy.effects_of(c.variant)))):
             return rule_id, outcome
     return None
 

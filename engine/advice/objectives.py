@@ -166,7 +166,7 @@ def as_met_by(judged_by: tuple[Objective, ...], estimates: Mapping[str, Any]) ->
 
 
 def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...], threshold: float,
-         met_today: frozenset[str] = frozenset()) -> tuple[tuple[Objective, str], ...]:
+         met_today: frozenset[str] = frozenset(), splits_load: bool = False) -> tuple[tuple[Objective, str], ...]:
     """What a what-if works against (objective, estimate), from its moves (estimate, before,
     after); empty where it does not. It works against the objectives where it worsens a missed
     objective's estimate by the negligible share or more (those alone are named) and relieves no
@@ -174,11 +174,14 @@ def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...]
     worsens an objective's and improves none of them nor the tokens served a second: a trade of a
     slower step for more tokens a second is the user's to weigh. Throughput is judged by the
     service rate where the what-if moves it (more replicas serve more while each serves less),
-    else by the replica's decode rate."""
+    else by the replica's decode rate; never by that where the what-if splits today's load among
+    more replicas (`splits_load`): each then runs a smaller batch, and a service rate that does not
+    move is arrivals that ask no more, not harm (set 39 d1: a second replica was called harmful
+    for one replica's 4,310 -> 3,452 tokens a second, the service's 4,250 unmoved)."""
     moves = {name: (before, after) for name, before, after in moved
              if isinstance(before, int | float) and isinstance(after, int | float)}
     relieving = [o for o in judged_by if o.metric in moves
-                 and not (o.metric == "decode_tokens_per_s" and "service_tokens_per_s" in moves)]
+                 and not (o.metric == "decode_tokens_per_s" and ("service_tokens_per_s" in moves or splits_load))]
     relevant = [o for o in relieving if not o.relief_only]
     worse = [o for o in relevant if _worse(*moves[o.metric], o.better) >= threshold
              and (o.ceiling is None or moves[o.metric][1] * (o.scale or 1) > o.ceiling)]
@@ -230,7 +233,8 @@ def harm(moved: Iterable[tuple[str, Any, Any]], judged_by: tuple[Objective, ...]
                 >= max(moves[o.metric][0] * (o.scale or 1) / slo for o, slo in with_slo):
             return tuple((o, o.metric) for o in broken)
     better = [o for o in relieving if -_worse(*moves[o.metric], o.better) >= threshold] + [
-        m for m in ("service_tokens_per_s", "decode_tokens_per_s") if m in moves and relative_change(*moves[m]) >= threshold]
+        m for m in ("service_tokens_per_s", "decode_tokens_per_s") if m in moves and relative_change(*moves[m]) >= threshold
+        and not (m == "decode_tokens_per_s" and splits_load)]
     if better:
         return ()
     # bringing nothing, it works against a missed objective wherever it lengthens one of its
