@@ -22,3 +22,21 @@ def test_d4_more_api_servers_where_most_of_the_first_token_is_spent_outside_the_
     advice, script = review_deployment(pack, DATA, "d4")
     assert advice.derived["derived.ttft_outside_engine_share"] > 0.5
     assert "--api-server-count 4" in script
+
+
+def test_d2_the_ttft_miss_says_the_p99_prompts_own_prefill_is_past_the_objective(pack):
+    # a 6,000-token p99 prompt on an A10G (70 TFLOP/s) takes about 1.5 s to prefill, at the 1,500 ms
+    # objective before any wait; the advice left the miss with no verdict (F5)
+    advice, _ = review_deployment(pack, DATA, "d2")
+    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
+    assert ttft.floor is not None and 1_500 < ttft.floor < 2_000 and ttft.floor <= ttft.value
+    assert "the plan's settings cannot meet it on these GPUs" in ttft.text()
+    assert ttft.to_dict()["prefill_after_plan"] == ttft.floor
+
+
+def test_a_prefill_modelled_past_the_measured_first_token_is_no_floor(pack):
+    # set 11 d2: the model prices the p99 prompt's prefill at 1,418 ms where the TTFT p99 measured
+    # 1,400 ms: the model's error, not a floor the plan cannot beat
+    advice, _ = review_deployment(pack, "review11", "d2")
+    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
+    assert ttft.floor is None and "cannot meet it" not in ttft.text()
