@@ -3,7 +3,7 @@ with 32k contexts on an H200, a 1B model at 300 requests a second on vLLM 0.13):
 now read. The deployments and the reviewer's notes are in tests/data/review40."""
 from __future__ import annotations
 
-from conftest import review_deployment
+from conftest import review_deployment, script_flag
 
 DATA = "review40"
 
@@ -40,3 +40,13 @@ def test_a_prefill_modelled_past_the_measured_first_token_is_no_floor(pack):
     advice, _ = review_deployment(pack, "review11", "d2")
     ttft = next(s for s in advice.symptoms if s.kind == "ttft")
     assert ttft.floor is None and "cannot meet it" not in ttft.text()
+
+
+def test_d4_a_cap_that_binds_at_no_load_is_not_raised(pack):
+    # 108 run under vLLM's 256 and 260 are in flight at the peak on a host-bound 1B model: the raise
+    # to 325 was action 1, above the API servers that treat the bottleneck (F2)
+    advice, script = review_deployment(pack, DATA, "d4")
+    batching = next(s for s in advice.strategies if s.id == "continuous_batching")
+    assert batching.status == "keep" and batching.params["max_batch_size"] == 256
+    assert script_flag(script, "--max-num-seqs") == "256"
+    assert next(s for s in advice.strategies if s.status == "change").id == "api_servers"

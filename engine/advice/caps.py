@@ -64,6 +64,7 @@ def sized_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
 
 
 PEAK_ROOM = 1.25     # a raised cap's room past the clients' peak concurrency: bursts a window's peak missed
+CAP_BINDS = 0.9      # a running batch this full of today's cap is held by it (under it, something else holds requests out)
 
 # The engine caps whose value today is serving.max_num_seqs (a client's concurrency is not one)
 ENGINE_CAPS = frozenset({"continuous_batching", "memory_budget"})
@@ -124,6 +125,18 @@ def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
         cap, why = bound, ((why + "; ") if why else "") + (
             f"held at {bound:,}: a quarter past today's peak concurrency ({math.ceil(concurrency):,}); a larger cap admits "
             "no request today's load brings")
+    # A raise of a cap that binds at no load measured stays at today's: the running batch fills less
+    # than CAP_BINDS of it, the clients' peak is within a quarter past it, and the plan does not grow
+    # the KV pool that may be what holds the batch today (a full pool, preemptions); a larger cap
+    # admits a few requests at the peaks and, on a host-bound engine, only adds scheduler work per
+    # step (review set 40 d4: 256 -> 325 for a 1B model with 108 running and 260 in flight at the peak)
+    use = derived.get("derived.batch_cap_use")
+    if strategy in ENGINE_CAPS and _number(today_cap) and cap > today_cap and _number(use) and use < CAP_BINDS \
+            and (not _number(concurrency) or concurrency <= today_cap * PEAK_ROOM) \
+            and (before is None or after is None or after <= before):
+        held = f" and the clients' peak ({math.ceil(concurrency):,}) is within a quarter past it" if _number(concurrency) else ""
+        return math.floor(today_cap), (f"kept at today's cap ({math.floor(today_cap):,}): the running batch fills {use:.0%} of "
+                                       f"it{held}, so a larger one binds at no load measured")
     # Today's engine cap stays where the pool the plan leaves holds it: below it, a cap that does not
     # bind today only queues the bursts past it (review set 31: 128 -> 32 on an H100 meeting both
     # objectives with 24 in flight at the peak; TensorRT-LLM's 64 -> 12, the running mean, with 22 at
