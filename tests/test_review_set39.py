@@ -80,3 +80,18 @@ def test_d1_a_second_replica_is_not_called_harmful_for_one_replicas_smaller_batc
     advice, _ = review_deployment(pack, DATA, "d1")
     scale_out = next(r for r in advice.rejected if r.id == "scale_out")
     assert "Raise the cap first" in scale_out.reason and "harmful" not in scale_out.reason
+
+
+def test_d3_the_host_tier_says_sglang_decodes_off_flashattention_3_on_hopper(pack):
+    # --enable-hierarchical-cache with the default kernel I/O makes SGLang decode with FlashInfer
+    # where FA3 would (Hopper), beside FP8-KV estimates that rest on FA3; the advice said nothing (F6)
+    advice, _ = review_deployment(pack, DATA, "d3")
+    offload = next(s for s in advice.strategies if s.id == "kv_offload")
+    assert any(n.rule == "C-KV-OFFLOAD-HICACHE-DECODE-SGLANG" and "--decode-attention-backend fa3" in n.text
+               for n in offload.caveats)
+
+
+def test_d1_the_fp8_kv_note_names_flashmla_for_an_mla_model(pack):
+    # vLLM's FlashAttention MLA backend refuses an FP8 cache; the note sent a user to FA3 (F8)
+    _, script = review_deployment(pack, DATA, "d1")
+    assert "FlashMLA on Hopper" in script
