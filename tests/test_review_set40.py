@@ -50,3 +50,12 @@ def test_d4_a_cap_that_binds_at_no_load_is_not_raised(pack):
     assert batching.status == "keep" and batching.params["max_batch_size"] == 256
     assert script_flag(script, "--max-num-seqs") == "256"
     assert next(s for s in advice.strategies if s.status == "change").id == "api_servers"
+
+
+def test_d4_a_host_bound_engine_streaming_thousands_of_tokens_a_second_gets_a_stream_interval(pack):
+    # 12,000 output tokens a second at 300 requests a second on a host-bound vLLM 0.13: kbopt did not
+    # know --stream-interval (config/scheduler.py@0.12.0:138), a one-flag host lever (F8)
+    advice, script = review_deployment(pack, DATA, "d4")
+    stream = next(s for s in advice.strategies if s.id == "stream_interval")
+    assert stream.status == "change" and stream.params["tokens"] == 10
+    assert script_flag(script, "--stream-interval") == "10"
