@@ -59,3 +59,14 @@ def test_d4_a_host_bound_engine_streaming_thousands_of_tokens_a_second_gets_a_st
     stream = next(s for s in advice.strategies if s.id == "stream_interval")
     assert stream.status == "change" and stream.params["tokens"] == 10
     assert script_flag(script, "--stream-interval") == "10"
+
+
+def test_d4_the_plan_keeps_async_schedulings_overlap_beside_the_batching_in_place(pack):
+    # continuous batching's restated host step (= derived.host_step_ms) overrode async scheduling's
+    # overlap in the plan: the symptom read "the plan does not move it" beside an action that moved
+    # the TTFT p99 26% (F11)
+    advice, _ = review_deployment(pack, DATA, "d4")
+    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
+    assert "the plan does not move it" not in ttft.text() and "not projected" in ttft.text()
+    plan = {g.metric: g for g in advice.plan.expected}
+    assert plan["ttft_p99_expected_ms"].after < plan["ttft_p99_expected_ms"].before * 0.8

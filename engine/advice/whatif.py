@@ -304,10 +304,16 @@ class WhatIf:
         return tuple(out)
 
     def _keeps_today(self, path: str, raw: Any) -> bool:
-        """Whether an effect only keeps the fact's value where it is known: `= coalesce(path, ...)`."""
+        """Whether an effect only keeps the fact's value where it is known, `= coalesce(path, ...)`,
+        or pins it at today's model of it, `= derived.x` (a calibration the change holds, which
+        another change that moves the fact overrides: set 40 d4, where continuous batching's
+        `telemetry.host_step_ms: = derived.host_step_ms` took the plan's async-scheduling overlap
+        away, and the plan moved no estimate that the action alone moved 25%)."""
         if not (isinstance(raw, str) and raw.startswith("=")):
             return False
         node = self._expression(raw)
+        if isinstance(node, Fact):
+            return node.path.startswith(DERIVED_SECTION)
         return isinstance(node, Call) and node.fn == "coalesce" and bool(node.args) \
             and isinstance(node.args[0], Fact) and node.args[0].path == path
 
