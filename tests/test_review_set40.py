@@ -70,3 +70,12 @@ def test_d4_the_plan_keeps_async_schedulings_overlap_beside_the_batching_in_plac
     assert "the plan does not move it" not in ttft.text() and "not projected" in ttft.text()
     plan = {g.metric: g for g in advice.plan.expected}
     assert plan["ttft_p99_expected_ms"].after < plan["ttft_p99_expected_ms"].before * 0.8
+
+
+def test_d1_no_default_is_noted_for_a_parameter_no_engine_sets(pack):
+    # "timeout_ms=10 is a default: constraints.ttft_slo_ms not known" on TensorRT-LLM, which has no
+    # batching timeout (kbopt itself prints "no equivalent"): noise (F12)
+    advice, _ = review_deployment(pack, DATA, "d1")
+    notes = [n.text for s in advice.strategies for n in s.caveats]
+    assert not any(t.startswith("timeout_ms=") and "is a default" in t for t in notes)
+    assert any("timeout_ms: no equivalent" in line for s in advice.strategies for lines in s.settings.values() for line in lines)

@@ -450,7 +450,13 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
                 mitigation = next((x for x in rules[note.rule].then if isinstance(x, Mitigate)), None)
                 texts.append(RuleNote(note.rule, f"mitigated by {edge.source}"
                                       + (f": {mitigation.text}" if mitigation and mitigation.text else "")))
-        texts.extend(notes)
+        settings = settings_map(c.strategy, key, params, final.inputs, final.derived, engines)
+        # a default no target engine has a setting for is nothing a user acts on (set 40 d1:
+        # "timeout_ms=10 is a default: constraints.ttft_slo_ms not known" on TensorRT-LLM, which
+        # admits waiting requests at every step)
+        unset = {name for name in params if settings and all(
+            any(line.startswith(f"# {name}: ") and line.endswith("not set") for line in lines) for lines in settings.values())}
+        texts.extend(n for n in notes if not any(n.text.startswith(f"{name}=") and " is a default: " in n.text for name in unset))
         alone = _alone(harmful_alone[key], outcomes[key].gains if key in outcomes else ()) if key in harmful_alone else ""
         # only what the plan keeps: a cap it finds idle once the rest is in (unneeded) is never
         # applied, and a script waiting on it would leave this change out for good (set 18 d1)
@@ -468,7 +474,7 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             and not differs_from_today(c.strategy, key, params, final.inputs, final.derived, constants) else "change",
             expected=outcomes[key].gains if key in outcomes else (),
             together=partnered[key][1] if key in outcomes and key in partnered else (),
-            settings=settings_map(c.strategy, key, params, final.inputs, final.derived, engines), sized=tuple(sized),
+            settings=settings, sized=tuple(sized),
             before_plan=tuple(sorted(before_plan.get(key, {}).items())), stands_in_for=stand_ins.get(key, "")))
     # Actions first, those that take more GPUs last of them (a flag before a new checkpoint before
     # new GPUs: set 18 d1 put a second replica above the prefix cache that removed the prefills it
