@@ -88,3 +88,13 @@ def test_d4_async_scheduling_beside_eagle3_from_vllm_0_12(pack, tmp_path):
     assert "--async-scheduling" in flags and '"method": "eagle3"' in flags
     older, _ = review_deployment(pack, DATA, "d4", "serving.engine_version=0.11.0")
     assert not {"async_scheduling", "speculative_decoding[eagle3]"} <= {s.key for s in older.strategies}
+
+
+def test_d3_the_tgi_fp8_caveat_names_the_trade_the_script_makes(pack):
+    # the script set USE_CUTLASS_W8A8=1 (mode w8a8) while the caveat below the strategy said the W8A8
+    # math rate "does not apply here (mode weight_only)" (F6)
+    advice, script = review_deployment(pack, DATA, "d3")
+    fp8 = next(s for s in advice.strategies if s.key == "quantization[fp8]")
+    assert fp8.params["mode"] == "w8a8" and "USE_CUTLASS_W8A8=1" in script
+    caveat = next(n.text for n in fp8.caveats if n.rule == "C-FP8-WEIGHT-ONLY-TGI-ADA")
+    assert "Where the plan sets USE_CUTLASS_W8A8=1 (mode w8a8" in caveat and "does not apply here" not in caveat
