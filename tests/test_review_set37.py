@@ -47,3 +47,12 @@ def test_d3_online_fp8_stands_in_for_the_int8_checkpoint_with_what_it_needs_on_a
     assert fp8.stands_in_for == "quantization[int8]"
     bound = script.split('if [ "$MODEL" = "$MODEL_DEFAULT" ]; then', 1)[1]
     assert "args+=(--quantization fp8)" in bound and "vLLM's custom ops" in bound
+
+
+def test_d4_a_budget_kept_names_the_estimate_the_sized_one_worsens_most(pack):
+    # "works against every estimate it moves: KV pool tokens 526,032 -> 524,864" named a 0.2% move,
+    # the ITL p99 it lengthens 14% unnamed (F6)
+    advice, _ = review_deployment(pack, DATA, "d4")
+    chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
+    kept = next(n.text for n in chunked.caveats if " stays: " in n.text)
+    assert "works against every estimate it moves: itl p99 expected" in kept

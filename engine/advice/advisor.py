@@ -977,13 +977,14 @@ def _harmless_resizing(plan: Plan | None, plan_of: Callable[[], Plan | None], pl
             continue
         objective, metric = found[0]
         before, after = kept_after[metric], after_of[metric]
+        unit = next((f" {g.unit}" for g in plan.expected if g.metric == metric and g.unit), "")
         params.update(today)
         notes[:] = [n for n in notes if not any(n.text.startswith(f"{name}={fmt(value)}: sized after the plan")
                                                 for name, value in sized.items())]
         rule = candidates[key].params[next(iter(today))][1]
         notes.append(RuleNote(rule, "; ".join(f"{name}={fmt(value)} stays" for name, value in today.items())
                               + f": the value sized after the plan ({', '.join(f'{n}={fmt(v)}' for n, v in sized.items())}) "
-                              f"works against {objective}: {label(metric)} {number(before)} -> {number(after)} in the plan"))
+                              f"works against {objective}: {label(metric)} {number(before)} -> {number(after)}{unit} in the plan"))
         sized_by_key[key], before_plan[key] = [], {}
         if key in moved_in_place:
             moved_in_place.remove(key)

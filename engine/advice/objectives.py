@@ -270,13 +270,15 @@ _DIRECTION: dict[str, Better] = {
 
 def worsens_everything(moved: Iterable[tuple[str, Any, Any]], threshold: float) -> tuple[str, ...]:
     """The estimates a what-if worsens where it worsens every serving estimate it moves (at least
-    one by the negligible share or more) and improves none; empty otherwise."""
+    one by the negligible share or more) and improves none, the one it worsens most first (set 37
+    d4: a chunk budget kept for a 0.2% smaller KV pool, the move named, not the larger one); empty
+    otherwise."""
     moves = [(name, _worse(before, after, _DIRECTION[name])) for name, before, after in moved
              if name in _DIRECTION and isinstance(before, int | float) and isinstance(after, int | float)
              and before != after]
     if not moves or any(change < 0 for _, change in moves) or max(change for _, change in moves) < threshold:
         return ()
-    return tuple(name for name, _ in moves)
+    return tuple(name for name, _ in sorted(moves, key=lambda move: -move[1]))
 
 
 def leaves_no_room(moved: Iterable[tuple[str, Any, Any]], lookup: Lookup) -> str:
