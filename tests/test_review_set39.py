@@ -91,7 +91,7 @@ def test_d3_the_host_tier_says_sglang_decodes_off_flashattention_3_on_hopper(pac
                for n in offload.caveats)
 
 
-def test_d1_the_fp8_kv_note_names_flashmla_for_an_mla_model(pack):
+def test_d1_the_fp8_kv_note_of_an_mla_model_names_flashmla(pack):
     # vLLM's FlashAttention MLA backend refuses an FP8 cache; the note sent a user to FA3 (F8)
     _, script = review_deployment(pack, DATA, "d1")
     assert "FlashMLA on Hopper" in script
