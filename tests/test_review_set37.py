@@ -56,3 +56,12 @@ def test_d4_a_budget_kept_names_the_estimate_the_sized_one_worsens_most(pack):
     chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
     kept = next(n.text for n in chunked.caveats if " stays: " in n.text)
     assert "works against every estimate it moves: itl p99 expected" in kept
+
+
+def test_d2_the_chunk_budget_shows_how_busy_it_leaves_the_prefill_lane(pack):
+    # 255 decodes take most of a 634-token budget: 120 prompts a second of 201 uncached tokens keep
+    # the lane 94% busy, which the capped M/D/1 wait alone did not show (F3)
+    advice, _ = review_deployment(pack, DATA, "d2")
+    chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
+    lane = next(g for g in chunked.expected if g.metric == "prefill_lane_load")
+    assert lane.before < 0.2 and 0.9 < lane.after < 1

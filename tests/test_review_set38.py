@@ -98,3 +98,12 @@ def test_d3_the_tgi_fp8_caveat_names_the_trade_the_script_makes(pack):
     assert fp8.params["mode"] == "w8a8" and "USE_CUTLASS_W8A8=1" in script
     caveat = next(n.text for n in fp8.caveats if n.rule == "C-FP8-WEIGHT-ONLY-TGI-ADA")
     assert "Where the plan sets USE_CUTLASS_W8A8=1 (mode w8a8" in caveat and "does not apply here" not in caveat
+
+
+def test_d1_a_chunk_budget_whose_prompts_would_outrun_their_lane_waits_for_the_int8_weights(pack):
+    # at 1,038 tokens beside today's 16-bit step the prefill lane's load goes 0.98 -> 1.16: prompts
+    # arrive faster than the lane starts them, a queue M/D/1's capped wait read as finite (set 37 F3)
+    advice, script = review_deployment(pack, DATA, "d1")
+    chunked = next(s for s in advice.strategies if s.id == "chunked_prefill")
+    assert "prefill lane's load goes" in chunked.alone and "faster than the lane starts them" in chunked.alone
+    assert "--max-num-batched-tokens" not in script_flags(script)

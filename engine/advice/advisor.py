@@ -20,6 +20,7 @@ from kbopt.engine.advice.objectives import (
     met_on_todays_gpus,
     not_worth_their_gpus,
     objectives,
+    overruns_the_prefill_lane,
     relieves_a_missed,
     serves_the_arrivals,
     worsens_everything,
@@ -586,14 +587,17 @@ def _what_ifs(candidates: dict[str, Candidate], catalog: Mapping[str, Strategy],
             known_before = [name for name in outcome.reached if name in whatif.before]   # one may appear only after
             rule = moved[0].rules[0] if moved else (whatif.before[known_before[0]].rule if known_before else c.rules[0])
             vetoes.append(Drawn(rule, Reject(c.strategy, c.variant, negligible_reason(outcome, whatif.before))))
-        elif no_room := leaves_no_room(outcome.moved, whatif.baseline.lookup):
+        elif no_room := ((room := leaves_no_room(outcome.moved, whatif.baseline.lookup))
+                         or overruns_the_prefill_lane(outcome.moved)):
             # where the plan's other changes free the memory it takes, it comes with them (set 35 d2:
-            # 24 LoRA slots beside FP8 weights and KV cache and a rank of 16, none of them alone)
+            # 24 LoRA slots beside FP8 weights and KV cache and a rank of 16, none of them alone), as
+            # where they shorten the step its prompts' chunks ride on
             if beside := _harmless_beside(key, candidates, catalog, whatif, judged_by, threshold, vetoes, partners,
                                           room_only=True):
                 harmful_alone[key] = ((), f"harmful: {no_room}", beside)
                 continue
-            pool = next((g for g in outcome.gains if g.metric == "kv_pool_tokens"), None)
+            short = "kv_pool_tokens" if room else "prefill_lane_load"
+            pool = next((g for g in outcome.gains if g.metric == short), None)
             vetoes.append(Drawn(pool.rules[0] if pool else c.rules[0], Reject(c.strategy, c.variant, no_room)))
         elif outcome.unevaluated is None and (worse := worsens_everything(outcome.moved, threshold)):
             named = [g for g in outcome.gains if g.metric in worse]
@@ -749,7 +753,8 @@ def _harmless_beside(key: str, candidates: dict[str, Candidate], catalog: Mappin
         if with_it is None:
             return False
         if room_only:
-            return not leaves_no_room([(g.metric, g.before, g.after) for g in with_it.expected], whatif.baseline.lookup)
+            moves = [(g.metric, g.before, g.after) for g in with_it.expected]
+            return not (leaves_no_room(moves, whatif.baseline.lookup) or overruns_the_prefill_lane(moves))
         before = {g.metric: g.after for g in without.expected}
         return not harm([(g.metric, before.get(g.metric, g.before), g.after) for g in with_it.expected],
                         as_met_by(judged_by, before), threshold, met_today)

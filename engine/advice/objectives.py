@@ -304,6 +304,17 @@ def leaves_no_room(moved: Iterable[tuple[str, Any, Any]], lookup: Lookup) -> str
     return ""
 
 
+def overruns_the_prefill_lane(moved: Iterable[tuple[str, Any, Any]]) -> str:
+    """Why a what-if leaves prompts arriving faster than its prefill lane starts them: the lane's
+    load (M-PREFILL-LANE-LOAD) goes from under 1 to 1 or more, where its queue has no steady state
+    and the model's finite wait means nothing (review set 37 F3). Empty where it keeps up."""
+    for name, before, after in moved:
+        if name == "prefill_lane_load" and isinstance(before, int | float) and isinstance(after, int | float) and before < 1 <= after:
+            return (f"its prefill lane's load goes {number(before)} -> {number(after)}: prompts would arrive faster than "
+                    "the lane starts them, and their queue would grow as long as the arrivals last")
+    return ""
+
+
 def harm_reason(found: tuple[tuple[Objective, str], ...], gains: Iterable[Gain],
                 judged_by: tuple[Objective, ...] = ()) -> tuple[str, Gain]:
     """The rejection's reason for what `harm` found, with the numbers, and the move it names first
