@@ -19,13 +19,20 @@ PREFILL_SHARE_SHOWN = 0.25
 # Queueing worth a line: on average at least one request waits.
 WAITING_SHOWN = 1.0
 
-# (kind, label, objective, measured facts in order of preference, the model's estimate)
+# (kind, label, objective, measured facts in order of preference, the model's estimate). An
+# objective on the mean (constraints.*_slo_stat) reads the mean alone: its tail judges nothing.
 _OBJECTIVES = (
     ("ttft", "TTFT", "constraints.ttft_slo_ms", (("workload.ttft_p99_ms", "p99"), ("workload.ttft_mean_ms", "mean")),
      "derived.ttft_expected_ms"),
     ("itl", "ITL", "constraints.itl_slo_ms", (("workload.itl_p99_ms", "p99"), ("workload.itl_mean_ms", "mean")),
      "derived.itl_expected_ms"),
 )
+
+
+def on_the_mean(facts: Mapping[str, Any], objective_fact: str) -> bool:
+    """Whether an SLO (constraints.ttft_slo_ms, constraints.itl_slo_ms) bounds the mean, as its
+    constraints.*_slo_stat says; else it bounds the 99th percentile."""
+    return facts.get(objective_fact.removesuffix("_ms") + "_stat") == "mean"
 # The estimate whose move under the plan scales each measured statistic: a p99 ITL moves as the
 # modelled p99 (its prefill stalls included), a TTFT p99 as the modelled p99 (the long prompt after
 # the queue's tail), not as the mean: a queue the plan drains shrinks the tail more than the mean.
@@ -245,7 +252,9 @@ def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any], plan: Plan | 
         objective = _number(facts, objective_fact)
         if objective is None or objective <= 0:
             continue
-        found = next(((path, which, v) for path, which in measured if (v := _number(facts, path)) is not None), None)
+        read: tuple[tuple[str, str], ...] = tuple((path, which) for path, which in measured
+                                                  if which == "mean" or not on_the_mean(facts, objective_fact))
+        found = next(((path, which, v) for path, which in read if (v := _number(facts, path)) is not None), None)
         if found is not None:
             path, which, value = found
             source, label = MEASURED, f"{name} {which}"

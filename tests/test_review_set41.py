@@ -1,0 +1,18 @@
+"""Expert review set 41 (Llama-3.3-70B AWQ on 2 L40S under vLLM 0.11, Qwen3-30B-A3B agents on an H200
+under SGLang 0.5.1, long RAG prompts on an A100-40GB under vLLM 0.13, Qwen3-32B FP8 at low load on
+TensorRT-LLM 1.0): what the advice must now read. The deployments and the reviewer's notes are in
+tests/data/review41."""
+from __future__ import annotations
+
+from conftest import review_deployment
+
+DATA = "review41"
+
+
+def test_d4_an_objective_on_the_mean_time_between_tokens_is_read_against_the_mean(pack):
+    # a 12 ms objective on the mean (16 ms measured) was read against the 115 ms p99 that whole
+    # prefills set, and a chunk budget that splits no prompt was the one change (F1)
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert "enable_chunked_prefill" not in script and "--max_num_tokens 8192" in script
+    assert all(s.id != "chunked_prefill" for s in advice.strategies)
+    assert [(s.fact, s.value) for s in advice.symptoms if s.kind == "itl"] == [("workload.itl_mean_ms", 16)]

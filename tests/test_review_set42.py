@@ -1,0 +1,25 @@
+"""Expert review set 42 (Llama-3.1-8B on an L4 under TGI 3.3, DeepSeek-V2-Lite offline on an H100
+under vLLM 0.12, a 70B FP8 summarizer on 4 H100s under SGLang 0.5, gpt-oss-120b on a B200 under
+TensorRT-LLM 1.1): what the advice must now read. The deployments and the reviewer's notes are in
+tests/data/review42."""
+from __future__ import annotations
+
+from conftest import review_deployment, script_flags
+
+DATA = "review42"
+
+
+def test_d3_an_objective_on_the_mean_first_token_is_read_against_the_mean(pack):
+    # a 500 ms objective on the mean (900 ms measured) was read against the 2,800 ms p99 (F6)
+    advice, _ = review_deployment(pack, DATA, "d3")
+    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
+    assert ttft.fact == "workload.ttft_mean_ms" and ttft.value == 900
+
+
+def test_d3_no_mixed_chunks_that_lengthen_the_missed_first_token(pack):
+    # SGLang's mixed chunks put the decodes in every prefill step: the mean first token 819 ->
+    # 1,007 ms for an ITL nobody asked about (F1; set 41 F2)
+    advice, script = review_deployment(pack, DATA, "d3")
+    chunked = next(r for r in advice.rejected if r.id == "chunked_prefill")
+    assert "works against the TTFT objective" in chunked.reason and "ttft expected" in chunked.reason
+    assert "--enable-mixed-chunk" not in script_flags(script)
