@@ -270,7 +270,11 @@ def test_strategy_settings_that_the_engine_refuses_are_not_written(pack):
         "kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"num_cpu_blocks": 8192}}
     small = settings_for(targets({"workload.engine": "sglang"})[0], "kv_offload", "kv_offload", {"host_cache_gib": 8},
                          {}, {"derived.kv_pool_gib_per_gpu": 40.0})
-    assert not any(s.name == "--hicache-ratio" for s in small) and any("above 1.0" in s.text for s in small)
+    assert not any(s.name == "--hicache-size" for s in small) and any("larger than the GPU's" in s.text for s in small)
+    # the host pool in GB, not as a ratio of a GPU pool the plan's other changes grow (set 41 F4)
+    sized = settings_for(targets({"workload.engine": "sglang"})[0], "kv_offload", "kv_offload", {"host_cache_gib": 125},
+                         {}, {"derived.kv_pool_gib_per_gpu": 71.1})
+    assert [s.text for s in sized if s.name.startswith("--hicache")] == ["--hicache-size 134"]
     tgi = settings_for(targets({"workload.engine": "tgi"})[0], "memory_budget", "memory_budget", {"max_num_seqs": 64}, {}, {})
     assert tgi[0].text == "--max-batch-size 64"
 

@@ -4,7 +4,7 @@ TensorRT-LLM 1.0): what the advice must now read. The deployments and the review
 tests/data/review41."""
 from __future__ import annotations
 
-from conftest import review_deployment
+from conftest import review_deployment, script_flag, script_flags
 
 DATA = "review41"
 
@@ -16,3 +16,11 @@ def test_d4_an_objective_on_the_mean_time_between_tokens_is_read_against_the_mea
     assert "enable_chunked_prefill" not in script and "--max_num_tokens 8192" in script
     assert all(s.id != "chunked_prefill" for s in advice.strategies)
     assert [(s.fact, s.value) for s in advice.symptoms if s.kind == "itl"] == [("workload.itl_mean_ms", 16)]
+
+
+def test_d2_the_host_tier_is_sized_in_gigabytes_not_as_a_ratio_of_the_pool_the_plan_grows(pack):
+    # --hicache-ratio 1.8 was taken on today's 71 GiB pool; beside FP8 weights and KV cache SGLang
+    # would have pinned about 178 GiB of host memory against a 125 GiB budget (F4)
+    _, script = review_deployment(pack, DATA, "d2")
+    assert "--hicache-ratio" not in script_flags(script)
+    assert script_flag(script, "--hicache-size") == "134"     # 125 GiB in SGLang's GB of 1e9 bytes

@@ -257,15 +257,15 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
         return ({"value": fraction} if fraction is not None else None), why
     if entry.value == "speculative":
         return _speculative(engine, params, version)
-    if entry.value == "hicache_ratio":
+    if entry.value == "hicache_size":
         pool = derived.get("derived.kv_pool_gib_per_gpu")
         if not _number(raw) or not _number(pool) or pool <= 0:
-            return None, "host_cache_gib: the GPU KV pool (derived.kv_pool_gib_per_gpu) is not known, so the host ratio is not set"
-        ratio = round(raw / pool, 1)
-        if ratio <= 1.0:
+            return None, "host_cache_gib: the GPU KV pool (derived.kv_pool_gib_per_gpu) is not known, so the host pool is not sized"
+        if raw <= pool:
             return None, (f"host_cache_gib: {raw:g} GiB of host memory is not more than the GPU KV pool ({pool:.1f} GiB); "
-                          "SGLang needs --hicache-ratio above 1.0, so the default ratio (2) is kept")
-        return {"value": ratio}, ""
+                          "SGLang needs a host pool larger than the GPU's, so the default (twice the GPU pool) is kept")
+        # SGLang reads the size in GB of 1e9 bytes, as an integer (server_args.py@0.5.1:1607-1612, memory_pool_host.py@0.5.1:73-77)
+        return {"value": math.floor(raw * 2**30 / 1e9)}, ""
     if entry.value == "offload_total":
         # vLLM's --kv-offloading-size is the total over the TP x PP ranks (vllm/config/vllm.py@0.12.0:476-483).
         if not _number(raw) or raw <= 0:
