@@ -76,7 +76,7 @@ def _summary(advice: Advice) -> list[str]:
         modelled = " — expected by the performance model" if any(s.expected for s in actions) else ""
         lines.append(f"Actions{modelled}")
         for rank, strategy in enumerate(actions[:TOP], 1):
-            gains = gains_text(headline(strategy.expected, first=missed_metrics(advice.facts)), advice.facts)
+            gains = gains_text(headline(strategy.expected, first=missed_metrics(advice.facts, advice.symptoms)), advice.facts)
             with_ = f" (with {', '.join(strategy.together)})" if strategy.together and gains else ""
             lines.extend(_wrap(f"{rank}. {key_text(strategy, advice.facts)}{with_}: "
                                + (gains or params_text(shown_params(strategy, advice.facts)) or strategy.title), "  "))
@@ -85,7 +85,7 @@ def _summary(advice: Advice) -> list[str]:
         if len(actions) > 1:
             lines.extend(_wrap(f"({ACTION_ORDER})", "  "))
         if advice.plan and advice.plan.expected:
-            planned = headline(advice.plan.expected, first=missed_metrics(advice.facts))
+            planned = headline(advice.plan.expected, first=missed_metrics(advice.facts, advice.symptoms))
             lines.extend(_wrap(plan_label(advice.plan) + ": " + gains_text(planned, advice.facts), "  "))
     if kept:
         lines.extend(_wrap("Keep (already in place): " + ", ".join(key_text(s, advice.facts) for s in kept), ""))
