@@ -4,7 +4,7 @@ TensorRT-LLM 1.1): what the advice must now read. The deployments and the review
 tests/data/review42."""
 from __future__ import annotations
 
-from conftest import review_deployment, script_flags
+from conftest import review_deployment, script_flag, script_flags
 
 DATA = "review42"
 
@@ -23,3 +23,12 @@ def test_d3_no_mixed_chunks_that_lengthen_the_missed_first_token(pack):
     chunked = next(r for r in advice.rejected if r.id == "chunked_prefill")
     assert "works against the TTFT objective" in chunked.reason and "ttft expected" in chunked.reason
     assert "--enable-mixed-chunk" not in script_flags(script)
+
+
+def test_d2_no_partial_script_cap_where_the_script_applies_the_whole_plan(pack):
+    # "max_num_seqs=743 where the script applies only part of the plan: ... the KV pool after the
+    # plan holds 556 sequences" beside a script that applies all of it at 1,280 (F11)
+    advice, script = review_deployment(pack, DATA, "d2")
+    budget = next(s for s in advice.strategies if s.id == "memory_budget")
+    assert not any("only part of the plan" in note.text for note in budget.caveats)
+    assert script_flag(script, "--max-num-seqs") == "1280"

@@ -391,8 +391,12 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
             if today_cap != params[name] and ranks == 1:
                 before_plan.setdefault(key, {}).setdefault(name, today_cap)
                 resized.append(key)
-                if today_why:     # what a script that cannot apply the whole plan prints, and why
-                    notes.append(RuleNote(c.params[name][1], f"{name}={today_cap} where the script applies only part of the plan: {today_why}"))
+                if today_why and as_scripted is not None:  # what a script that cannot apply the whole plan
+                    # prints, and why: its pool is the one the script's own changes leave; where the
+                    # script applies the whole plan there is no such script (set 42 F11: today's pool
+                    # of 556 sequences read "after the plan" beside a script that sets the plan's 1,280)
+                    scripted_why = today_why.replace("after the plan", "after the script's changes")
+                    notes.append(RuleNote(c.params[name][1], f"{name}={today_cap} where the script applies only part of the plan: {scripted_why}"))
             if why:
                 sized_by_key[key].append((name, why))
                 notes.append(RuleNote(c.params[name][1], f"{name}={params[name]}: {why}"))
