@@ -32,3 +32,20 @@ def test_d2_no_partial_script_cap_where_the_script_applies_the_whole_plan(pack):
     budget = next(s for s in advice.strategies if s.id == "memory_budget")
     assert not any("only part of the plan" in note.text for note in budget.caveats)
     assert script_flag(script, "--max-num-seqs") == "1280"
+
+
+def test_d1_a_budget_that_falls_back_to_todays_setting_says_so_not_that_it_is_a_default(pack):
+    # "max_num_batched_tokens=4096 is a default" where 4,096 is today's --max-batch-prefill-tokens (F9)
+    advice, _ = review_deployment(pack, DATA, "d1")
+    notes = [n.text for s in advice.strategies if s.id == "chunked_prefill" for n in s.caveats]
+    assert any(t.startswith("max_num_batched_tokens=4096 keeps today's serving.max_num_batched_tokens") for t in notes)
+    assert not any(t.startswith("max_num_batched_tokens=") and "is a default" in t for t in notes)
+
+
+def test_d1_tgi_keeps_its_marlin_fp8_where_the_first_token_waits_for_kv_room(pack):
+    # 88% of the first token is a queue for KV room on a full cache: decode speed drains it, and
+    # TGI's Marlin W8A16 decodes faster on an L4 than CUTLASS W8A8, chosen for a 15% prefill load (F8)
+    advice, script = review_deployment(pack, DATA, "d1")
+    quantization = next(s for s in advice.strategies if s.id == "quantization")
+    assert quantization.params.get("mode") == "weight_only" and not quantization.params.get("cutlass_w8a8")
+    assert "USE_CUTLASS_W8A8" not in script_flags(script) and "--quantize fp8" in script_flags(script)

@@ -461,7 +461,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         # admits waiting requests at every step)
         unset = {name for name in params if settings and all(
             any(line.startswith(f"# {name}: ") and line.endswith("not set") for line in lines) for lines in settings.values())}
-        texts.extend(n for n in notes if not any(n.text.startswith(f"{name}=") and " is a default: " in n.text for name in unset))
+        texts.extend(n for n in notes if not any(n.text.startswith(f"{name}=") and (" is a default: " in n.text or " keeps today's " in n.text)
+                                                 for name in unset))
         alone = _alone(harmful_alone[key], outcomes[key].gains if key in outcomes else ()) if key in harmful_alone else ""
         # only what the plan keeps: a cap it finds idle once the rest is in (unneeded) is never
         # applied, and a script waiting on it would leave this change out for good (set 18 d1)
@@ -1084,6 +1085,11 @@ def _params(candidate: Candidate, facts: Lookup, strategy: Strategy) -> tuple[di
                                          f"{problem}" + (f" (from {used})" if used else "")))
             continue
         if looked_up_unknown:
-            notes.append(RuleNote(rule_id, f"{name}={fmt(params[name])} is a default: "
+            # a fallback to today's setting is today's value, not a default (set 42 F9: a 4,096-token
+            # --max-batch-prefill-tokens from the launch read "is a default")
+            today = next((path for path in unique_facts(node) if path.startswith("serving.")
+                          and facts(path) == (KNOWN, params[name])), None)
+            kind = f"keeps today's {today}" if today else "is a default"
+            notes.append(RuleNote(rule_id, f"{name}={fmt(params[name])} {kind}: "
                                          f"{', '.join(dict.fromkeys(looked_up_unknown))} not known"))
     return params, notes
