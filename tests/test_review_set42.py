@@ -49,3 +49,16 @@ def test_d1_tgi_keeps_its_marlin_fp8_where_the_first_token_waits_for_kv_room(pac
     quantization = next(s for s in advice.strategies if s.id == "quantization")
     assert quantization.params.get("mode") == "weight_only" and not quantization.params.get("cutlass_w8a8")
     assert "USE_CUTLASS_W8A8" not in script_flags(script) and "--quantize fp8" in script_flags(script)
+
+
+def test_d2_a_cap_raised_past_512_takes_vllms_cuda_graphs_with_it(pack):
+    # vLLM 0.12 captures up to twice --max-num-seqs, at most 512: at 1,280 and about 1,000 running
+    # every larger step ran eagerly, and the script said nothing (F4)
+    _, script = review_deployment(pack, DATA, "d2")
+    assert script_flag(script, "--max-num-seqs") == "1280"
+    assert script_flag(script, "--max-cudagraph-capture-size") == "1280"
+
+
+def test_vllm_011_sizes_its_graphs_with_cuda_graph_sizes(pack):
+    _, script = review_deployment(pack, DATA, "d2", "serving.engine_version=0.11.0")
+    assert script_flag(script, "--cuda-graph-sizes") == "1280" and "--max-cudagraph-capture-size" not in script_flags(script)

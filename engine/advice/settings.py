@@ -246,6 +246,10 @@ def _quote(kind: str, value: Any) -> str:
     return shlex.quote(str(value))
 
 
+# vLLM's largest default CUDA graph capture, whatever max_num_seqs (config/vllm.py@0.12.0:1038-1040)
+VLLM_GRAPH_DEFAULT_MAX = 512
+
+
 def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping[str, Any],
             derived: Mapping[str, Any], version: Version = (99,), constants: Constants = ()) -> tuple[dict[str, Any] | None, str]:
     """The placeholders of an entry's line, or None and why they cannot be computed."""
@@ -323,6 +327,16 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
             return None, (f"CUDA graphs: the cap of {raw:g} is within the batches the engine captures already "
                           f"(up to {ceiling:g} here, derived.cuda_graph_max_batch): not set")
         return {"value": sglang_capture_top(raw) if entry.value == "sglang_graph_ceiling" else raw}, ""
+    if entry.value == "vllm_graph_ceiling":
+        # vLLM captures up to twice max_num_seqs, at most 512 (config/vllm.py@0.12.0:1033-1042): a
+        # capture size is set only for a cap past that, or past what today's command captures
+        ceiling = max(VLLM_GRAPH_DEFAULT_MAX, derived.get("derived.cuda_graph_max_batch") or 0)
+        if not _number(raw) or raw < 1:
+            return None, "no batch size given; CUDA graph capture not set"
+        if raw <= ceiling:
+            return None, (f"CUDA graphs: {raw:g} is within the batches vLLM captures already (up to {ceiling:g}: twice "
+                          "max_num_seqs, at most 512, by default): not set")
+        return {"value": int(raw)}, ""
     if entry.value == "capture_grid":
         return ({"value": sglang_capture_top(raw)}, "") if _number(raw) and raw >= 1 else (None, "max_batch: no batch size given; not set")
     if entry.value == "spec_reserve":
