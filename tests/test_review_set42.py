@@ -62,3 +62,12 @@ def test_d2_a_cap_raised_past_512_takes_vllms_cuda_graphs_with_it(pack):
 def test_vllm_011_sizes_its_graphs_with_cuda_graph_sizes(pack):
     _, script = review_deployment(pack, DATA, "d2", "serving.engine_version=0.11.0")
     assert script_flag(script, "--cuda-graph-sizes") == "1280" and "--max-cudagraph-capture-size" not in script_flags(script)
+
+
+def test_d3_the_floor_names_only_levers_not_in_place(pack):
+    # read against its p99, the 70B's first token cannot be met on these GPUs: the verdict named FP8
+    # tensor cores and tensor parallelism on four H100s already running FP8 W8A8 at TP4 (F10)
+    advice, _ = review_deployment(pack, DATA, "d3", "constraints.ttft_slo_stat=p99")
+    ttft = next(s for s in advice.symptoms if s.kind == "ttft")
+    assert ttft.floor is not None
+    assert "FP8 tensor cores" not in ttft.text() and "tensor parallelism over more than today's 4 GPUs" in ttft.text()

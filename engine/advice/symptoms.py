@@ -75,6 +75,9 @@ class Symptom:
     # a missed first-token objective's own prompt's prefill after the plan, where that alone is
     # past the objective: no setting of this engine on these GPUs meets it (review set 40 d2)
     floor: float | None = None
+    # what can still meet it then, of the levers not in place (review set 42 F10: FP8 tensor cores
+    # and tensor parallelism named on four H100s already running FP8 W8A8 at TP4)
+    floor_levers: str = ""
 
     def text(self) -> str:
         """`TTFT p99 1,350 ms against a 1,000 ms objective (+35%)`, and where the plan moves it,
@@ -118,8 +121,7 @@ class Symptom:
         prompt = "the 99th-percentile prompt's" if self.fact in _MEAN_OF else "the mean prompt's"
         return (f"; {prompt} own prefill takes about {number(self.floor)} {self.unit} on these GPUs after the plan, "
                 "past the objective before any wait: the plan's settings cannot meet it on these GPUs; more math per "
-                "prefill can (a GPU with more FLOP/s or FP8 tensor cores, tensor parallelism), as can prompts cached "
-                "or shorter")
+                f"prefill can ({self.floor_levers or 'a GPU with more FLOP/s'}), as can prompts cached or shorter")
 
     def note(self) -> str:
         """Where it comes from: `measured: workload.ttft_p99_ms`, or the model's estimate."""
@@ -241,6 +243,17 @@ def _own_prefill_after(facts: Mapping[str, Any], derived: Mapping[str, Any], mov
     return float(prefill * longer)
 
 
+def _floor_levers(facts: Mapping[str, Any]) -> str:
+    """The levers that give a prompt's prefill more math, less those in place: a GPU with more
+    FLOP/s always; FP8 tensor cores where the weights are 16-bit; tensor parallelism past today's."""
+    levers = ["a GPU with more FLOP/s"]
+    if facts.get("model.weight_dtype") in ("bf16", "fp16", "fp32", None):
+        levers.append("FP8 tensor cores")
+    degree = _number(facts, "serving.tensor_parallel_size") or _number(facts, "hardware.gpu_count") or 1
+    levers.append(f"tensor parallelism over more than today's {degree:g} GPU{'s' if degree != 1 else ''}")
+    return " or ".join(levers[:-1]) + ", " + levers[-1]
+
+
 def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any], plan: Plan | None = None) -> tuple[Symptom, ...]:
     """The symptoms of `facts` (the input facts) and `derived` (the final derived facts), in a
     fixed order: objectives (TTFT, ITL), queue timeouts, preemptions, queueing, prefill share.
@@ -306,7 +319,8 @@ def symptoms(facts: Mapping[str, Any], derived: Mapping[str, Any], plan: Plan | 
                                label=label, after=projected, after_basis=basis if projected is not None else None,
                                unprojected=unprojected, model_move=(before, after) if projected is None
                                and _positive(before) and _positive(after) else None,
-                               floor=own if own > objective else None))
+                               floor=own if own > objective else None,
+                               floor_levers=_floor_levers(facts) if own > objective else ""))
         elif (spent := _spent(facts, derived, path, value, source, moves)) is not None:
             out.append(Symptom(kind, path, value, "ms", source, objective, objective_fact, value / objective - 1,
                                label=label, after=spent, after_basis=_SCALED_BY.get(path, path)))
