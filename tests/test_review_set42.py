@@ -71,3 +71,17 @@ def test_d3_the_floor_names_only_levers_not_in_place(pack):
     ttft = next(s for s in advice.symptoms if s.kind == "ttft")
     assert ttft.floor is not None
     assert "FP8 tensor cores" not in ttft.text() and "tensor parallelism over more than today's 4 GPUs" in ttft.text()
+
+
+def test_d4_no_cap_raise_past_a_peak_that_never_reaches_todays_cap(pack):
+    # --max_batch_size 1024 -> 1364 with 800 in flight at the peak admitted nobody (F3)
+    _, script = review_deployment(pack, DATA, "d4")
+    assert script_flag(script, "--max_batch_size") == "1024"
+
+
+def test_d4_tensorrt_llm_graphs_cover_the_batch_that_runs(pack):
+    # 360 running against graphs captured to 256: about 3 ms of a 19 ms step launched eagerly, and
+    # the script changed nothing (F4)
+    advice, script = review_deployment(pack, DATA, "d4")
+    assert advice.derived["derived.graph_batch_excess"] > 0
+    assert "max_batch_size: 1024" in script and "256 -> 1024" in script

@@ -125,6 +125,13 @@ def _pool_cap(cap: int, plan: Plan | None, derived: Mapping[str, Any], facts: Ma
         cap, why = bound, ((why + "; ") if why else "") + (
             f"held at {bound:,}: a quarter past today's peak concurrency ({math.ceil(concurrency):,}); a larger cap admits "
             "no request today's load brings")
+    # A raise past a cap the clients' peak stays under admits nothing, whatever the pool the plan
+    # leaves: no more requests are ever in flight (review set 42 d4: 1,024 -> 1,364 with 800 in flight
+    # at the peak, the CUDA graphs taken to 1,364 with it). A peak at the cap is a closed loop held
+    # there, which the plan may widen with it (set 20 d2: 64 clients against 64, both raised to 770).
+    if strategy in ENGINE_CAPS and _number(today_cap) and cap > today_cap and _number(concurrency) and concurrency < today_cap:
+        return math.floor(today_cap), (f"kept at today's cap ({math.floor(today_cap):,}): the clients' peak ({math.ceil(concurrency):,} "
+                                       "in flight) never reaches it, so a larger one admits no request")
     # A raise of a cap that binds at no load measured stays at today's: the running batch fills less
     # than CAP_BINDS of it, the clients' peak is within a quarter past it, and the plan does not grow
     # the KV pool that may be what holds the batch today (a full pool, preemptions); a larger cap
