@@ -8,7 +8,7 @@ from kbopt.engine.advice.estimates import Estimate
 from kbopt.engine.advice.explain import Check, NotEvaluated
 from kbopt.engine.advice.launch import Launch, deployed_launch
 from kbopt.engine.advice.model import Advice, Firing, StrategyAdvice
-from kbopt.engine.advice.symptoms import AGREEMENT, Symptom
+from kbopt.engine.advice.symptoms import AGREEMENT, Symptom, on_the_mean
 from kbopt.engine.advice.whatif import TIMES, Gain, Plan, label, number, relative_text
 from kbopt.engine.lang.text import fmt
 from kbopt.kb.engines import ENGINES, version_text
@@ -175,7 +175,7 @@ def missed_metrics(facts: Mapping[str, object], symptoms: Iterable[Symptom] = ()
     out: list[str] = []
     for slo_path, measured, metrics in MISSED:
         slo = facts.get(slo_path)
-        on_mean = facts.get(slo_path.removesuffix("_ms") + "_stat") == "mean"
+        on_mean = on_the_mean(facts, slo_path)
         values = [facts.get(m) for m in (measured[1:] if on_mean else measured)]
         if isinstance(slo, int | float) and any(isinstance(v, int | float) and v > slo for v in values):
             out.extend(metrics[:1] if on_mean else metrics)
