@@ -34,3 +34,10 @@ def test_d1_an_objective_the_plan_takes_past_its_slo_is_in_the_summary_and_the_s
     together = " ".join(render_text(advice).split("all together", 1)[1].split("\n  warning", 1)[0].split())
     assert "ttft p99 expected" in together
     assert "# met today, past it after the plan: TTFT p99 2,600 ms within a 3,000 ms objective" in script
+
+
+def test_d3_the_scripts_cap_counts_the_memory_its_fp8_weights_free(pack):
+    # the script applies FP8 weights (standing in for the INT8 checkpoint), an FP8 cache and a 0.95
+    # memory fraction, which hold 40 sequences; its cap was sized on 27, the cache's doubling alone (F7)
+    _, script = review_deployment(pack, DATA, "d3")
+    assert script_flag(script, "--max-num-seqs") == "40"

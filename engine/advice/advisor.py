@@ -368,7 +368,12 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
     for key in stand_ins:
         evaluated[key] = _params(candidates[key], final.lookup, catalog[candidates[key].strategy])
     if outside and whatif is not None and (len(outside) < len(planned) or stand_ins):
-        with_all, planned = planned, [key for key in planned if key not in outside] + list(stand_ins)
+        # each stand-in where the change it stands in for was: the plan's merge takes the first
+        # change that sets a fact, so its place decides whose KV blocks count (review set 41 F7: FP8
+        # weights appended after an FP8 cache's doubled block count left the freed weight memory out
+        # of the pool, a cap of 27 where the script's changes hold 40)
+        with_all, planned = planned, [new for key in planned
+                                      for new in ([s for s, replaced in stand_ins.items() if replaced == key] if key in outside else [key])]
         as_scripted = plan_of()
         planned = with_all
     if as_scripted is not None:
@@ -386,6 +391,8 @@ def _settle(pack: Pack, fired: tuple[str, ...], final: FinalFacts, whatif: WhatI
         for name in [n for n in params if (c.strategy, n) in CAP_PARAMS and isinstance(params[n], int | float)]:
             rules_cap = int(params[name])
             params[name], why = sized_cap(rules_cap, plan, final.derived, final.inputs, c.strategy, ranks)
+            if params[name] != rules_cap and ranks == 1:
+                resized.append(key)      # the plan is evaluated again with the cap as printed (a rank's would be divided again)
             # the cap a script on today's checkpoint takes (one that cannot apply the whole plan yet prints it)
             today_cap, today_why = sized_cap(rules_cap, as_scripted, final.derived, final.inputs, c.strategy, ranks)
             if today_cap != params[name] and ranks == 1:

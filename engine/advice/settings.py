@@ -334,8 +334,7 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
         if not _number(raw) or raw < 1:
             return None, "no batch size given; CUDA graph capture not set"
         if raw <= ceiling:
-            return None, (f"CUDA graphs: {raw:g} is within the batches vLLM captures already (up to {ceiling:g}: twice "
-                          "max_num_seqs, at most 512, by default): not set")
+            return None, ""      # vLLM's own capture covers it: nothing to set, nothing to say
         return {"value": int(raw)}, ""
     if entry.value == "capture_grid":
         return ({"value": sglang_capture_top(raw)}, "") if _number(raw) and raw >= 1 else (None, "max_batch: no batch size given; not set")
