@@ -246,10 +246,6 @@ def _quote(kind: str, value: Any) -> str:
     return shlex.quote(str(value))
 
 
-# vLLM's largest default CUDA graph capture, whatever max_num_seqs (config/vllm.py@0.12.0:1038-1040)
-VLLM_GRAPH_DEFAULT_MAX = 512
-
-
 def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping[str, Any],
             derived: Mapping[str, Any], version: Version = (99,), constants: Constants = ()) -> tuple[dict[str, Any] | None, str]:
     """The placeholders of an entry's line, or None and why they cannot be computed."""
@@ -328,9 +324,9 @@ def _values(entry: Entry, engine: str, params: Mapping[str, Any], facts: Mapping
                           f"(up to {ceiling:g} here, derived.cuda_graph_max_batch): not set")
         return {"value": sglang_capture_top(raw) if entry.value == "sglang_graph_ceiling" else raw}, ""
     if entry.value == "vllm_graph_ceiling":
-        # vLLM captures up to twice max_num_seqs, at most 512 (config/vllm.py@0.12.0:1033-1042): a
-        # capture size is set only for a cap past that, or past what today's command captures
-        ceiling = max(VLLM_GRAPH_DEFAULT_MAX, derived.get("derived.cuda_graph_max_batch") or 0)
+        # vLLM captures up to twice max_num_seqs, at most vllm_graph_capture_max (rules/parameters.yaml):
+        # a capture size is set only for a cap past that, or past what today's command captures
+        ceiling = max(_parameter("vllm_graph_capture_max", constants), derived.get("derived.cuda_graph_max_batch") or 0)
         if not _number(raw) or raw < 1:
             return None, "no batch size given; CUDA graph capture not set"
         if raw <= ceiling:
@@ -395,11 +391,11 @@ def _speculative(engine: str, params: Mapping[str, Any], version: Version) -> tu
     return {"value": spec}, ""
 
 
-# The engines' memory rules (rules/parameters.yaml holds the same constants for the model's
+# The engines' memory rules and vLLM's graph capture (rules/parameters.yaml holds the same constants for the model's
 # KV-pool estimates): read from the pack the advice runs on (pack_constants), so a pack that retunes
 # one sizes the settings on it too, and the two cannot drift apart.
 MEMORY_CONSTANTS = ("activation_gib_per_1k_tokens", "budget_tokens_large", "budget_tokens_small", "large_gpu_gib",
-                    "nontorch_gib_sharded", "nontorch_gib_single", "trtllm_reserved_share")
+                    "nontorch_gib_sharded", "nontorch_gib_single", "trtllm_reserved_share", "vllm_graph_capture_max")
 Constants = tuple[tuple[str, float], ...]
 
 
